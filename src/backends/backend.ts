@@ -1,0 +1,185 @@
+/**
+ * The compute backend interface: tensor handles and the ops of the Llama forward. The model code
+ * (models/llama.ts) is written once against it; `cpu/` implements it in TypeScript (the
+ * numerical oracle), `cuda/` through the native addon.
+ *
+ * Conventions for every op:
+ * - Shapes are row-major; `[T, H]` means T rows of H contiguous elements.
+ * - T is the number of tokens in the step (all requests' scheduled tokens, concatenated in
+ *   request order), B the number of rows that produce logits.
+ * - Activations use `backend.activationDtype` (f32 on CPU, bf16 on CUDA); accumulation is fp32.
+ * - Ops that return a tensor allocate it from the backend's step workspace, which is recycled at
+ *   `resetWorkspace()`: a tensor returned by an op is valid until the next `resetWorkspace()`.
+ *   Weights, KV caches and tensors made by `upload`/`allocate` live until `dispose()`.
+ * - All calls are synchronous. The worker runs on its own thread (worker/), so blocking here does
+ *   not block the server's event loop.
+ * - Ops throw `Error` on shape or dtype mismatches (a programming error, not user input).
+ */
+
+/** Element types of tensors. "i32" is for ids, positions, slot mappings and block tables. */
+export type DType = "f32" | "bf16" | "f16" | "i32";
+
+/** Bytes per element of each dtype. */
+export const DTYPE_BYTES: Record<DType, number> = { f32: 4, bf16: 2, f16: 2, i32: 4 };
+
+/** A backend-owned tensor. Backends cast to their own concrete type. */
+export interface Tensor {
+  readonly shape: readonly number[];
+  readonly dtype: DType;
+}
+
+/** Host-side raw weight data as read from a checkpoint (element bits in a typed array). */
+export interface HostTensorData {
+  /** f32 values, or bf16/f16 bit patterns. */
+  data: Float32Array | Uint16Array;
+  dtype: "f32" | "bf16" | "f16";
+  shape: number[];
+}
+
+/**
+ * Layout of the fused QKV projection output `[T, (numHeads + 2*numKvHeads) * headDim]`: per
+ * token, the q heads, then the k heads, then the v heads (vLLM QKVParallelLinear order).
+ */
+export interface QkvLayout {
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+}
+
+/**
+ * Where each token of the step sits and what it attends to (vLLM FlashAttentionMetadata).
+ * Device tensors are i32; the same values are kept on the host for backends and selectors that
+ * need them there.
+ */
+export interface AttentionMetadata {
+  numReqs: number;
+  /** Total tokens in the step (T). */
+  numTokens: number;
+  /** [numReqs + 1] prefix sums of per-request query lengths. */
+  queryStartLoc: Tensor;
+  /** [numReqs] context length of each request after this step (cached + new tokens). */
+  seqLens: Tensor;
+  /** [numReqs, maxBlocksPerReq] device block ids of each request's pages (row-padded with 0). */
+  blockTables: Tensor;
+  /** [T] flat KV slot of each new token: blockId * blockSize + offset (PAD_SLOT_ID = skip). */
+  slotMapping: Tensor;
+  maxQueryLen: number;
+  maxSeqLen: number;
+  /** Host copies of the four tensors above. */
+  host: {
+    queryStartLoc: Int32Array;
+    seqLens: Int32Array;
+    blockTables: Int32Array;
+    maxBlocksPerReq: number;
+    slotMapping: Int32Array;
+    /** [T] absolute position of each token. */
+    positions: Int32Array;
+  };
+}
+
+/** Geometry of the paged KV cache: one tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim]. */
+export interface KvCacheSpec {
+  numLayers: number;
+  numBlocks: number;
+  blockSize: number;
+  numKvHeads: number;
+  headDim: number;
+  dtype: DType;
+}
+
+/** Device memory report in bytes. */
+export interface MemoryInfo {
+  free: number;
+  total: number;
+}
+
+/**
+ * Per-row sampling settings for a device sampler. The random number of each row is drawn on the
+ * host from the request's own generator (worker/sampler.ts), so the CPU and CUDA samplers pick
+ * the same token from the same distribution: inverse-CDF sampling with `uniform` over the
+ * filtered, renormalised distribution, tokens in descending-probability order (ties: lower id
+ * first).
+ */
+export interface DeviceSamplingRows {
+  /** [B] temperature per row; rows with temperature 0 take the argmax (lowest id on ties). */
+  temperature: Float32Array;
+  /** [B] top-k per row; 0 disables. */
+  topK: Int32Array;
+  /** [B] top-p per row; 1 disables. */
+  topP: Float32Array;
+  /** [B] min-p per row; 0 disables. */
+  minP: Float32Array;
+  /** [B] uniform random number in [0, 1) per row. */
+  uniform: Float32Array;
+}
+
+export interface Backend {
+  readonly name: "cpu" | "cuda";
+  /** Dtype of activations and of the KV cache by default. */
+  readonly activationDtype: DType;
+
+  // ---- memory --------------------------------------------------------------------------------
+  /** Uploads a weight (converted to the backend's weight dtype); lives until dispose(). */
+  uploadWeight(src: HostTensorData): Tensor;
+  /** Uploads host data as a persistent tensor of the given dtype. */
+  upload(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor;
+  /** Copies host i32/f32 data into a workspace tensor (valid until resetWorkspace()). */
+  stage(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor;
+  /** Allocates the paged KV cache: one zeroed tensor per layer. */
+  allocateKvCache(spec: KvCacheSpec): Tensor[];
+  /** Reads a tensor back as f32 (i32 tensors as Int32Array). Synchronous. */
+  toHost(t: Tensor): Float32Array | Int32Array;
+  /** Recycles every workspace tensor returned by ops since the last call. */
+  resetWorkspace(): void;
+  /** Free/total device memory (CPU: the process's view of system memory). */
+  memoryInfo(): MemoryInfo;
+  /** Frees a persistent tensor. */
+  free(t: Tensor): void;
+  /** Releases everything the backend holds. */
+  dispose(): void;
+
+  // ---- ops -----------------------------------------------------------------------------------
+  /** out[t] = table[ids[t]]. ids: i32 [T]; table: [V, H] -> [T, H]. */
+  embedding(ids: Tensor, table: Tensor): Tensor;
+  /** out = x / sqrt(mean(x^2) + eps) * weight, per row. x: [T, H]; weight: [H] -> [T, H]. */
+  rmsNorm(x: Tensor, weight: Tensor, eps: number): Tensor;
+  /**
+   * In place, fused: residual += x; x = rmsNorm(residual) * weight (vLLM fused_add_rms_norm).
+   * x, residual: [T, H]; weight: [H].
+   */
+  fusedAddRmsNorm(x: Tensor, residual: Tensor, weight: Tensor, eps: number): void;
+  /** y = x @ weight^T + bias. x: [T, K]; weight: [N, K]; bias: [N] | null -> [T, N] (outDtype, default activation). */
+  linear(x: Tensor, weight: Tensor, bias: Tensor | null, outDtype?: DType): Tensor;
+  /**
+   * In place on the q and k parts of a fused qkv tensor: per head, RMSNorm over headDim with
+   * qWeight / kWeight ([headDim]) (Qwen3 q_norm/k_norm).
+   */
+  qkNorm(qkv: Tensor, layout: QkvLayout, qWeight: Tensor, kWeight: Tensor, eps: number): void;
+  /**
+   * In place rotary embedding on the q and k parts of qkv ([T, (Hq+2Hkv)*D]), HF "rotate_half"
+   * (NeoX) style: for i < D/2, (x_i, x_{i+D/2}) rotated by angle pos * invFreq_i.
+   * cosSinCache: f32 [maxPositions, D] with cos in [:, :D/2] and sin in [:, D/2:].
+   * positions: i32 [T].
+   */
+  rotaryEmbedding(qkv: Tensor, layout: QkvLayout, positions: Tensor, cosSinCache: Tensor): void;
+  /** out = silu(x[:, :I]) * x[:, I:]. x: [T, 2I] -> [T, I]. */
+  siluAndMul(x: Tensor): Tensor;
+  /** Writes the k and v parts of qkv into kvCache at slotMapping (vLLM reshape_and_cache). */
+  reshapeAndCache(qkv: Tensor, layout: QkvLayout, kvCache: Tensor, slotMapping: Tensor, blockSize: number): void;
+  /**
+   * Causal paged attention over each request's cached KV (which includes this step's tokens,
+   * written by reshapeAndCache first). Token j of request r (absolute position
+   * seqLen_r - queryLen_r + j) attends to positions [0, that position]. Softmax scale
+   * 1/sqrt(headDim); GQA: q head h uses kv head floor(h / (numHeads/numKvHeads)).
+   * qkv: [T, (Hq+2Hkv)*D] -> [T, Hq*D].
+   */
+  pagedAttention(qkv: Tensor, layout: QkvLayout, kvCache: Tensor, meta: AttentionMetadata, blockSize: number): Tensor;
+  /** out[b] = x[indices[b]]. x: [T, H]; indices: i32 [B] -> [B, H]. */
+  gatherRows(x: Tensor, indices: Tensor): Tensor;
+  /**
+   * Optional device sampler: greedy / temperature / top-k / top-p over logits [B, V] f32.
+   * Returns the sampled ids, or null when the backend has no device sampler (the worker then
+   * samples on the host).
+   */
+  sampleOnDevice?(logits: Tensor, rows: DeviceSamplingRows): Int32Array | null;
+}

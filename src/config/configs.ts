@@ -1,0 +1,54 @@
+/**
+ * Engine configuration objects (vLLM's SchedulerConfig / CacheConfig names). Each has a
+ * `validate...` function returning the list of reasons it is invalid (empty when valid).
+ */
+
+/** Scheduling limits (vllm/config/scheduler.py). */
+export interface SchedulerConfig {
+  /** Maximum number of running requests (`--max-num-seqs`). */
+  maxNumSeqs: number;
+  /** Token budget of one step across all requests (`--max-num-batched-tokens`). */
+  maxNumBatchedTokens: number;
+  /** Longest prompt + output a request may have (`--max-model-len`). */
+  maxModelLen: number;
+  /** Split long prefills across steps (vLLM v1 default: on). */
+  enableChunkedPrefill: boolean;
+}
+
+/** KV cache geometry (vllm/config/cache.py). */
+export interface CacheConfig {
+  /** Tokens per KV block (page) (`--block-size`, default 16). */
+  blockSize: number;
+  /** Device KV blocks; computed from free memory unless set (`--num-gpu-blocks-override`). */
+  numGpuBlocks: number;
+  /** Fraction of device memory the engine may use (`--gpu-memory-utilization`). */
+  gpuMemoryUtilization: number;
+  /** KV storage dtype: "auto" follows the backend's activation dtype. */
+  kvCacheDtype: "auto" | "bf16" | "f16" | "f32";
+  /** Reuse KV of identical prompt prefixes through block hashes (`--enable-prefix-caching`). */
+  enablePrefixCaching: boolean;
+}
+
+export function validateSchedulerConfig(c: SchedulerConfig): string[] {
+  const r: string[] = [];
+  if (!Number.isInteger(c.maxNumSeqs) || c.maxNumSeqs < 1) r.push(`--max-num-seqs must be >= 1, got ${c.maxNumSeqs}`);
+  if (!Number.isInteger(c.maxNumBatchedTokens) || c.maxNumBatchedTokens < 1)
+    r.push(`--max-num-batched-tokens must be >= 1, got ${c.maxNumBatchedTokens}`);
+  if (!Number.isInteger(c.maxModelLen) || c.maxModelLen < 1) r.push(`--max-model-len must be >= 1, got ${c.maxModelLen}`);
+  if (!c.enableChunkedPrefill && c.maxNumBatchedTokens < c.maxModelLen)
+    r.push(
+      `--max-num-batched-tokens (${c.maxNumBatchedTokens}) must be >= --max-model-len (${c.maxModelLen}) when chunked prefill is off`,
+    );
+  return r;
+}
+
+export function validateCacheConfig(c: CacheConfig): string[] {
+  const r: string[] = [];
+  if (![1, 2, 4, 8, 16, 32, 64, 128, 256].includes(c.blockSize))
+    r.push(`--block-size must be a power of two in [1, 256], got ${c.blockSize}`);
+  if (!Number.isInteger(c.numGpuBlocks) || c.numGpuBlocks < 0)
+    r.push(`number of KV blocks must be a non-negative integer, got ${c.numGpuBlocks}`);
+  if (!(c.gpuMemoryUtilization > 0 && c.gpuMemoryUtilization <= 1))
+    r.push(`--gpu-memory-utilization must be in (0, 1], got ${c.gpuMemoryUtilization}`);
+  return r;
+}
