@@ -7,7 +7,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const distMain = join(root, "dist", "cli", "main.js");
+const distMain = join(root, "dist", "src", "cli", "main.js");
 const srcMain = join(root, "src", "cli", "main.ts");
 
 function newestMtime(dir) {
