@@ -96,9 +96,14 @@ export interface MemoryInfo {
 /**
  * Per-row sampling settings for a device sampler. The random number of each row is drawn on the
  * host from the request's own generator (worker/sampler.ts), so the CPU and CUDA samplers pick
- * the same token from the same distribution: inverse-CDF sampling with `uniform` over the
- * filtered, renormalised distribution, tokens in descending-probability order (ties: lower id
- * first).
+ * the same token from the same distribution. The rule, for rows with temperature > 0:
+ *   p = softmax(logits / temperature) in fp32;
+ *   keep token i iff p_i >= the k-th largest p (top-k; ties at the boundary are kept),
+ *     and p_i >= minP * max(p), and p_i >= tP, where tP is the largest value such that the
+ *     tokens with p >= tP hold at least topP of the mass (top-p; ties kept);
+ *   walk the kept tokens in ascending token id, accumulating p; pick the first token whose
+ *   running sum exceeds uniform * (sum of kept p); if rounding leaves none, the last kept token.
+ * These threshold forms need no sort, so a GPU computes them with reductions and one scan.
  */
 export interface DeviceSamplingRows {
   /** [B] temperature per row; rows with temperature 0 take the argmax (lowest id on ties). */
