@@ -120,6 +120,8 @@ export interface DeviceSamplingRows {
 
 export interface Backend {
   readonly name: "cpu" | "cuda";
+  /** Human-readable device name (e.g. "NVIDIA H200", "CPU (2 threads)"). */
+  readonly deviceName: string;
   /** Dtype of activations and of the KV cache by default. */
   readonly activationDtype: DType;
 

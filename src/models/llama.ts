@@ -135,11 +135,13 @@ export class LlamaForCausalLM {
    * One forward step over the scheduled tokens of every request in the batch.
    * @param inputIds i32 [T]
    * @param positions i32 [T] absolute positions (< maxPositions)
-   * @param logitsIndices i32 [B] rows of T whose next-token logits are wanted
-   * @returns logits f32 [B, vocabSize]
+   * @param logitsIndices i32 [B] rows of T whose next-token logits are wanted; null when no
+   *   row needs logits (every request is in the middle of a chunked prefill)
+   * @returns logits f32 [B, vocabSize], or null when logitsIndices is null
    */
-  forward(inputIds: Tensor, positions: Tensor, ctx: ForwardContext, logitsIndices: Tensor): Tensor {
+  forward(inputIds: Tensor, positions: Tensor, ctx: ForwardContext, logitsIndices: Tensor | null): Tensor | null {
     const hidden = this.forwardHidden(inputIds, positions, ctx);
+    if (logitsIndices === null) return null;
     const selected = this.backend.gatherRows(hidden, logitsIndices);
     return this.backend.linear(selected, this.lmHead, null, "f32");
   }

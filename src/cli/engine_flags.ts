@@ -1,0 +1,78 @@
+import { type Command, InvalidArgumentError, Option } from "commander";
+import { type EngineArgs, makeEngineArgs } from "../config/engine_args.js";
+
+/** Parses an integer flag value; commander reports the error as one line. */
+export function parseIntArg(v: string): number {
+  if (!/^-?\d+$/.test(v.trim())) throw new InvalidArgumentError("must be an integer.");
+  return Number.parseInt(v, 10);
+}
+
+/** Parses a number flag value. */
+export function parseFloatArg(v: string): number {
+  const n = Number(v);
+  if (v.trim() === "" || !Number.isFinite(n)) throw new InvalidArgumentError("must be a number.");
+  return n;
+}
+
+/** Parses a size in GiB (fractional allowed) into bytes. */
+export function parseGibArg(v: string): number {
+  const n = parseFloatArg(v);
+  if (n <= 0) throw new InvalidArgumentError("must be > 0.");
+  return Math.round(n * 2 ** 30);
+}
+
+/**
+ * Adds the engine flags shared by `serve`, `generate`, `eval` (vLLM's names where vLLM has one).
+ * Optional features add their own flags through `extraEngineFlags`.
+ */
+export function addEngineFlags(cmd: Command): Command {
+  return cmd
+    .option("--model <dir>", "model directory in Hugging Face format (default: the bundled ref-small)")
+    .option("--tokenizer <dir>", "tokenizer directory (default: the model directory)")
+    .addOption(new Option("--device <kind>", "compute device").choices(["auto", "cpu", "cuda"]).default("auto"))
+    .addOption(
+      new Option("--load-format <fmt>", "weights: safetensors, or dummy (random, seeded)")
+        .choices(["auto", "safetensors", "dummy"])
+        .default("auto"),
+    )
+    .option("--seed <n>", "random seed of the engine (and of dummy weights)", parseIntArg, 0)
+    .option("--max-model-len <n>", "longest prompt + output in tokens (default: the model's)", parseIntArg)
+    .option("--block-size <n>", "tokens per KV cache block", parseIntArg, 16)
+    .option("--gpu-memory-utilization <f>", "fraction of GPU memory to use", parseFloatArg, 0.9)
+    .option("--num-gpu-blocks-override <n>", "fix the number of KV cache blocks", parseIntArg)
+    .option("--cpu-kv-cache-gib <gib>", "KV cache size of the CPU backend in GiB", parseGibArg, 2 ** 30)
+    .addOption(
+      new Option("--kv-cache-dtype <dtype>", "KV cache storage dtype").choices(["auto", "bf16", "f16", "f32"]).default("auto"),
+    )
+    .option("--max-num-seqs <n>", "maximum running requests", parseIntArg, 256)
+    .option("--max-num-batched-tokens <n>", "token budget of one engine step", parseIntArg, 2048)
+    .option("--no-enable-chunked-prefill", "do not split long prompts across steps")
+    .option("--enable-prefix-caching", "reuse the KV of identical prompt prefixes", false)
+    .option("--enforce-eager", "disable CUDA graphs", false)
+    .option("--cpu-threads <n>", "threads of the CPU backend", parseIntArg);
+}
+
+/** Maps parsed commander options (camelCase) onto EngineArgs. */
+export function engineArgsFromOptions(o: Record<string, unknown>): EngineArgs {
+  const pick = <T>(k: string): T | undefined => o[k] as T | undefined;
+  return makeEngineArgs({
+    model: pick<string>("model"),
+    tokenizer: pick<string>("tokenizer"),
+    servedModelName: pick<string>("servedModelName"),
+    device: pick<EngineArgs["device"]>("device") ?? "auto",
+    loadFormat: pick<EngineArgs["loadFormat"]>("loadFormat") ?? "auto",
+    seed: pick<number>("seed") ?? 0,
+    maxModelLen: pick<number>("maxModelLen"),
+    blockSize: pick<number>("blockSize") ?? 16,
+    gpuMemoryUtilization: pick<number>("gpuMemoryUtilization") ?? 0.9,
+    numGpuBlocksOverride: pick<number>("numGpuBlocksOverride"),
+    cpuKvCacheBytes: pick<number>("cpuKvCacheGib") ?? 2 ** 30,
+    kvCacheDtype: pick<EngineArgs["kvCacheDtype"]>("kvCacheDtype") ?? "auto",
+    maxNumSeqs: pick<number>("maxNumSeqs") ?? 256,
+    maxNumBatchedTokens: pick<number>("maxNumBatchedTokens") ?? 2048,
+    enableChunkedPrefill: pick<boolean>("enableChunkedPrefill") ?? true,
+    enablePrefixCaching: pick<boolean>("enablePrefixCaching") ?? false,
+    enforceEager: pick<boolean>("enforceEager") ?? false,
+    cpuThreads: pick<number>("cpuThreads"),
+  });
+}

@@ -1,0 +1,116 @@
+import type { CacheConfig, SchedulerConfig } from "./configs.js";
+import { validateCacheConfig, validateSchedulerConfig } from "./configs.js";
+
+/** Compute device selection (`--device`): auto picks CUDA when a GPU and the addon load. */
+export type DeviceKind = "auto" | "cpu" | "cuda";
+
+/**
+ * Every engine setting, with vLLM's names (camelCase) and defaults where vLLM has one. The CLI
+ * maps flags onto these (cli/engine_flags.ts); the library takes them directly.
+ */
+export interface EngineArgs {
+  /** Model directory in HF format; undefined = the bundled ref-small. */
+  model?: string;
+  /** Tokenizer directory; defaults to the model directory. */
+  tokenizer?: string;
+  /** Name the server reports (`--served-model-name`); defaults to the model directory's name. */
+  servedModelName?: string;
+  device: DeviceKind;
+  /** "auto" reads safetensors; "dummy" builds random weights from config.json. */
+  loadFormat: "auto" | "safetensors" | "dummy";
+  /** Seed of the engine-level random generator and of dummy weights. */
+  seed: number;
+  /** Longest prompt + output; defaults to the model's max_position_embeddings. */
+  maxModelLen?: number;
+  blockSize: number;
+  gpuMemoryUtilization: number;
+  /** Fix the number of device KV blocks (vLLM `--num-gpu-blocks-override`). */
+  numGpuBlocksOverride?: number;
+  /** KV cache memory for the CPU backend in bytes (vLLM's VLLM_CPU_KVCACHE_SPACE; default 1 GiB). */
+  cpuKvCacheBytes: number;
+  kvCacheDtype: CacheConfig["kvCacheDtype"];
+  maxNumSeqs: number;
+  maxNumBatchedTokens: number;
+  enableChunkedPrefill: boolean;
+  enablePrefixCaching: boolean;
+  /** Disable CUDA graphs (`--enforce-eager`). */
+  enforceEager: boolean;
+  /** Threads the CPU backend may use (default: min(2, cores)). */
+  cpuThreads?: number;
+  /** Run the worker on the calling thread instead of a worker_thread (tests, debugging). */
+  inprocWorker: boolean;
+  /** Extension settings of optional features (HiSparse), keyed by feature. */
+  extensions: Record<string, unknown>;
+}
+
+/** vLLM-like defaults (CPU-friendly budgets: the CPU backend is the CI default). */
+export function defaultEngineArgs(): EngineArgs {
+  return {
+    device: "auto",
+    loadFormat: "auto",
+    seed: 0,
+    blockSize: 16,
+    gpuMemoryUtilization: 0.9,
+    cpuKvCacheBytes: 1 << 30,
+    kvCacheDtype: "auto",
+    maxNumSeqs: 256,
+    maxNumBatchedTokens: 2048,
+    enableChunkedPrefill: true,
+    enablePrefixCaching: false,
+    enforceEager: false,
+    inprocWorker: false,
+    extensions: {},
+  };
+}
+
+/** Builds full args from a partial set, applying defaults. */
+export function makeEngineArgs(p: Partial<EngineArgs> = {}): EngineArgs {
+  return { ...defaultEngineArgs(), ...p };
+}
+
+/** The scheduler's view of the args once maxModelLen and the block count are known. */
+export function schedulerConfigOf(a: EngineArgs, maxModelLen: number): SchedulerConfig {
+  return {
+    maxNumSeqs: a.maxNumSeqs,
+    maxNumBatchedTokens: a.maxNumBatchedTokens,
+    maxModelLen,
+    enableChunkedPrefill: a.enableChunkedPrefill,
+  };
+}
+
+export function cacheConfigOf(a: EngineArgs, numGpuBlocks: number): CacheConfig {
+  return {
+    blockSize: a.blockSize,
+    numGpuBlocks,
+    gpuMemoryUtilization: a.gpuMemoryUtilization,
+    kvCacheDtype: a.kvCacheDtype,
+    enablePrefixCaching: a.enablePrefixCaching,
+  };
+}
+
+/** Reasons the args are invalid before anything is loaded (empty when valid). */
+export function validateEngineArgs(a: EngineArgs): string[] {
+  const r: string[] = [];
+  if (!["auto", "cpu", "cuda"].includes(a.device)) r.push(`--device must be auto, cpu or cuda, got ${a.device}`);
+  if (!["auto", "safetensors", "dummy"].includes(a.loadFormat))
+    r.push(`--load-format must be auto, safetensors or dummy, got ${a.loadFormat}`);
+  if (!Number.isInteger(a.seed)) r.push(`--seed must be an integer, got ${a.seed}`);
+  if (a.numGpuBlocksOverride !== undefined && (!Number.isInteger(a.numGpuBlocksOverride) || a.numGpuBlocksOverride < 1))
+    r.push(`--num-gpu-blocks-override must be >= 1, got ${a.numGpuBlocksOverride}`);
+  if (!(a.cpuKvCacheBytes > 0)) r.push(`CPU KV cache size must be > 0 bytes, got ${a.cpuKvCacheBytes}`);
+  if (a.cpuThreads !== undefined && (!Number.isInteger(a.cpuThreads) || a.cpuThreads < 1))
+    r.push(`--cpu-threads must be >= 1, got ${a.cpuThreads}`);
+  r.push(...validateSchedulerConfig(schedulerConfigOf(a, a.maxModelLen ?? 1)).filter((x) => !x.includes("max-model-len")));
+  if (a.maxModelLen !== undefined && (!Number.isInteger(a.maxModelLen) || a.maxModelLen < 1))
+    r.push(`--max-model-len must be >= 1, got ${a.maxModelLen}`);
+  r.push(...validateCacheConfig(cacheConfigOf(a, a.numGpuBlocksOverride ?? 0)));
+  return r;
+}
+
+/** Invalid configuration; `reasons` lists every problem (the message joins them). */
+export class ConfigError extends Error {
+  override name = "ConfigError";
+  constructor(readonly reasons: string[]) {
+    super(reasons.length === 1 ? reasons[0]! : `invalid configuration:\n  - ${reasons.join("\n  - ")}`);
+  }
+}

@@ -1,0 +1,96 @@
+import { type AttentionBackend, DensePagedAttention } from "../attention/backend.js";
+import type { AttentionMetadata, Backend, Tensor } from "../backends/backend.js";
+import type { RequestId } from "../core/ids.js";
+import type { ModelRunnerOutput, SchedulerOutput, TokenLogprobs } from "../core/sched/output.js";
+import type { LlamaForCausalLM } from "../models/llama.js";
+import { type CachedRequestState, type PreparedInputs, prepareInputs, updateStates } from "./input_batch.js";
+import { RequestSampler } from "./request_sampler.js";
+
+/**
+ * Turns a SchedulerOutput into one model forward and sampled tokens
+ * (vllm/v1/worker/gpu_model_runner.py): keeps the worker-side request states, builds the flat
+ * inputs and attention metadata, runs the model, samples, and appends sampled tokens to its
+ * states.
+ */
+export class ModelRunner {
+  private readonly states = new Map<RequestId, CachedRequestState>();
+  private readonly sampler: RequestSampler;
+  /** How attention uses the KV cache; replaceable by optional features (HiSparse). */
+  attention: AttentionBackend;
+
+  constructor(
+    private readonly backend: Backend,
+    private readonly model: LlamaForCausalLM,
+    private readonly kvCaches: readonly Tensor[],
+    readonly blockSize: number,
+    seed: number,
+  ) {
+    this.attention = new DensePagedAttention(backend, model.layout, blockSize);
+    this.sampler = new RequestSampler(backend, model.config.vocabSize, seed);
+  }
+
+  /** Number of requests whose state the runner holds. */
+  get numRequests(): number {
+    return this.states.size;
+  }
+
+  /**
+   * Runs one step.
+   * @throws Error when the SchedulerOutput is inconsistent with the runner's states.
+   */
+  executeModel(so: SchedulerOutput): ModelRunnerOutput {
+    updateStates(this.states, so);
+    for (const id of so.finishedReqIds) this.sampler.forget(id);
+    const out: ModelRunnerOutput = { reqIds: [], sampledTokenIds: [], logprobs: [], extensions: new Map() };
+    if (so.totalNumScheduledTokens === 0) return out;
+    const inputs = prepareInputs(this.states, so, this.blockSize);
+    const logits = this.forward(inputs);
+    out.reqIds = inputs.reqIds;
+    out.sampledTokenIds = inputs.reqIds.map(() => []);
+    out.logprobs = inputs.reqIds.map(() => null);
+    if (logits !== null) {
+      const rows = Array.from(inputs.logitsReqIdx, (r) => this.states.get(inputs.reqIds[r]!)!);
+      const sampled = this.sampler.sample(logits, rows);
+      for (let b = 0; b < rows.length; b++) {
+        const r = inputs.logitsReqIdx[b]!;
+        const token = sampled.tokenIds[b]!;
+        rows[b]!.outputTokenIds.push(token);
+        out.sampledTokenIds[r] = [token];
+        const lp: TokenLogprobs | null = sampled.logprobs[b] ?? null;
+        out.logprobs[r] = lp === null ? null : [lp];
+      }
+    }
+    return out;
+  }
+
+  /** Stages inputs, runs the model; returns logits [B, V] (null when no row samples). */
+  private forward(inputs: PreparedInputs): Tensor | null {
+    const b = this.backend;
+    b.resetWorkspace();
+    const T = inputs.inputIds.length;
+    const numReqs = inputs.reqIds.length;
+    const meta: AttentionMetadata = {
+      numReqs,
+      numTokens: T,
+      queryStartLoc: b.stage(inputs.queryStartLoc, [numReqs + 1], "i32"),
+      seqLens: b.stage(inputs.seqLens, [numReqs], "i32"),
+      blockTables: b.stage(inputs.blockTables, [numReqs, inputs.maxBlocksPerReq], "i32"),
+      slotMapping: b.stage(inputs.slotMapping, [T], "i32"),
+      maxQueryLen: inputs.maxQueryLen,
+      maxSeqLen: inputs.maxSeqLen,
+      host: {
+        queryStartLoc: inputs.queryStartLoc,
+        seqLens: inputs.seqLens,
+        blockTables: inputs.blockTables,
+        maxBlocksPerReq: inputs.maxBlocksPerReq,
+        slotMapping: inputs.slotMapping,
+        positions: inputs.positions,
+      },
+    };
+    const ids = b.stage(inputs.inputIds, [T], "i32");
+    const pos = b.stage(inputs.positions, [T], "i32");
+    const B = inputs.logitsIndices.length;
+    const logitsIdx = B === 0 ? null : b.stage(inputs.logitsIndices, [B], "i32");
+    return this.model.forward(ids, pos, { meta, attention: this.attention, kvCaches: this.kvCaches }, logitsIdx);
+  }
+}

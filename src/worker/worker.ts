@@ -1,0 +1,116 @@
+import type { Backend, DType, Tensor } from "../backends/backend.js";
+import { DTYPE_BYTES } from "../backends/backend.js";
+import { createBackend } from "../backends/registry.js";
+import type { EngineArgs } from "../config/engine_args.js";
+import { ConfigError } from "../config/engine_args.js";
+import { kvBytesPerToken, type ModelConfig } from "../config/model_config.js";
+import type { ModelRunnerOutput, SchedulerOutput } from "../core/sched/output.js";
+import { loadModel } from "../models/registry.js";
+import { ModelRunner } from "./model_runner.js";
+
+/** What the worker reports once loaded. */
+export interface WorkerInfo {
+  backend: "cpu" | "cuda";
+  deviceName: string;
+  modelDir: string;
+  modelConfig: ModelConfig;
+  maxModelLen: number;
+  numGpuBlocks: number;
+  blockSize: number;
+  kvCacheDtype: DType;
+  /** Bytes of one KV block across all layers. */
+  kvBytesPerBlock: number;
+}
+
+/**
+ * Owns the backend, the model weights, the KV cache and the ModelRunner
+ * (vllm/v1/worker/gpu_worker.py). Created once per engine; runs on the executor's thread.
+ */
+export class Worker {
+  private constructor(
+    readonly info: WorkerInfo,
+    private readonly backend: Backend,
+    private readonly kvCaches: Tensor[],
+    readonly modelRunner: ModelRunner,
+    private readonly disposeModel: () => void,
+  ) {}
+
+  /**
+   * Creates the backend, loads the model, sizes and allocates the KV cache.
+   * @throws ConfigError / ModelConfigError / WeightLoadError with a one-sentence message.
+   */
+  static async create(args: EngineArgs, onProgress?: (done: number, total: number) => void): Promise<Worker> {
+    const backend = await createBackend(args);
+    try {
+      const loaded = loadModel({
+        modelDir: args.model,
+        backend,
+        loadFormat: args.loadFormat,
+        seed: args.seed,
+        maxModelLen: args.maxModelLen,
+        onProgress,
+      });
+      const { config, model, modelDir, maxModelLen } = loaded;
+      const kvCacheDtype = resolveKvDtype(args, backend);
+      const kvBytesPerBlock = args.blockSize * kvBytesPerToken(config, DTYPE_BYTES[kvCacheDtype]);
+      const numGpuBlocks = args.numGpuBlocksOverride ?? sizeKvCache(args, backend, kvBytesPerBlock);
+      if (numGpuBlocks < 1) {
+        throw new ConfigError([
+          `no memory is left for the KV cache (one block needs ${kvBytesPerBlock} bytes); lower --max-model-len or raise the memory budget`,
+        ]);
+      }
+      const kvCaches = backend.allocateKvCache({
+        numLayers: config.numHiddenLayers,
+        numBlocks: numGpuBlocks,
+        blockSize: args.blockSize,
+        numKvHeads: config.numKeyValueHeads,
+        headDim: config.headDim,
+        dtype: kvCacheDtype,
+      });
+      const runner = new ModelRunner(backend, model, kvCaches, args.blockSize, args.seed);
+      const info: WorkerInfo = {
+        backend: backend.name,
+        deviceName: backend.deviceName,
+        modelDir,
+        modelConfig: config,
+        maxModelLen,
+        numGpuBlocks,
+        blockSize: args.blockSize,
+        kvCacheDtype,
+        kvBytesPerBlock,
+      };
+      return new Worker(info, backend, kvCaches, runner, () => model.dispose());
+    } catch (e) {
+      backend.dispose();
+      throw e;
+    }
+  }
+
+  executeModel(so: SchedulerOutput): ModelRunnerOutput {
+    return this.modelRunner.executeModel(so);
+  }
+
+  /** Frees the KV cache, the weights and the backend. */
+  shutdown(): void {
+    for (const t of this.kvCaches) this.backend.free(t);
+    this.disposeModel();
+    this.backend.dispose();
+  }
+}
+
+function resolveKvDtype(args: EngineArgs, backend: Backend): DType {
+  return args.kvCacheDtype === "auto" ? backend.activationDtype : args.kvCacheDtype;
+}
+
+/**
+ * Number of KV blocks that fit the memory budget. CPU: `cpuKvCacheBytes`. GPU: what is left of
+ * `gpuMemoryUtilization × total` after the weights and the backend's workspace are allocated
+ * (vLLM determine_num_available_blocks, without a profiling run: our workspace is preallocated).
+ */
+function sizeKvCache(args: EngineArgs, backend: Backend, kvBytesPerBlock: number): number {
+  if (backend.name === "cpu") return Math.floor(args.cpuKvCacheBytes / kvBytesPerBlock);
+  const { free, total } = backend.memoryInfo();
+  const used = total - free;
+  const budget = total * args.gpuMemoryUtilization - used;
+  return Math.max(0, Math.floor(budget / kvBytesPerBlock));
+}
