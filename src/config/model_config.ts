@@ -57,6 +57,13 @@ export interface ModelConfig {
   bosTokenId: number | null;
   /** EOS ids from config.json, merged with generation_config.json when present. */
   eosTokenIds: number[];
+  /**
+   * Sliding-window attention span in tokens when the model uses it (Mistral v0.1
+   * `sliding_window`; Qwen2/Qwen3 only with `use_sliding_window`), else null. The engine attends
+   * over the full context, so it is exact only while sequences stay within the window
+   * (models/registry.ts checks `maxModelLen` against it). Optional for hand-built configs.
+   */
+  slidingWindow?: number | null;
 }
 
 /** Error for a model directory the engine cannot use; the message is one sentence for the user. */
@@ -72,7 +79,16 @@ function num(cfg: Json, key: string, fallback?: number): number {
     if (fallback !== undefined) return fallback;
     throw new ModelConfigError(`config.json is missing "${key}"`);
   }
-  if (typeof v !== "number" || !Number.isFinite(v)) throw new ModelConfigError(`config.json "${key}" must be a number`);
+  if (typeof v !== "number" || !Number.isFinite(v))
+    throw new ModelConfigError(`config.json "${key}" must be a number`);
+  return v;
+}
+
+/** A positive integer field (layer counts, sizes). */
+function posInt(cfg: Json, key: string, fallback?: number): number {
+  const v = num(cfg, key, fallback);
+  if (!Number.isInteger(v) || v < 1)
+    throw new ModelConfigError(`config.json "${key}" must be a positive integer, got ${v}`);
   return v;
 }
 
@@ -82,16 +98,37 @@ function ids(v: unknown): number[] {
   return [];
 }
 
-function parseRope(cfg: Json): RopeConfig {
-  // Newer files: rope_parameters {rope_theta, rope_type, factor, ...}; older: rope_theta + rope_scaling.
+/** Default `rope_theta` of HF's LlamaConfig when a file gives none. */
+const DEFAULT_ROPE_THETA = 10000;
+
+/** Fields each RoPE type reads (transformers/modeling_rope_utils.py `_validate_*_parameters`). */
+const ROPE_REQUIRED_FIELDS: Record<RopeConfig["type"], readonly string[]> = {
+  default: [],
+  linear: ["factor"],
+  llama3: ["factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"],
+};
+
+function parseRope(cfg: Json, maxPos: number): RopeConfig {
+  // Newer files: rope_parameters {rope_theta, rope_type, factor, ...}; older: top-level
+  // rope_theta + rope_scaling {rope_type | type, factor, ...} (null when unscaled).
   const params = (cfg.rope_parameters ?? cfg.rope_scaling ?? {}) as Json;
-  const theta = num(params, "rope_theta", typeof cfg.rope_theta === "number" ? cfg.rope_theta : 10000);
-  const rawType = (params.rope_type ?? params.type ?? "default") as string;
-  const type = rawType;
-  if (type !== "default" && type !== "linear" && type !== "llama3") {
-    throw new ModelConfigError(`RoPE scaling type "${rawType}" is not supported (supported: default, linear, llama3)`);
+  if (typeof params !== "object" || Array.isArray(params)) {
+    throw new ModelConfigError('config.json "rope_parameters" / "rope_scaling" must be an object');
   }
-  const maxPos = num(cfg, "max_position_embeddings", 2048);
+  const topTheta = typeof cfg.rope_theta === "number" ? cfg.rope_theta : DEFAULT_ROPE_THETA;
+  const theta = num(params, "rope_theta", topTheta);
+  const type = String(params.rope_type ?? params.type ?? "default");
+  if (type !== "default" && type !== "linear" && type !== "llama3") {
+    throw new ModelConfigError(
+      `RoPE scaling type "${type}" is not supported (supported: default, linear, llama3)`,
+    );
+  }
+  // Scaling types need their own fields: a silently defaulted factor would give wrong angles.
+  for (const key of ROPE_REQUIRED_FIELDS[type]) {
+    if (params[key] === undefined || params[key] === null) {
+      throw new ModelConfigError(`RoPE scaling type "${type}" needs "${key}" in config.json`);
+    }
+  }
   return {
     type,
     theta,
@@ -102,10 +139,24 @@ function parseRope(cfg: Json): RopeConfig {
   };
 }
 
+/**
+ * Sliding window in tokens, or null when full attention is used. HF semantics: Mistral uses
+ * `sliding_window` when set; Qwen2/Qwen3 only when `use_sliding_window` is true.
+ */
+function parseSlidingWindow(cfg: Json, family: ModelFamily): number | null {
+  if ((family === "qwen2" || family === "qwen3") && cfg.use_sliding_window !== true) return null;
+  if (family === "llama") return null;
+  const w = cfg.sliding_window;
+  if (w === undefined || w === null) return null;
+  return posInt(cfg, "sliding_window");
+}
+
 function parseDtype(cfg: Json): CheckpointDtype {
   const d = (cfg.torch_dtype ?? cfg.dtype ?? "float32") as string;
   if (d === "float32" || d === "bfloat16" || d === "float16") return d;
-  throw new ModelConfigError(`checkpoint dtype "${d}" is not supported (supported: float32, bfloat16, float16)`);
+  throw new ModelConfigError(
+    `checkpoint dtype "${d}" is not supported (supported: float32, bfloat16, float16)`,
+  );
 }
 
 /**
@@ -115,8 +166,9 @@ function parseDtype(cfg: Json): CheckpointDtype {
 export function parseModelConfig(cfg: Json, generationConfig: Json | null = null): ModelConfig {
   const archs = cfg.architectures;
   const architecture = Array.isArray(archs) ? archs[0] : undefined;
-  if (typeof architecture !== "string") throw new ModelConfigError('config.json has no "architectures" entry');
-  if (!(architecture in SUPPORTED_ARCHITECTURES)) {
+  if (typeof architecture !== "string")
+    throw new ModelConfigError('config.json has no "architectures" entry');
+  if (!Object.hasOwn(SUPPORTED_ARCHITECTURES, architecture)) {
     const known = Object.keys(SUPPORTED_ARCHITECTURES).join(", ");
     throw new ModelConfigError(`architecture ${architecture} is not supported (supported: ${known})`);
   }
@@ -125,39 +177,41 @@ export function parseModelConfig(cfg: Json, generationConfig: Json | null = null
   if (cfg.hidden_act !== undefined && cfg.hidden_act !== "silu") {
     throw new ModelConfigError(`activation "${String(cfg.hidden_act)}" is not supported (supported: silu)`);
   }
-  const hiddenSize = num(cfg, "hidden_size");
-  const numAttentionHeads = num(cfg, "num_attention_heads");
+  const hiddenSize = posInt(cfg, "hidden_size");
+  const numAttentionHeads = posInt(cfg, "num_attention_heads");
   const headDim = num(cfg, "head_dim", hiddenSize / numAttentionHeads);
-  const numKeyValueHeads = num(cfg, "num_key_value_heads", numAttentionHeads);
-  if (!Number.isInteger(headDim) || numAttentionHeads % numKeyValueHeads !== 0) {
+  const numKeyValueHeads = posInt(cfg, "num_key_value_heads", numAttentionHeads);
+  if (!Number.isInteger(headDim) || headDim % 2 !== 0 || numAttentionHeads % numKeyValueHeads !== 0) {
     throw new ModelConfigError(
       `head layout is not supported: ${numAttentionHeads} heads, ${numKeyValueHeads} kv heads, head_dim ${headDim}`,
     );
   }
-  const llamaBias = cfg.attention_bias === true;
+  const llamaBias = family !== "mistral" && cfg.attention_bias === true;
   const eos = [...ids(cfg.eos_token_id), ...ids(generationConfig?.eos_token_id)];
   const bos = cfg.bos_token_id;
+  const maxPositionEmbeddings = posInt(cfg, "max_position_embeddings", 2048);
   return {
     architecture: arch,
     family,
     hiddenSize,
-    intermediateSize: num(cfg, "intermediate_size"),
-    numHiddenLayers: num(cfg, "num_hidden_layers"),
+    intermediateSize: posInt(cfg, "intermediate_size"),
+    numHiddenLayers: posInt(cfg, "num_hidden_layers"),
     numAttentionHeads,
     numKeyValueHeads,
     headDim,
-    vocabSize: num(cfg, "vocab_size"),
+    vocabSize: posInt(cfg, "vocab_size"),
     rmsNormEps: num(cfg, "rms_norm_eps", 1e-6),
-    maxPositionEmbeddings: num(cfg, "max_position_embeddings", 2048),
+    maxPositionEmbeddings,
     tieWordEmbeddings: cfg.tie_word_embeddings === true,
     attentionBias: family === "qwen2" || llamaBias,
     oProjBias: family !== "qwen2" && llamaBias,
-    mlpBias: cfg.mlp_bias === true,
+    mlpBias: family === "llama" && cfg.mlp_bias === true,
     qkNorm: family === "qwen3",
-    rope: parseRope(cfg),
+    rope: parseRope(cfg, maxPositionEmbeddings),
     dtype: parseDtype(cfg),
     bosTokenId: typeof bos === "number" ? bos : null,
     eosTokenIds: [...new Set(eos)],
+    slidingWindow: parseSlidingWindow(cfg, family),
   };
 }
 
