@@ -1,0 +1,72 @@
+import type { Command } from "commander";
+import { makeSamplingParams } from "../core/sampling_params.js";
+import { AsyncLLM } from "../engine/async_llm.js";
+import { EngineInputError } from "../engine/llm_engine.js";
+import { addEngineFlags, engineArgsFromOptions, parseFloatArg, parseIntArg } from "./engine_flags.js";
+import { action } from "./errors.js";
+import { loadProgressBar } from "./progress.js";
+
+interface GenerateOptions extends Record<string, unknown> {
+  chat: boolean;
+  system?: string;
+  maxTokens: number;
+  temperature: number;
+  topP: number;
+  topK: number;
+  ignoreEos: boolean;
+  stop?: string[];
+}
+
+/** `hisparse generate "prompt"`: streams a continuation (or a chat reply) to stdout. */
+export function registerGenerate(program: Command): void {
+  const cmd = program
+    .command("generate")
+    .description("generate a continuation of a prompt and stream it to stdout")
+    .argument("<prompt>", "prompt text")
+    .option("--chat", "treat the prompt as a user message and apply the model's chat template", false)
+    .option("--system <text>", "system message (with --chat)")
+    .option("--max-tokens <n>", "tokens to generate at most", parseIntArg, 128)
+    .option("--temperature <t>", "sampling temperature (0 = greedy)", parseFloatArg, 0.8)
+    .option("--top-p <p>", "nucleus sampling mass", parseFloatArg, 0.95)
+    .option("--top-k <k>", "sample from the k most likely tokens (0 = all)", parseIntArg, 0)
+    .option("--stop <text...>", "stop strings")
+    .option("--ignore-eos", "keep generating past the end-of-sequence token", false);
+  addEngineFlags(cmd).action(action(runGenerate));
+}
+
+async function runGenerate(prompt: string, o: GenerateOptions): Promise<void> {
+  const args = engineArgsFromOptions(o);
+  const params = makeSamplingParams({
+    maxTokens: o.maxTokens,
+    temperature: o.temperature,
+    topP: o.topP,
+    topK: o.topK,
+    seed: args.seed,
+    stop: o.stop ?? [],
+    ignoreEos: o.ignoreEos,
+  });
+  const bar = loadProgressBar();
+  let llm: AsyncLLM;
+  try {
+    llm = await AsyncLLM.create(args, { onLoadProgress: bar.onProgress });
+  } finally {
+    bar.stop();
+  }
+  try {
+    let input: string | { prompt: string; promptTokenIds: number[] } = prompt;
+    if (o.chat) {
+      const tok = llm.engine.tokenizer;
+      if (tok === null) throw new EngineInputError("this model has no tokenizer, so --chat cannot be used");
+      const messages = [...(o.system === undefined ? [] : [{ role: "system", content: o.system }]), { role: "user", content: prompt }];
+      const text = tok.applyChatTemplate(messages, { addGenerationPrompt: true });
+      input = { prompt: text, promptTokenIds: tok.encode(text, { addSpecialTokens: false }) };
+    }
+    for await (const out of llm.generate(input, params, { outputKind: "delta" })) {
+      const text = out.outputs[0]?.text ?? "";
+      if (text.length > 0) process.stdout.write(text);
+    }
+    process.stdout.write("\n");
+  } finally {
+    await llm.shutdown();
+  }
+}

@@ -1,0 +1,85 @@
+import { readFileSync } from "node:fs";
+import os from "node:os";
+import { join } from "node:path";
+import type { Command } from "commander";
+import { kvBytesPerToken, loadModelConfig, type ModelConfig } from "../config/model_config.js";
+import { packageRoot, resolveModelDir } from "../models/registry.js";
+import { Tokenizer } from "../tokenizer/tokenizer.js";
+import { action } from "./errors.js";
+
+/** Package version from package.json. */
+export function packageVersion(): string {
+  const pkg = JSON.parse(readFileSync(join(packageRoot(), "package.json"), "utf8"));
+  return pkg.version as string;
+}
+
+/** Parameter count of a Llama-family config (weights only; tied lm_head counted once). */
+export function countParameters(c: ModelConfig): number {
+  const H = c.hiddenSize;
+  const D = c.headDim;
+  const attn = H * c.numAttentionHeads * D * 2 + H * c.numKeyValueHeads * D * 2;
+  const attnBias = c.attentionBias ? (c.numAttentionHeads + 2 * c.numKeyValueHeads) * D : 0;
+  const mlp = 3 * H * c.intermediateSize;
+  const norms = 2 * H + (c.qkNorm ? 2 * D : 0);
+  const perLayer = attn + attnBias + mlp + norms;
+  const embed = c.vocabSize * H;
+  return c.numHiddenLayers * perLayer + embed + H + (c.tieWordEmbeddings ? 0 : embed);
+}
+
+/** `hisparse info`: versions, the compute backend found, and a model summary. */
+export function registerInfo(program: Command): void {
+  program
+    .command("info")
+    .description("print versions, the compute backend found, and a summary of the model")
+    .option("--model <dir>", "model directory (default: the bundled ref-small)")
+    .option("--json", "print JSON", false)
+    .action(action(runInfo));
+}
+
+async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
+  const { detectCuda } = await import("../backends/cuda/detect.js");
+  const cuda = detectCuda();
+  const dir = resolveModelDir(o.model);
+  const cfg = loadModelConfig(dir);
+  const info = {
+    hisparse: packageVersion(),
+    node: process.version,
+    platform: `${os.platform()} ${os.arch()}`,
+    cpus: os.availableParallelism(),
+    cuda,
+    model: {
+      dir,
+      architecture: cfg.architecture,
+      parameters: countParameters(cfg),
+      layers: cfg.numHiddenLayers,
+      hiddenSize: cfg.hiddenSize,
+      heads: cfg.numAttentionHeads,
+      kvHeads: cfg.numKeyValueHeads,
+      headDim: cfg.headDim,
+      vocabSize: cfg.vocabSize,
+      maxPositionEmbeddings: cfg.maxPositionEmbeddings,
+      dtype: cfg.dtype,
+      rope: cfg.rope,
+      kvBytesPerTokenBf16: kvBytesPerToken(cfg, 2),
+      tokenizer: Tokenizer.existsIn(dir),
+    },
+  };
+  if (o.json) {
+    console.log(JSON.stringify(info, null, 2));
+    return;
+  }
+  const m = info.model;
+  console.log(`hisparse ${info.hisparse}  (node ${info.node}, ${info.platform}, ${info.cpus} CPUs)`);
+  console.log(
+    cuda.available ? `backend: cuda — ${cuda.deviceName}` : `backend: cpu (CUDA not available: ${cuda.reason})`,
+  );
+  console.log(`model: ${m.dir}`);
+  console.log(
+    `  ${m.architecture}, ${(m.parameters / 1e6).toFixed(2)} M parameters, ${m.layers} layers, hidden ${m.hiddenSize}, ` +
+      `heads ${m.heads}/${m.kvHeads} kv, head_dim ${m.headDim}, vocab ${m.vocabSize}`,
+  );
+  console.log(
+    `  max positions ${m.maxPositionEmbeddings}, ${m.dtype}, RoPE ${m.rope.type} theta ${m.rope.theta}, ` +
+      `KV ${m.kvBytesPerTokenBf16} B/token (bf16), tokenizer: ${m.tokenizer ? "yes" : "no"}`,
+  );
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env node
+/**
+ * The `hisparse` command line (commander): one sub-command per file in this folder. Usage
+ * errors exit with code 2 and one line; runtime errors exit with code 1 and one line.
+ */
+import { Command, CommanderError } from "commander";
+import { registerGenerate } from "./generate.js";
+import { packageVersion, registerInfo } from "./info.js";
+
+/** Builds the program with every sub-command registered. */
+export function buildProgram(): Command {
+  const program = new Command("hisparse")
+    .description("LLM serving engine for long contexts with a Hybrid HiSparse KV cache")
+    .version(packageVersion())
+    .showSuggestionAfterError(true)
+    .exitOverride()
+    .configureOutput({ outputError: (str, write) => write(`hisparse: ${str.replace(/^error: /, "").trimEnd()}\n`) });
+  registerGenerate(program);
+  registerInfo(program);
+  for (const c of program.commands) {
+    c.exitOverride();
+    c.configureOutput({ outputError: (str, write) => write(`hisparse: ${str.replace(/^error: /, "").trimEnd()}\n`) });
+  }
+  return program;
+}
+
+export async function main(argv: string[]): Promise<void> {
+  try {
+    await buildProgram().parseAsync(argv);
+  } catch (e) {
+    if (e instanceof CommanderError) process.exit(e.exitCode === 0 ? 0 : 2);
+    throw e;
+  }
+}
+
+await main(process.argv);

@@ -1,0 +1,89 @@
+import { type EngineArgs, makeEngineArgs } from "../config/engine_args.js";
+import { makeSamplingParams, type SamplingParams } from "../core/sampling_params.js";
+import type { ChatMessage } from "../tokenizer/chat_template.js";
+import { EngineInputError, type EngineCreateOptions, LLMEngine, type PromptInput } from "./llm_engine.js";
+import type { RequestOutput } from "./outputs.js";
+
+/** Options of {@link LLM}: engine args (all optional) plus load callbacks. */
+export type LLMOptions = Partial<EngineArgs> & EngineCreateOptions;
+
+/**
+ * Offline batch generation (vllm.LLM): `await new LLM({ model }).generate(prompts, params)`.
+ * The engine loads on first use; call `shutdown()` when done to stop its worker thread.
+ */
+export class LLM {
+  private enginePromise: Promise<LLMEngine> | null = null;
+  private nextId = 0;
+
+  constructor(private readonly options: LLMOptions = {}) {}
+
+  /** The engine, loading it on first call. */
+  getEngine(): Promise<LLMEngine> {
+    if (this.enginePromise === null) {
+      const { onLoadProgress, schedulerOptions, ...args } = this.options;
+      this.enginePromise = LLMEngine.create(makeEngineArgs(args), { onLoadProgress, schedulerOptions });
+    }
+    return this.enginePromise;
+  }
+
+  /**
+   * Generates completions for every prompt, batched together; outputs in prompt order.
+   * @param params one set for all prompts, or one per prompt; partial sets take vLLM defaults
+   * @throws EngineInputError for a bad prompt or parameters (nothing is generated then)
+   */
+  async generate(
+    prompts: PromptInput | PromptInput[],
+    params: Partial<SamplingParams> | Partial<SamplingParams>[] = {},
+  ): Promise<RequestOutput[]> {
+    const engine = await this.getEngine();
+    const list = Array.isArray(prompts) ? prompts : [prompts];
+    if (Array.isArray(params) && params.length !== list.length) {
+      throw new EngineInputError(`got ${params.length} sampling parameter sets for ${list.length} prompts`);
+    }
+    const ids: string[] = [];
+    try {
+      for (const [i, p] of list.entries()) {
+        const sp = makeSamplingParams(Array.isArray(params) ? params[i] : params);
+        const id = `llm-${this.nextId++}`;
+        engine.addRequest(id, p, sp, { outputKind: "final_only" });
+        ids.push(id);
+      }
+    } catch (e) {
+      engine.abortRequest(ids);
+      while (engine.hasPendingWork()) await engine.step();
+      throw e;
+    }
+    const done = new Map<string, RequestOutput>();
+    while (engine.hasPendingWork()) {
+      for (const o of await engine.step()) if (o.finished) done.set(o.requestId, o);
+    }
+    return ids.map((id) => done.get(id)!);
+  }
+
+  /**
+   * Generates a reply to each conversation with the model's chat template.
+   * @throws TokenizerError when the model has no chat template
+   */
+  async chat(
+    conversations: ChatMessage[] | ChatMessage[][],
+    params: Partial<SamplingParams> = {},
+  ): Promise<RequestOutput[]> {
+    const engine = await this.getEngine();
+    const tok = engine.tokenizer;
+    if (tok === null) throw new EngineInputError("this model has no tokenizer, so it cannot chat");
+    const convs = (Array.isArray(conversations[0]) ? conversations : [conversations]) as ChatMessage[][];
+    const prompts = convs.map((c) => {
+      const text = tok.applyChatTemplate(c, { addGenerationPrompt: true });
+      return { prompt: text, promptTokenIds: tok.encode(text, { addSpecialTokens: false }) };
+    });
+    return this.generate(prompts, params);
+  }
+
+  /** Stops the engine's worker. */
+  async shutdown(): Promise<void> {
+    if (this.enginePromise === null) return;
+    const e = await this.enginePromise.catch(() => null);
+    this.enginePromise = null;
+    await e?.shutdown();
+  }
+}
