@@ -257,7 +257,11 @@ export class Scheduler implements SchedulerView {
     st.tokenBudget -= numNewTokens;
   }
 
-  /** Inserts into `running` at its arrival position (resumed requests are older than some running ones). */
+  /**
+   * Inserts into `running` at its arrival position. With FCFS admission and newest-first
+   * preemption an admitted request is always the newest running one, so this appends in
+   * practice; the search keeps the order an explicit invariant rather than a consequence.
+   */
   private insertRunning(request: Request): void {
     const seq = this.arrivalSeq.get(request.requestId)!;
     let lo = 0;

@@ -1,6 +1,11 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { type BlockHash, extendBlockHashes, hashBlockTokens, NONE_HASH } from "../../../../src/core/kv/block_hash.js";
+import {
+  type BlockHash,
+  extendBlockHashes,
+  hashBlockTokens,
+  NONE_HASH,
+} from "../../../../src/core/kv/block_hash.js";
 
 test("block hash: deterministic 16-hex-digit value, pinned", () => {
   const h = hashBlockTokens(NONE_HASH, [1, 2, 3, 4]);
@@ -35,7 +40,8 @@ test("block hash: no collision among 50,000 blocks differing in one token or par
   assert.equal(seen.size, 50_000);
   // Structured inputs: every pair of small token ids in the first two positions.
   const pairs = new Set<BlockHash>();
-  for (let a = 0; a < 224; a++) for (let b = 0; b < 224; b++) pairs.add(hashBlockTokens(NONE_HASH, [a, b, 5, 5]));
+  for (let a = 0; a < 224; a++)
+    for (let b = 0; b < 224; b++) pairs.add(hashBlockTokens(NONE_HASH, [a, b, 5, 5]));
   assert.equal(pairs.size, 224 * 224);
 });
 

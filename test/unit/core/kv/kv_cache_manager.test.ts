@@ -5,7 +5,8 @@ import { KVCacheManager } from "../../../../src/core/kv/kv_cache_manager.js";
 import { req, tokens } from "../helpers.js";
 
 /** Block size 4 throughout. */
-const manager = (numBlocks: number, caching = true) => new KVCacheManager(new BlockPool(numBlocks, caching), 4);
+const manager = (numBlocks: number, caching = true) =>
+  new KVCacheManager(new BlockPool(numBlocks, caching), 4);
 
 test("manager: a prompt gets ceil(n / blockSize) blocks, then one more block each blockSize decodes", () => {
   const kv = manager(10);
