@@ -47,9 +47,6 @@ export class Scheduler implements SchedulerView {
 
   /** Live (unfinished) requests by id. */
   private readonly requests = new Map<RequestId, Request>();
-  /** Arrival order of each live request (position in addRequest order). */
-  private readonly arrivalSeq = new Map<RequestId, number>();
-  private nextArrivalSeq = 0;
   private readonly waiting = new RequestQueue();
   /** Running requests in arrival order. */
   private running: Request[] = [];
@@ -119,44 +116,44 @@ export class Scheduler implements SchedulerView {
     if (this.requests.has(reqId)) throw new Error(`request ${reqId} is already in the scheduler`);
     if (request.status !== RequestStatus.WAITING)
       throw new Error(`request ${reqId} must be waiting to be added, it is ${request.status}`);
-    if (!this.isAdmissible(request)) {
+    if (this.admissionError(request) !== null) {
       request.status = RequestStatus.FINISHED_IGNORED;
       this.finishedReqIds.add(reqId);
       this.pendingOutputs.push(makeEngineCoreOutput(request, [], null, 0));
       return;
     }
     this.requests.set(reqId, request);
-    this.arrivalSeq.set(reqId, this.nextArrivalSeq++);
     this.waiting.add(request);
   }
 
-  /** Whether the request can ever be served: prompt within maxModelLen, {@link maxKvTokens} within the block limit. */
-  private isAdmissible(request: Request): boolean {
+  /**
+   * Why the request can never be served, as one sentence for the user, or null when it can:
+   * its prompt must fit maxModelLen and its largest KV footprint ({@link maxKvTokens}) the
+   * block limit (the pool, or the pressure handler's `maxBlocksPerRequest`). The server may call
+   * this to reject a request up front; `addRequest` applies it too.
+   */
+  admissionError(request: Request): string | null {
     const { maxModelLen } = this.schedulerConfig;
-    if (request.numPromptTokens > maxModelLen) return false;
-    const blocksNeeded = Math.ceil(maxKvTokens(request, maxModelLen) / this.cacheConfig.blockSize);
+    if (request.numPromptTokens > maxModelLen)
+      return `the prompt has ${request.numPromptTokens} tokens, more than the maximum model length of ${maxModelLen}`;
+    const numTokens = maxKvTokens(request, maxModelLen);
+    const blocksNeeded = Math.ceil(numTokens / this.cacheConfig.blockSize);
     const numGpuBlocks = this.kvCacheManager.blockPool.numGpuBlocks;
     const limit = this.kvPressureHandler?.maxBlocksPerRequest?.(numGpuBlocks) ?? numGpuBlocks;
-    return blocksNeeded <= limit;
+    if (blocksNeeded > limit)
+      return `the request may need ${numTokens} tokens of KV cache (prompt plus max_tokens), more than the ${limit * this.cacheConfig.blockSize} the cache can hold`;
+    return null;
   }
 
   /*
-   * schedule(): one step, vLLM v1's single-token-budget loop. There are no prefill and decode
-   * phases: each request has numComputedTokens catching up with numTokens, and the step hands
-   * out at most maxNumBatchedTokens tokens.
-   * 1. Running requests, oldest first, each gets min(numTokens - numComputedTokens, budget)
-   *    tokens (1 for a decode, the next chunk of a chunked prefill). If its blocks cannot be
-   *    allocated: ask the KV pressure handler to free blocks and retry; else preempt the newest
-   *    running request (free its blocks, numComputedTokens = 0, front of the waiting queue) and
-   *    retry. The newest may be the request itself: then it and everything after it wait.
-   * 2. Only if nothing was preempted (memory is short; admitting would thrash): waiting
-   *    requests in FCFS order while running < maxNumSeqs and budget remains. Each reuses its
-   *    prefix-cache hits and gets min(rest, budget) tokens; without chunked prefill a prompt that
-   *    does not fit the rest of the budget waits (and so does everything behind it). Failed
-   *    allocation (after the pressure handler) stops admission.
-   * 3. Emit the output (new requests in full, running and resumed ones as deltas), let extensions
-   *    attach their data, then advance numComputedTokens by the scheduled tokens (vLLM
-   *    _update_after_schedule): the KV of those tokens will exist once the worker ran the step.
+   * schedule(): one step of vLLM v1's single-token-budget loop (full statement and the
+   * no-deadlock argument: src/core/README.md).
+   * 1. Running requests, oldest first, get min(rest, budget) tokens; when blocks run out, the
+   *    pressure handler may free some, else the newest running request is preempted (possibly
+   *    the request itself).
+   * 2. If nothing was preempted: waiting requests, FCFS, with prefix-cache hits, within
+   *    maxNumSeqs and the budget (whole prompts only without chunked prefill).
+   * 3. Emit the output, let extensions attach data, then advance numComputedTokens.
    */
   schedule(): SchedulerOutput {
     const st = newStepState(this.schedulerConfig.maxNumBatchedTokens);
@@ -214,7 +211,9 @@ export class Scheduler implements SchedulerView {
       // FCFS: when the head cannot start now, nothing behind it starts either.
       if (admitted === null) break;
       this.waiting.popFront();
-      this.insertRunning(request);
+      // Appending keeps `running` in arrival order: FCFS admission (preempted requests return
+      // to the front) and newest-first preemption mean an admitted request is the newest.
+      this.running.push(request);
       if (request.status === RequestStatus.PREEMPTED) st.scheduledResumed.push(request);
       else st.scheduledNew.push(request);
       request.status = RequestStatus.RUNNING;
@@ -255,23 +254,6 @@ export class Scheduler implements SchedulerView {
   private addScheduled(st: StepState, request: Request, numNewTokens: number): void {
     st.numScheduledTokens.set(request.requestId, numNewTokens);
     st.tokenBudget -= numNewTokens;
-  }
-
-  /**
-   * Inserts into `running` at its arrival position. With FCFS admission and newest-first
-   * preemption an admitted request is always the newest running one, so this appends in
-   * practice; the search keeps the order an explicit invariant rather than a consequence.
-   */
-  private insertRunning(request: Request): void {
-    const seq = this.arrivalSeq.get(request.requestId)!;
-    let lo = 0;
-    let hi = this.running.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      if (this.arrivalSeq.get(this.running[mid]!.requestId)! < seq) lo = mid + 1;
-      else hi = mid;
-    }
-    this.running.splice(lo, 0, request);
   }
 
   /**
@@ -387,7 +369,6 @@ export class Scheduler implements SchedulerView {
     this.releaseBlocks(request, "finished");
     this.kvCacheManager.freeBlockHashes(reqId);
     this.requests.delete(reqId);
-    this.arrivalSeq.delete(reqId);
     this.numCachedTokens.delete(reqId);
     this.finishedReqIds.add(reqId);
   }

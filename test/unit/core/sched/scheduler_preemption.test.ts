@@ -123,6 +123,15 @@ test("admission: a request that could never fit, or whose prompt exceeds maxMode
   // prompt 10 + 7 outputs: 16 tokens = 4 blocks: fits alone.
   const fits = req("Y", tokens(200, 10), { maxTokens: 7 });
   const tooLong = req("Z", tokens(300, 33), { maxTokens: 1 });
+  assert.equal(
+    s.admissionError(tooBig),
+    "the request may need 17 tokens of KV cache (prompt plus max_tokens), more than the 16 the cache can hold",
+  );
+  assert.equal(
+    s.admissionError(tooLong),
+    "the prompt has 33 tokens, more than the maximum model length of 32",
+  );
+  assert.equal(s.admissionError(fits), null);
   s.addRequest(tooBig);
   s.addRequest(fits);
   s.addRequest(tooLong);

@@ -124,3 +124,21 @@ test("updateFromOutput: a token for a request still in its prefill is a worker b
     /returned a token for request A before its prefill completed/,
   );
 });
+
+test("updateFromOutput: log-probabilities follow their tokens and are cut where the request stops", () => {
+  const s = makeScheduler();
+  s.addRequest(req("A", tokens(100, 4), { maxTokens: 8, logprobs: 1 }));
+  const so = s.schedule();
+  const lp = (t: number) => ({ sampledLogprob: -0.5, sampledRank: 1, topTokenIds: [t], topLogprobs: [-0.5] });
+  // Two tokens in one step (as with speculative decoding); the first is EOS, so the second and
+  // its log-probability are dropped.
+  const outs = s.updateFromOutput(so, {
+    reqIds: [rid("A")],
+    sampledTokenIds: [[EOS, 5]],
+    logprobs: [[lp(EOS), lp(5)]],
+    extensions: new Map(),
+  });
+  assert.deepEqual(outs[0]!.newTokenIds, [EOS]);
+  assert.deepEqual(outs[0]!.newLogprobs, [lp(EOS)]);
+  assert.equal(outs[0]!.finishReason, "stop");
+});
