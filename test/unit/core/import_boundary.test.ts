@@ -21,7 +21,7 @@ function tsFiles(dir: string): string[] {
 }
 
 /** Module specifiers of static imports/exports, dynamic import() and require() calls. */
-export function importSpecifiers(source: string): string[] {
+function importSpecifiers(source: string): string[] {
   const re = /(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+|\brequire\s*\(\s*)["']([^"']+)["']/g;
   return [...source.matchAll(re)].map((m) => m[1]!);
 }
