@@ -35,7 +35,9 @@ async function main() {
     }
   }
   if (!haveDist) {
-    console.error("hisparse: no build found; run `npm run build` (or install devDependencies to run from source)");
+    console.error(
+      "hisparse: no build found; run `npm run build` (or install devDependencies to run from source)",
+    );
     process.exit(1);
   }
   await import(pathToFileURL(distMain).href);

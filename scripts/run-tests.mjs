@@ -28,5 +28,7 @@ if (files.length === 0) {
   console.error(`no test files under ${dirs.join(", ")}`);
   process.exit(1);
 }
-const r = spawnSync(process.execPath, ["--import", "tsx", "--test", ...flags, ...files], { stdio: "inherit" });
+const r = spawnSync(process.execPath, ["--import", "tsx", "--test", ...flags, ...files], {
+  stdio: "inherit",
+});
 process.exit(r.status ?? 1);

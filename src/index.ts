@@ -3,7 +3,7 @@
  * and the types they take and give.
  */
 export { type EngineArgs, makeEngineArgs } from "./config/engine_args.js";
-export { type ModelConfig } from "./config/model_config.js";
+export type { ModelConfig } from "./config/model_config.js";
 export { RequestStatus } from "./core/request.js";
 export { makeSamplingParams, type SamplingParams } from "./core/sampling_params.js";
 export { AsyncLLM } from "./engine/async_llm.js";

@@ -29,7 +29,9 @@ export function addEngineFlags(cmd: Command): Command {
   return cmd
     .option("--model <dir>", "model directory in Hugging Face format (default: the bundled ref-small)")
     .option("--tokenizer <dir>", "tokenizer directory (default: the model directory)")
-    .addOption(new Option("--device <kind>", "compute device").choices(["auto", "cpu", "cuda"]).default("auto"))
+    .addOption(
+      new Option("--device <kind>", "compute device").choices(["auto", "cpu", "cuda"]).default("auto"),
+    )
     .addOption(
       new Option("--load-format <fmt>", "weights: safetensors, or dummy (random, seeded)")
         .choices(["auto", "safetensors", "dummy"])
@@ -42,7 +44,9 @@ export function addEngineFlags(cmd: Command): Command {
     .option("--num-gpu-blocks-override <n>", "fix the number of KV cache blocks", parseIntArg)
     .option("--cpu-kv-cache-gib <gib>", "KV cache size of the CPU backend in GiB", parseGibArg, 2 ** 30)
     .addOption(
-      new Option("--kv-cache-dtype <dtype>", "KV cache storage dtype").choices(["auto", "bf16", "f16", "f32"]).default("auto"),
+      new Option("--kv-cache-dtype <dtype>", "KV cache storage dtype")
+        .choices(["auto", "bf16", "f16", "f32"])
+        .default("auto"),
     )
     .option("--max-num-seqs <n>", "maximum running requests", parseIntArg, 256)
     .option("--max-num-batched-tokens <n>", "token budget of one engine step", parseIntArg, 2048)

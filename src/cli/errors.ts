@@ -20,7 +20,9 @@ function oneLine(message: string): string {
 }
 
 /** Wraps a command action so any error is reported as one line. */
-export function action<A extends unknown[]>(fn: (...args: A) => Promise<void>): (...args: A) => Promise<void> {
+export function action<A extends unknown[]>(
+  fn: (...args: A) => Promise<void>,
+): (...args: A) => Promise<void> {
   return async (...args: A) => {
     try {
       await fn(...args);

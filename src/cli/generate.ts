@@ -57,7 +57,10 @@ async function runGenerate(prompt: string, o: GenerateOptions): Promise<void> {
     if (o.chat) {
       const tok = llm.engine.tokenizer;
       if (tok === null) throw new EngineInputError("this model has no tokenizer, so --chat cannot be used");
-      const messages = [...(o.system === undefined ? [] : [{ role: "system", content: o.system }]), { role: "user", content: prompt }];
+      const messages = [
+        ...(o.system === undefined ? [] : [{ role: "system", content: o.system }]),
+        { role: "user", content: prompt },
+      ];
       const text = tok.applyChatTemplate(messages, { addGenerationPrompt: true });
       input = { prompt: text, promptTokenIds: tok.encode(text, { addSpecialTokens: false }) };
     }

@@ -71,7 +71,9 @@ async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
   const m = info.model;
   console.log(`hisparse ${info.hisparse}  (node ${info.node}, ${info.platform}, ${info.cpus} CPUs)`);
   console.log(
-    cuda.available ? `backend: cuda — ${cuda.deviceName}` : `backend: cpu (CUDA not available: ${cuda.reason})`,
+    cuda.available
+      ? `backend: cuda — ${cuda.deviceName}`
+      : `backend: cpu (CUDA not available: ${cuda.reason})`,
   );
   console.log(`model: ${m.dir}`);
   console.log(

@@ -14,12 +14,16 @@ export function buildProgram(): Command {
     .version(packageVersion())
     .showSuggestionAfterError(true)
     .exitOverride()
-    .configureOutput({ outputError: (str, write) => write(`hisparse: ${str.replace(/^error: /, "").trimEnd()}\n`) });
+    .configureOutput({
+      outputError: (str, write) => write(`hisparse: ${str.replace(/^error: /, "").trimEnd()}\n`),
+    });
   registerGenerate(program);
   registerInfo(program);
   for (const c of program.commands) {
     c.exitOverride();
-    c.configureOutput({ outputError: (str, write) => write(`hisparse: ${str.replace(/^error: /, "").trimEnd()}\n`) });
+    c.configureOutput({
+      outputError: (str, write) => write(`hisparse: ${str.replace(/^error: /, "").trimEnd()}\n`),
+    });
   }
   return program;
 }

@@ -31,10 +31,12 @@ export interface CacheConfig {
 
 export function validateSchedulerConfig(c: SchedulerConfig): string[] {
   const r: string[] = [];
-  if (!Number.isInteger(c.maxNumSeqs) || c.maxNumSeqs < 1) r.push(`--max-num-seqs must be >= 1, got ${c.maxNumSeqs}`);
+  if (!Number.isInteger(c.maxNumSeqs) || c.maxNumSeqs < 1)
+    r.push(`--max-num-seqs must be >= 1, got ${c.maxNumSeqs}`);
   if (!Number.isInteger(c.maxNumBatchedTokens) || c.maxNumBatchedTokens < 1)
     r.push(`--max-num-batched-tokens must be >= 1, got ${c.maxNumBatchedTokens}`);
-  if (!Number.isInteger(c.maxModelLen) || c.maxModelLen < 1) r.push(`--max-model-len must be >= 1, got ${c.maxModelLen}`);
+  if (!Number.isInteger(c.maxModelLen) || c.maxModelLen < 1)
+    r.push(`--max-model-len must be >= 1, got ${c.maxModelLen}`);
   if (!c.enableChunkedPrefill && c.maxNumBatchedTokens < c.maxModelLen)
     r.push(
       `--max-num-batched-tokens (${c.maxNumBatchedTokens}) must be >= --max-model-len (${c.maxModelLen}) when chunked prefill is off`,

@@ -91,16 +91,24 @@ export function cacheConfigOf(a: EngineArgs, numGpuBlocks: number): CacheConfig 
 /** Reasons the args are invalid before anything is loaded (empty when valid). */
 export function validateEngineArgs(a: EngineArgs): string[] {
   const r: string[] = [];
-  if (!["auto", "cpu", "cuda"].includes(a.device)) r.push(`--device must be auto, cpu or cuda, got ${a.device}`);
+  if (!["auto", "cpu", "cuda"].includes(a.device))
+    r.push(`--device must be auto, cpu or cuda, got ${a.device}`);
   if (!["auto", "safetensors", "dummy"].includes(a.loadFormat))
     r.push(`--load-format must be auto, safetensors or dummy, got ${a.loadFormat}`);
   if (!Number.isInteger(a.seed)) r.push(`--seed must be an integer, got ${a.seed}`);
-  if (a.numGpuBlocksOverride !== undefined && (!Number.isInteger(a.numGpuBlocksOverride) || a.numGpuBlocksOverride < 1))
+  if (
+    a.numGpuBlocksOverride !== undefined &&
+    (!Number.isInteger(a.numGpuBlocksOverride) || a.numGpuBlocksOverride < 1)
+  )
     r.push(`--num-gpu-blocks-override must be >= 1, got ${a.numGpuBlocksOverride}`);
   if (!(a.cpuKvCacheBytes > 0)) r.push(`CPU KV cache size must be > 0 bytes, got ${a.cpuKvCacheBytes}`);
   if (a.cpuThreads !== undefined && (!Number.isInteger(a.cpuThreads) || a.cpuThreads < 1))
     r.push(`--cpu-threads must be >= 1, got ${a.cpuThreads}`);
-  r.push(...validateSchedulerConfig(schedulerConfigOf(a, a.maxModelLen ?? 1)).filter((x) => !x.includes("max-model-len")));
+  r.push(
+    ...validateSchedulerConfig(schedulerConfigOf(a, a.maxModelLen ?? 1)).filter(
+      (x) => !x.includes("max-model-len"),
+    ),
+  );
   if (a.maxModelLen !== undefined && (!Number.isInteger(a.maxModelLen) || a.maxModelLen < 1))
     r.push(`--max-model-len must be >= 1, got ${a.maxModelLen}`);
   r.push(...validateCacheConfig(cacheConfigOf(a, a.numGpuBlocksOverride ?? 0)));

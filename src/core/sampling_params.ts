@@ -72,12 +72,17 @@ export function makeSamplingParams(p: Partial<SamplingParams> = {}): SamplingPar
 export function validateSamplingParams(p: SamplingParams): string[] {
   const r: string[] = [];
   const isInt = (x: number) => Number.isInteger(x);
-  if (!isInt(p.maxTokens) || p.maxTokens < 1) r.push(`max_tokens must be an integer >= 1, got ${p.maxTokens}`);
-  if (!isInt(p.minTokens) || p.minTokens < 0) r.push(`min_tokens must be an integer >= 0, got ${p.minTokens}`);
-  else if (p.minTokens > p.maxTokens) r.push(`min_tokens (${p.minTokens}) must be <= max_tokens (${p.maxTokens})`);
-  if (!Number.isFinite(p.temperature) || p.temperature < 0) r.push(`temperature must be >= 0, got ${p.temperature}`);
+  if (!isInt(p.maxTokens) || p.maxTokens < 1)
+    r.push(`max_tokens must be an integer >= 1, got ${p.maxTokens}`);
+  if (!isInt(p.minTokens) || p.minTokens < 0)
+    r.push(`min_tokens must be an integer >= 0, got ${p.minTokens}`);
+  else if (p.minTokens > p.maxTokens)
+    r.push(`min_tokens (${p.minTokens}) must be <= max_tokens (${p.maxTokens})`);
+  if (!Number.isFinite(p.temperature) || p.temperature < 0)
+    r.push(`temperature must be >= 0, got ${p.temperature}`);
   if (!Number.isFinite(p.topP) || p.topP <= 0 || p.topP > 1) r.push(`top_p must be in (0, 1], got ${p.topP}`);
-  if (!isInt(p.topK) || p.topK < -1) r.push(`top_k must be -1 (disable), 0 (disable) or a positive integer, got ${p.topK}`);
+  if (!isInt(p.topK) || p.topK < -1)
+    r.push(`top_k must be -1 (disable), 0 (disable) or a positive integer, got ${p.topK}`);
   if (!Number.isFinite(p.minP) || p.minP < 0 || p.minP > 1) r.push(`min_p must be in [0, 1], got ${p.minP}`);
   if (p.seed !== null && !isInt(p.seed)) r.push(`seed must be an integer, got ${p.seed}`);
   if (!Number.isFinite(p.repetitionPenalty) || p.repetitionPenalty <= 0)
@@ -88,7 +93,8 @@ export function validateSamplingParams(p: SamplingParams): string[] {
     r.push(`frequency_penalty must be in [-2, 2], got ${p.frequencyPenalty}`);
   if (p.logprobs !== null && (!isInt(p.logprobs) || p.logprobs < 0 || p.logprobs > MAX_LOGPROBS))
     r.push(`logprobs must be an integer in [0, ${MAX_LOGPROBS}], got ${p.logprobs}`);
-  if (p.stop.some((s) => typeof s !== "string" || s.length === 0)) r.push("stop strings must be non-empty strings");
+  if (p.stop.some((s) => typeof s !== "string" || s.length === 0))
+    r.push("stop strings must be non-empty strings");
   if (p.stopTokenIds.some((t) => !isInt(t) || t < 0)) r.push("stop_token_ids must be non-negative integers");
   return r;
 }

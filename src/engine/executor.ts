@@ -99,7 +99,8 @@ export class ThreadExecutor implements Executor {
   }
 
   private request(msg: unknown): Promise<Reply> {
-    if (this.thread === null) return Promise.reject(new WorkerError("WorkerExit", "worker thread is not running"));
+    if (this.thread === null)
+      return Promise.reject(new WorkerError("WorkerExit", "worker thread is not running"));
     if (this.pending !== null) return Promise.reject(new Error("a worker request is already in flight"));
     return new Promise<Reply>((resolve, reject) => {
       this.pending = { resolve, reject };

@@ -1,7 +1,7 @@
 import { type EngineArgs, makeEngineArgs } from "../config/engine_args.js";
 import { makeSamplingParams, type SamplingParams } from "../core/sampling_params.js";
 import type { ChatMessage } from "../tokenizer/chat_template.js";
-import { EngineInputError, type EngineCreateOptions, LLMEngine, type PromptInput } from "./llm_engine.js";
+import { type EngineCreateOptions, EngineInputError, LLMEngine, type PromptInput } from "./llm_engine.js";
 import type { RequestOutput } from "./outputs.js";
 
 /** Options of {@link LLM}: engine args (all optional) plus load callbacks. */

@@ -1,5 +1,11 @@
 import { performance } from "node:perf_hooks";
-import { ConfigError, cacheConfigOf, type EngineArgs, schedulerConfigOf, validateEngineArgs } from "../config/engine_args.js";
+import {
+  ConfigError,
+  cacheConfigOf,
+  type EngineArgs,
+  schedulerConfigOf,
+  validateEngineArgs,
+} from "../config/engine_args.js";
 import { asRequestId, type RequestId } from "../core/ids.js";
 import { Request, RequestStatus } from "../core/request.js";
 import type { SamplingParams } from "../core/sampling_params.js";
@@ -83,7 +89,8 @@ export class LLMEngine {
     }
     try {
       const tokDir = args.tokenizer ?? info.modelDir;
-      const tokenizer = args.tokenizer !== undefined || Tokenizer.existsIn(tokDir) ? Tokenizer.fromDir(tokDir) : null;
+      const tokenizer =
+        args.tokenizer !== undefined || Tokenizer.existsIn(tokDir) ? Tokenizer.fromDir(tokDir) : null;
       const scheduler = new Scheduler(
         schedulerConfigOf(args, info.maxModelLen),
         cacheConfigOf(args, info.numGpuBlocks),
@@ -113,9 +120,13 @@ export class LLMEngine {
    * @throws EngineInputError when the text cannot be tokenized (no tokenizer).
    */
   tokenize(prompt: PromptInput): { prompt: string | null; promptTokenIds: number[] } {
-    if (typeof prompt !== "string") return { prompt: prompt.prompt ?? null, promptTokenIds: [...prompt.promptTokenIds] };
+    if (typeof prompt !== "string")
+      return { prompt: prompt.prompt ?? null, promptTokenIds: [...prompt.promptTokenIds] };
     if (this.tokenizer === null) {
-      throw new EngineInputError("this model has no tokenizer, so prompts must be given as token ids", "prompt");
+      throw new EngineInputError(
+        "this model has no tokenizer, so prompts must be given as token ids",
+        "prompt",
+      );
     }
     return { prompt, promptTokenIds: this.tokenizer.encode(prompt) };
   }
@@ -127,10 +138,12 @@ export class LLMEngine {
   validateRequest(promptTokenIds: readonly number[], params: SamplingParams): void {
     const reasons = validateSamplingParams(params);
     if (reasons.length > 0) throw new EngineInputError(reasons[0]!, reasons[0]!.split(" ")[0] ?? null);
-    if (promptTokenIds.length === 0) throw new EngineInputError("the prompt must contain at least one token", "prompt");
+    if (promptTokenIds.length === 0)
+      throw new EngineInputError("the prompt must contain at least one token", "prompt");
     const V = this.info.modelConfig.vocabSize;
     const bad = promptTokenIds.find((t) => !Number.isInteger(t) || t < 0 || t >= V);
-    if (bad !== undefined) throw new EngineInputError(`token id ${bad} is out of vocabulary (size ${V})`, "prompt");
+    if (bad !== undefined)
+      throw new EngineInputError(`token id ${bad} is out of vocabulary (size ${V})`, "prompt");
     const max = this.maxModelLen;
     if (promptTokenIds.length >= max) {
       throw new EngineInputError(
@@ -160,7 +173,14 @@ export class LLMEngine {
     const req = new Request(id, tok.promptTokenIds, params, this.eosTokenIds, arrival);
     const refusal = this.scheduler.admissionError(req);
     if (refusal !== null) throw new EngineInputError(refusal, "prompt");
-    this.processor.addRequest(requestId, tok.prompt, tok.promptTokenIds, params, opts.outputKind ?? "cumulative", arrival);
+    this.processor.addRequest(
+      requestId,
+      tok.prompt,
+      tok.promptTokenIds,
+      params,
+      opts.outputKind ?? "cumulative",
+      arrival,
+    );
     this.scheduler.addRequest(req);
   }
 
@@ -205,7 +225,10 @@ export class LLMEngine {
           RequestStatus.FINISHED_STOPPED,
         );
       }
-      this.lastStepStats = this.makeStepStats(so, coreOutputs.reduce((a, o) => a + o.newTokenIds.length, 0));
+      this.lastStepStats = this.makeStepStats(
+        so,
+        coreOutputs.reduce((a, o) => a + o.newTokenIds.length, 0),
+      );
       return requestOutputs;
     } finally {
       this.stepping = false;

@@ -1,6 +1,5 @@
-import type { TokenLogprobs } from "../core/sched/output.js";
-import type { EngineCoreOutput } from "../core/sched/output.js";
 import type { SamplingParams } from "../core/sampling_params.js";
+import type { EngineCoreOutput, TokenLogprobs } from "../core/sched/output.js";
 import { IncrementalDetokenizer } from "../tokenizer/detokenizer.js";
 import { StopStringChecker } from "../tokenizer/stop_strings.js";
 import type { Tokenizer } from "../tokenizer/tokenizer.js";
@@ -99,7 +98,10 @@ export class OutputProcessor {
    * @returns the RequestOutputs to deliver, and the requests in which a stop string matched
    *   (the engine finishes those in the scheduler; their outputs here are already final).
    */
-  process(outputs: EngineCoreOutput[], now: number): { requestOutputs: RequestOutput[]; stopHits: StopStringHit[] } {
+  process(
+    outputs: EngineCoreOutput[],
+    now: number,
+  ): { requestOutputs: RequestOutput[]; stopHits: StopStringHit[] } {
     const requestOutputs: RequestOutput[] = [];
     const stopHits: StopStringHit[] = [];
     for (const o of outputs) {

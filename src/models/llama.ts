@@ -2,7 +2,7 @@ import type { AttentionBackend } from "../attention/backend.js";
 import type { AttentionMetadata, Backend, HostTensorData, QkvLayout, Tensor } from "../backends/backend.js";
 import type { ModelConfig } from "../config/model_config.js";
 import { buildCosSinCache, computeInvFreq } from "./rope.js";
-import { concatRows, type WeightSource, WeightLoadError } from "./weights.js";
+import { concatRows, WeightLoadError, type WeightSource } from "./weights.js";
 
 /** Weights of one decoder layer, with q/k/v and gate/up fused as vLLM does. */
 export interface LlamaLayerWeights {
@@ -50,7 +50,11 @@ export class LlamaForCausalLM {
     /** Number of positions the RoPE table covers. */
     readonly maxPositions: number,
   ) {
-    this.layout = { numHeads: config.numAttentionHeads, numKvHeads: config.numKeyValueHeads, headDim: config.headDim };
+    this.layout = {
+      numHeads: config.numAttentionHeads,
+      numKvHeads: config.numKeyValueHeads,
+      headDim: config.headDim,
+    };
   }
 
   /**
@@ -65,7 +69,13 @@ export class LlamaForCausalLM {
     maxPositions: number,
     onProgress?: LoadProgress,
   ): LlamaForCausalLM {
-    const { hiddenSize: H, intermediateSize: I, headDim: D, numAttentionHeads: Hq, numKeyValueHeads: Hkv } = config;
+    const {
+      hiddenSize: H,
+      intermediateSize: I,
+      headDim: D,
+      numAttentionHeads: Hq,
+      numKeyValueHeads: Hkv,
+    } = config;
     const total = 4 + config.numHiddenLayers * 7;
     let done = 0;
     const tick = () => onProgress?.(++done, total);
@@ -90,10 +100,17 @@ export class LlamaForCausalLM {
       const p = `model.layers.${l}`;
       const a = `${p}.self_attn`;
       const qkvNames = ["q", "k", "v"].map((x) => `${a}.${x}_proj`);
-      const qkvShapes = [[Hq * D, H], [Hkv * D, H], [Hkv * D, H]];
+      const qkvShapes = [
+        [Hq * D, H],
+        [Hkv * D, H],
+        [Hkv * D, H],
+      ];
       const w: LlamaLayerWeights = {
         inputLayernorm: up(`${p}.input_layernorm.weight`, [H]),
-        qkvProj: upCat(qkvNames.map((n) => `${n}.weight`), qkvShapes),
+        qkvProj: upCat(
+          qkvNames.map((n) => `${n}.weight`),
+          qkvShapes,
+        ),
         qkvBias: config.attentionBias
           ? upCat(
               qkvNames.map((n) => `${n}.bias`),
@@ -105,7 +122,13 @@ export class LlamaForCausalLM {
         oProj: up(`${a}.o_proj.weight`, [H, Hq * D]),
         oBias: upOpt(`${a}.o_proj.bias`, [H], config.oProjBias),
         postAttentionLayernorm: up(`${p}.post_attention_layernorm.weight`, [H]),
-        gateUpProj: upCat([`${p}.mlp.gate_proj.weight`, `${p}.mlp.up_proj.weight`], [[I, H], [I, H]]),
+        gateUpProj: upCat(
+          [`${p}.mlp.gate_proj.weight`, `${p}.mlp.up_proj.weight`],
+          [
+            [I, H],
+            [I, H],
+          ],
+        ),
         gateUpBias: config.mlpBias
           ? upCat([`${p}.mlp.gate_proj.bias`, `${p}.mlp.up_proj.bias`], [[I], [I]])
           : null,
@@ -120,7 +143,9 @@ export class LlamaForCausalLM {
     // Tied embeddings reuse embed_tokens as lm_head (HF tie_word_embeddings); some tied
     // checkpoints still store lm_head.weight, which is then identical.
     const lmHead =
-      config.tieWordEmbeddings || !source.has("lm_head.weight") ? embedTokens : up("lm_head.weight", [config.vocabSize, H]);
+      config.tieWordEmbeddings || !source.has("lm_head.weight")
+        ? embedTokens
+        : up("lm_head.weight", [config.vocabSize, H]);
     if (!config.tieWordEmbeddings && lmHead === embedTokens) {
       throw new WeightLoadError("checkpoint has no tensor lm_head.weight and tie_word_embeddings is false");
     }
@@ -128,7 +153,16 @@ export class LlamaForCausalLM {
     const cos = buildCosSinCache(computeInvFreq(config.rope, D), maxPositions);
     const cosSinCache = backend.upload(cos, [maxPositions, D], "f32");
     tick();
-    return new LlamaForCausalLM(config, backend, embedTokens, layers, norm, lmHead, cosSinCache, maxPositions);
+    return new LlamaForCausalLM(
+      config,
+      backend,
+      embedTokens,
+      layers,
+      norm,
+      lmHead,
+      cosSinCache,
+      maxPositions,
+    );
   }
 
   /**
@@ -139,7 +173,12 @@ export class LlamaForCausalLM {
    *   row needs logits (every request is in the middle of a chunked prefill)
    * @returns logits f32 [B, vocabSize], or null when logitsIndices is null
    */
-  forward(inputIds: Tensor, positions: Tensor, ctx: ForwardContext, logitsIndices: Tensor | null): Tensor | null {
+  forward(
+    inputIds: Tensor,
+    positions: Tensor,
+    ctx: ForwardContext,
+    logitsIndices: Tensor | null,
+  ): Tensor | null {
     const hidden = this.forwardHidden(inputIds, positions, ctx);
     if (logitsIndices === null) return null;
     const selected = this.backend.gatherRows(hidden, logitsIndices);

@@ -35,7 +35,9 @@ export function concatRows(parts: HostTensorData[]): HostTensorData {
   let len = 0;
   for (const p of parts) {
     if (p.dtype !== first.dtype || p.shape.slice(1).join("x") !== tail) {
-      throw new Error(`concatRows: mismatched parts ${first.dtype}[${first.shape}] vs ${p.dtype}[${p.shape}]`);
+      throw new Error(
+        `concatRows: mismatched parts ${first.dtype}[${first.shape}] vs ${p.dtype}[${p.shape}]`,
+      );
     }
     rows += p.shape[0] ?? 0;
     len += p.data.length;

@@ -91,6 +91,11 @@ export class ModelRunner {
     const pos = b.stage(inputs.positions, [T], "i32");
     const B = inputs.logitsIndices.length;
     const logitsIdx = B === 0 ? null : b.stage(inputs.logitsIndices, [B], "i32");
-    return this.model.forward(ids, pos, { meta, attention: this.attention, kvCaches: this.kvCaches }, logitsIdx);
+    return this.model.forward(
+      ids,
+      pos,
+      { meta, attention: this.attention, kvCaches: this.kvCaches },
+      logitsIdx,
+    );
   }
 }
