@@ -211,13 +211,7 @@ export interface Backend {
   /** out = silu(x[:, :I]) * x[:, I:]. x: [T, 2I] -> [T, I]. */
   siluAndMul(x: Tensor): Tensor;
   /** Writes the k and v parts of qkv into kvCache at slotMapping (vLLM reshape_and_cache). */
-  reshapeAndCache(
-    qkv: Tensor,
-    layout: QkvLayout,
-    kvCache: Tensor,
-    slotMapping: Tensor,
-    blockSize: number,
-  ): void;
+  reshapeAndCache(qkv: Tensor, layout: QkvLayout, kvCache: Tensor, slotMapping: Tensor, blockSize: number): void;
   /**
    * Causal paged attention over each request's cached KV (which includes this step's tokens,
    * written by reshapeAndCache first). Token j of request r (absolute position
@@ -225,13 +219,7 @@ export interface Backend {
    * 1/sqrt(headDim); GQA: q head h uses kv head floor(h / (numHeads/numKvHeads)).
    * qkv: [T, (Hq+2Hkv)*D] -> [T, Hq*D].
    */
-  pagedAttention(
-    qkv: Tensor,
-    layout: QkvLayout,
-    kvCache: Tensor,
-    meta: AttentionMetadata,
-    blockSize: number,
-  ): Tensor;
+  pagedAttention(qkv: Tensor, layout: QkvLayout, kvCache: Tensor, meta: AttentionMetadata, blockSize: number): Tensor;
   /** out[b] = x[indices[b]]. x: [T, H]; indices: i32 [B] -> [B, H]. */
   gatherRows(x: Tensor, indices: Tensor): Tensor;
   /**

@@ -19,13 +19,13 @@ import {
   type NativeBlas,
   type NativeDeviceAllocator,
   type NativeStream,
-  type NativeWorkspace,
 } from "./addon.js";
 import * as attn from "./attention_ops.js";
 import { CudaGraphs } from "./graphs.js";
 import { bf16ArrayToF32, f16ArrayToF32 } from "./half.js";
 import { HostStaging } from "./host_io.js";
 import * as ops from "./ops.js";
+import { StepWorkspace } from "./step_workspace.js";
 import { CudaTensor, describe, numelOf } from "./tensor.js";
 
 const MiB = 2 ** 20;
@@ -46,6 +46,14 @@ export interface CudaBackendOptions {
   cachingAllocator?: boolean;
   /** Addon file (default: see addon.ts defaultAddonPath). */
   addonPath?: string;
+  /** An already loaded addon object (takes precedence over addonPath; tests inject doubles here). */
+  addon?: HisparseNative;
+  /**
+   * Debug: give every workspace tensor its own exact-size allocation, freed at resetWorkspace(),
+   * so that compute-sanitizer memcheck sees the bounds of each op output. Slow; graph capture
+   * and workspaceScope's release are unavailable in this mode. Use with cachingAllocator: false.
+   */
+  exactWorkspace?: boolean;
 }
 
 /**
@@ -65,20 +73,16 @@ export class CudaBackend implements Backend {
   readonly blas: NativeBlas;
   private readonly allocator: NativeDeviceAllocator;
   private readonly streamObj: NativeStream;
-  private readonly workspace: NativeWorkspace;
+  private readonly workspace: StepWorkspace;
   private readonly staging: HostStaging;
   /** Device scratch for dtype conversions of uploads (stagingBytes). */
   private readonly uploadScratch: number;
   private readonly uploadScratchBytes: number;
-  private generation = 0;
-  private captureLog: CudaTensor[] | null = null;
-  /** Workspace tensors made since the last resetWorkspace() (for workspaceScope). */
-  private stepTensors: CudaTensor[] = [];
   private disposed = false;
 
   /** @throws Error when the addon is missing, no CUDA device is usable, or cuBLAS cannot be loaded. */
   constructor(options: CudaBackendOptions = {}) {
-    this.addon = loadAddon(options.addonPath);
+    this.addon = options.addon ?? loadAddon(options.addonPath);
     const probe = this.addon.probe();
     if (!probe.ok) throw new Error(`no usable CUDA device: ${probe.error || "no device found"}`);
     this.device = options.device ?? 0;
@@ -90,7 +94,13 @@ export class CudaBackend implements Backend {
     const stagingBytes = options.stagingBytes ?? 64 * MiB;
     this.allocator = new this.addon.DeviceAllocator({ caching: options.cachingAllocator ?? true });
     this.streamObj = new this.addon.Stream({ nonBlocking: true });
-    this.workspace = new this.addon.Workspace(options.workspaceBytes ?? 2048 * MiB);
+    this.workspace = new StepWorkspace(
+      this.addon,
+      options.workspaceBytes ?? 2048 * MiB,
+      this.allocator,
+      options.exactWorkspace ?? false,
+      () => this.streamObj.synchronize(),
+    );
     this.staging = new HostStaging(this.addon, stagingBytes, this.streamObj.handle);
     this.uploadScratchBytes = stagingBytes;
     this.uploadScratch = this.allocator.malloc(stagingBytes);
@@ -102,11 +112,9 @@ export class CudaBackend implements Backend {
       addon: this.addon,
       stream: this.streamObj.handle,
       workspaceUsed: () => this.workspace.used,
-      markWorkspaceUsed: (bytes) => this.workspace.setUsed(Math.max(bytes, this.workspace.used)),
-      workspaceGeneration: () => this.generation,
-      setCaptureLog: (log) => {
-        this.captureLog = log;
-      },
+      markWorkspaceUsed: (bytes) => this.workspace.markUsed(bytes),
+      workspaceGeneration: () => this.workspace.generation,
+      setCaptureLog: (log) => this.workspace.setCaptureLog(log),
     });
   }
 
@@ -188,42 +196,11 @@ export class CudaBackend implements Backend {
   resetWorkspace(): void {
     this.notCapturing("resetWorkspace");
     this.workspace.reset();
-    this.generation++;
-    this.stepTensors = [];
     this.staging.recycle();
   }
 
   workspaceScope<T extends Tensor>(fn: () => T): T {
-    const mark = this.workspace.used;
-    const firstTensor = this.stepTensors.length;
-    const result = fn();
-    const r = this.dev(result, "workspaceScope result");
-    const base = this.workspace.base;
-    for (const t of this.stepTensors.slice(firstTensor)) if (t !== r) t.released = true;
-    this.stepTensors.length = firstTensor;
-    if (r.kind !== "workspace" || r.ptr < base + mark) {
-      this.workspace.setUsed(mark); // the result predates the scope: everything inside goes
-      return result;
-    }
-    const dstPtr = base + Math.ceil(mark / 256) * 256;
-    if (dstPtr === r.ptr) {
-      this.workspace.setUsed(r.ptr - base + r.bytes);
-      this.stepTensors.push(r);
-      return result;
-    }
-    // Move the result down to the scope start (through a temporary above it when the two
-    // overlap), then give back everything above it.
-    let src = r.ptr;
-    if (dstPtr + r.bytes > r.ptr) {
-      src = this.workspace.alloc(r.bytes);
-      this.addon.memcpyAsync(src, r.ptr, r.bytes, this.stream);
-    }
-    this.addon.memcpyAsync(dstPtr, src, r.bytes, this.stream);
-    r.released = true;
-    this.workspace.setUsed(dstPtr - base);
-    const moved = this.out(r.shape, r.dtype);
-    if (moved.ptr !== dstPtr) throw new Error("workspaceScope: internal error (misplaced result)");
-    return moved as unknown as T;
+    return this.workspace.scope(() => this.dev(fn(), "workspaceScope result"), this.stream) as unknown as T;
   }
 
   memoryInfo(): MemoryInfo {
@@ -253,21 +230,41 @@ export class CudaBackend implements Backend {
     ct.released = true;
   }
 
+  /**
+   * Debug aid: fills the free part of the step workspace with `byteValue` (0xff makes every f32,
+   * bf16 and f16 element a NaN), so that a test catches an op that leaves part of its output
+   * unwritten.
+   */
+  fillUnusedWorkspace(byteValue: number): void {
+    this.workspace.fillUnused(byteValue, this.stream);
+  }
+
   /** Waits for all work queued on the backend's stream. */
   synchronize(): void {
     this.streamObj.synchronize();
   }
 
+  /** Releases everything; every step is attempted even if one fails (the first error is rethrown). */
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    this.streamObj.synchronize();
-    this.graphs.disposeAll();
-    this.blas.dispose();
-    this.staging.dispose();
-    this.workspace.dispose();
-    this.allocator.dispose();
-    this.streamObj.dispose();
+    let first: unknown = null;
+    for (const step of [
+      () => this.streamObj.synchronize(),
+      () => this.graphs.disposeAll(),
+      () => this.blas.dispose(),
+      () => this.staging.dispose(),
+      () => this.workspace.dispose(),
+      () => this.allocator.dispose(),
+      () => this.streamObj.dispose(),
+    ]) {
+      try {
+        step();
+      } catch (err) {
+        first ??= err;
+      }
+    }
+    if (first !== null) throw first;
   }
 
   // ---- ops (ops.ts, attention_ops.ts) -------------------------------------------------------------
@@ -327,7 +324,7 @@ export class CudaBackend implements Backend {
     if (!(t instanceof CudaTensor)) throw new Error(`${what}: not a tensor of the CUDA backend`);
     if (this.disposed) throw new Error(`${what}: the CUDA backend is disposed`);
     if (t.released) throw new Error(`${what}: the tensor was freed`);
-    if (t.kind === "workspace" && t.generation !== this.generation) {
+    if (t.kind === "workspace" && t.generation !== this.workspace.generation) {
       throw new Error(`${what}: a workspace tensor from before the last resetWorkspace() was used`);
     }
     return t;
@@ -335,16 +332,14 @@ export class CudaBackend implements Backend {
 
   /** A new workspace tensor (valid until resetWorkspace()). */
   out(shape: readonly number[], dtype: DType): CudaTensor {
-    const ptr = this.workspace.alloc(numelOf(shape) * DTYPE_BYTES[dtype]);
-    const t = new CudaTensor([...shape], dtype, ptr, "workspace", this.generation);
-    this.stepTensors.push(t);
-    this.captureLog?.push(t);
-    return t;
+    if (this.workspace.exact) this.notCapturing("exactWorkspace mode");
+    return this.workspace.tensor(shape, dtype);
   }
 
-  /** Raw workspace bytes (256-byte aligned address). */
+  /** Raw workspace bytes (256-byte aligned address), valid until resetWorkspace(). */
   scratch(bytes: number): number {
-    return this.workspace.alloc(bytes);
+    if (this.workspace.exact) this.notCapturing("exactWorkspace mode");
+    return this.workspace.scratch(bytes);
   }
 
   /** Queues an async copy of host bytes to a device address (CudaAttentionContext). */
