@@ -203,9 +203,12 @@ export function pagedAttentionRef(
 }
 
 /**
- * The sampling rule of DeviceSamplingRows (backend.ts) for one row, in float32 steps like the
- * device: greedy argmax (lowest id on ties) at temperature 0; else softmax(logits / T), threshold
- * filters (top-k, min-p, top-p, ties kept), inverse CDF over kept tokens in ascending id.
+ * The sampling rule of DeviceSamplingRows (backend.ts) for one row, with the fp32 steps of the
+ * device sampler (native/kernels/sampling.h): greedy argmax (lowest id on ties) at temperature
+ * <= 0; else p_i = fp32(exp(fp32(x_i - max) * fp32(1/T))) / Z, threshold filters (top-k, min-p,
+ * top-p, ties kept), inverse CDF over the kept tokens in ascending id. Masses are summed in
+ * float64 here (the device sums exactly in fixed point): both are exact to far below the fp32
+ * spacing of p, so they agree except on measure-zero ties of u with a cumulative boundary.
  */
 export function sampleRowRef(
   logits: Float32Array,
@@ -216,29 +219,30 @@ export function sampleRowRef(
   uniform: number,
 ): number {
   const V = logits.length;
-  if (temperature === 0) {
-    let best = 0;
-    for (let i = 1; i < V; i++) if (logits[i]! > logits[best]!) best = i;
-    return best;
-  }
-  const p = new Float32Array(V);
-  let max = Number.NEGATIVE_INFINITY;
-  for (let i = 0; i < V; i++) max = Math.max(max, Math.fround(logits[i]! / temperature));
-  let sum = 0;
+  let best = 0;
+  for (let i = 1; i < V; i++) if (logits[i]! > logits[best]!) best = i;
+  if (!(temperature > 0)) return best;
+  const max = logits[best]!;
+  const invT = Math.fround(1 / temperature);
+  const e = new Float64Array(V);
+  let z = 0;
   for (let i = 0; i < V; i++) {
-    p[i] = Math.exp(Math.fround(logits[i]! / temperature) - max);
-    sum += p[i]!;
+    e[i] = Math.fround(Math.exp(Math.fround(Math.fround(logits[i]! - max) * invT)));
+    z += e[i]!;
   }
-  for (let i = 0; i < V; i++) p[i] = p[i]! / sum;
+  const invZ = Math.fround(1 / Math.fround(z));
+  const p = Float32Array.from(e, (v) => v * invZ);
   const sorted = Float32Array.from(p).sort().reverse();
   let threshold = 0;
   if (topK > 0 && topK < V) threshold = Math.max(threshold, sorted[topK - 1]!);
-  if (minP > 0) threshold = Math.max(threshold, minP * sorted[0]!);
+  if (minP > 0) threshold = Math.max(threshold, Math.fround(minP * sorted[0]!));
   if (topP < 1) {
+    let total = 0;
+    for (const v of sorted) total += v;
     let cum = 0;
     for (const v of sorted) {
       cum += v;
-      if (cum >= topP) {
+      if (cum >= topP * total) {
         threshold = Math.max(threshold, v);
         break;
       }
