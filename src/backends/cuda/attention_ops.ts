@@ -13,6 +13,8 @@ export interface CudaAttentionContext extends CudaOpsContext {
   uploadBytes(dst: number, data: ArrayBufferView): void;
   /** Copies device bytes into `dst`; returns when done. */
   downloadBytes(dst: ArrayBufferView, src: number): void;
+  /** Workspace scratch shared by the launches of one step (StepWorkspace.sharedScratch). */
+  sharedScratch(bytes: number): number;
 }
 
 /**
@@ -59,11 +61,12 @@ export function pagedAttention(
   const maxBlocksPerReq = meta.blockTables.shape[1] ?? 0;
   const maxModelLen = maxBlocksPerReq * blockSize;
   const a = ctx.addon;
-  const wsBytes = a.pagedAttentionWorkspaceBytes(numReqs, T, Hq, D, maxModelLen, blockSize);
-  const ws = wsBytes > 0 ? ctx.scratch(wsBytes) : 0;
   const scale = 1 / Math.sqrt(D);
   const isDecode = meta.maxQueryLen <= 1 && T === numReqs;
   if (isDecode) {
+    // Split-KV partials; every layer's decode reuses the same region (stream order).
+    const wsBytes = a.pagedAttentionWorkspaceBytes(numReqs, T, Hq, D, maxModelLen, blockSize);
+    const ws = wsBytes > 0 ? ctx.sharedScratch(wsBytes) : 0;
     a.pagedDecodeAttention(
       ctx.stream,
       q.ptr,
@@ -86,6 +89,9 @@ export function pagedAttention(
       wsBytes,
     );
   } else {
+    // The prefill kernel needs no workspace (attention.h).
+    const ws = 0;
+    const wsBytes = 0;
     a.pagedPrefillAttention(
       ctx.stream,
       q.ptr,

@@ -342,6 +342,12 @@ export class CudaBackend implements Backend {
     return this.workspace.scratch(bytes);
   }
 
+  /** Scratch shared by the launches of one step (CudaAttentionContext; StepWorkspace.sharedScratch). */
+  sharedScratch(bytes: number): number {
+    if (this.workspace.exact) this.notCapturing("exactWorkspace mode");
+    return this.workspace.sharedScratch(bytes);
+  }
+
   /** Queues an async copy of host bytes to a device address (CudaAttentionContext). */
   uploadBytes(dst: number, data: ArrayBufferView): void {
     this.notCapturing("a host upload");

@@ -20,6 +20,8 @@ export class StepWorkspace {
   /** When set, every new tensor is also appended here (graph capture). */
   private captureLog: CudaTensor[] | null = null;
   private exactBlocks: number[] = [];
+  /** The step's shared scratch (see sharedScratch); ptr 0 = none. */
+  private shared = { ptr: 0, bytes: 0 };
 
   /**
    * @param bytes capacity of the bump buffer (unused in exact mode beyond a minimal buffer)
@@ -68,8 +70,21 @@ export class StepWorkspace {
     return p;
   }
 
+  /**
+   * Scratch that successive launches of one step share (e.g. the decode attention partials of
+   * every layer): launches on one stream run one after another, so one region serves them all.
+   * Grows (a new region) when a launch needs more. Valid until reset(), the end of a scope that
+   * created it, or the start of a graph capture (which gets its own, inside the graph's region).
+   */
+  sharedScratch(bytes: number): number {
+    if (this.exact) return this.scratch(bytes);
+    if (this.shared.ptr === 0 || this.shared.bytes < bytes) this.shared = { ptr: this.scratch(bytes), bytes };
+    return this.shared.ptr;
+  }
+
   /** Recycles everything: the bump pointer returns to 0 and a new generation starts. */
   reset(): void {
+    this.shared = { ptr: 0, bytes: 0 };
     this.native.reset();
     this.generation++;
     this.tensors = [];
@@ -86,6 +101,7 @@ export class StepWorkspace {
   }
 
   setCaptureLog(log: CudaTensor[] | null): void {
+    if (log !== null) this.shared = { ptr: 0, bytes: 0 }; // a graph allocates its own scratch
     this.captureLog = log;
   }
 
@@ -102,6 +118,7 @@ export class StepWorkspace {
     for (const t of this.tensors.slice(first)) if (t !== r) t.released = true;
     this.tensors.length = first;
     const base = this.native.base;
+    if (this.shared.ptr >= base + mark) this.shared = { ptr: 0, bytes: 0 }; // released with the scope
     if (r.kind !== "workspace" || r.ptr < base + mark) {
       this.native.setUsed(mark); // the result predates the scope: everything inside goes
       return r;

@@ -305,8 +305,38 @@ describe("CudaBackend op marshalling (fake addon)", () => {
     const pre = fake.calls.at(-1)!;
     assert.equal(pre.fn, "pagedPrefillAttention");
     assert.equal(pre.args.length, 20);
-    assert.equal(pre.args[19], 5, "maxQueryLen");
+    assert.deepEqual(pre.args.slice(17), [0, 0, 5], "no workspace for prefill; maxQueryLen 5");
     assert.throws(() => be.pagedAttention(qkv2, layout, cache, m, 16), /expected shape \[3, 64\]/);
+  });
+
+  it("every layer's decode attention of a step shares one scratch region; a scope or a reset drops it", () => {
+    const { be, fake } = setup();
+    const cache = be.allocateKvCache({
+      numLayers: 1,
+      numBlocks: 6,
+      blockSize: 16,
+      numKvHeads: 2,
+      headDim: 8,
+      dtype: "bf16",
+    })[0]!;
+    const m = () => meta(be, [1, 1], [5, 17], 4);
+    const qkv = () => be.stage(new Float32Array(2 * W), [2, W], "bf16");
+    const decode = () => {
+      be.pagedAttention(qkv(), layout, cache, m(), 16);
+      return fake.calls.at(-1)!.args[17]!;
+    };
+    const first = decode();
+    assert.equal(decode(), first, "a second layer reuses the region");
+    be.resetWorkspace();
+    // step 2: the region is created inside a scope, so the scope's end releases it
+    be.workspaceScope(() => {
+      be.stage(new Float32Array(4096), [4096], "f32");
+      decode();
+      return be.stage(new Float32Array(1), [1], "f32");
+    });
+    const big = be.stage(new Float32Array(1 << 16), [1 << 16], "f32") as CudaTensor; // covers the released region
+    const after = decode();
+    assert.ok(after >= big.ptr + big.bytes, "a fresh region, not one inside a live tensor");
   });
 
   it("sampleOnDevice packs the five row arrays into one upload and returns the kernel's ids", () => {
