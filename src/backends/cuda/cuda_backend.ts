@@ -92,22 +92,36 @@ export class CudaBackend implements Backend {
     this.addon.setDevice(this.device);
     this.properties = this.addon.deviceProperties(this.device);
     const stagingBytes = options.stagingBytes ?? 64 * MiB;
-    this.allocator = new this.addon.DeviceAllocator({ caching: options.cachingAllocator ?? true });
-    this.streamObj = new this.addon.Stream({ nonBlocking: true });
-    this.workspace = new StepWorkspace(
-      this.addon,
-      options.workspaceBytes ?? 2048 * MiB,
-      this.allocator,
-      options.exactWorkspace ?? false,
-      () => this.streamObj.synchronize(),
-    );
-    this.staging = new HostStaging(this.addon, stagingBytes, this.streamObj.handle);
-    this.uploadScratchBytes = stagingBytes;
-    this.uploadScratch = this.allocator.malloc(stagingBytes);
+    // cuBLAS first (no memory held yet if it cannot be loaded); on a later failure, free what exists.
     this.blas = new this.addon.Blas({
       workspaceBytes: options.blasWorkspaceBytes ?? 32 * MiB,
       mode: options.gemm ?? "lt",
     });
+    this.allocator = new this.addon.DeviceAllocator({ caching: options.cachingAllocator ?? true });
+    this.streamObj = new this.addon.Stream({ nonBlocking: true });
+    let workspace: StepWorkspace | null = null;
+    let staging: HostStaging | null = null;
+    try {
+      workspace = new StepWorkspace(
+        this.addon,
+        options.workspaceBytes ?? 2048 * MiB,
+        this.allocator,
+        options.exactWorkspace ?? false,
+        () => this.streamObj.synchronize(),
+      );
+      this.workspace = workspace;
+      staging = new HostStaging(this.addon, stagingBytes, this.streamObj.handle);
+      this.staging = staging;
+      this.uploadScratchBytes = stagingBytes;
+      this.uploadScratch = this.allocator.malloc(stagingBytes);
+    } catch (err) {
+      staging?.dispose();
+      workspace?.dispose();
+      this.blas.dispose();
+      this.allocator.dispose();
+      this.streamObj.dispose();
+      throw err;
+    }
     this.graphs = new CudaGraphs({
       addon: this.addon,
       stream: this.streamObj.handle,
