@@ -128,7 +128,8 @@ export interface GraphHandle {
  * Rules for the recorded function: every input it reads must live in persistent tensors (written
  * with writeTensor before each replay), no host reads (toHost), no allocation of persistent
  * tensors, no staging. The workspace tensors it returns or creates are the graph's outputs: after
- * a replay they hold the new results and stay valid until the next resetWorkspace().
+ * a replay they hold the new results and stay valid until the next resetWorkspace(). Persistent
+ * tensors that a graph reads must outlive it.
  */
 export interface BackendGraphs {
   /**
