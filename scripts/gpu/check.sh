@@ -7,6 +7,9 @@
 #   mkdir -p .device/fixtures && cp ../shared/fixtures/hf-ref-small.json .device/fixtures/
 # Run there, carrying .device, dist and build/Release:
 #   source .device/prelude.sh && bash scripts/gpu/check.sh
+# The addon needs glibc >= 2.34 and libstdc++ >= GCC 11 there. If it does not load, build it on
+# the GPU machine instead (nvcc and cmake are there): prepare with `prepare.sh --dev` (carries
+# cmake-js and node-addon-api) and run `node scripts/build-native.mjs &&` before this script.
 #
 # Steps: device and addon info; every test/native suite (compiled: dist/test/native/*.test.js),
 # one process each; `compute-sanitizer --tool memcheck` over dist/scripts/gpu/op_sequence.js
