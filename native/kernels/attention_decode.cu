@@ -18,10 +18,18 @@ constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = kDecodeWarps * 32;
 static_assert(kDecodeWarps * 16 == kTileKeys, "each decode warp owns 16 keys of a tile");
 
-/** Pipeline depth per head dim: 3 x 32 KiB (D=128) or 4 x 16 KiB (D=64) of K/V in flight. */
+// Pipeline depth per head dim (the benchmark builds variants with other values).
+#ifndef HS_DECODE_STAGES_128
+#define HS_DECODE_STAGES_128 3
+#endif
+#ifndef HS_DECODE_STAGES_64
+#define HS_DECODE_STAGES_64 4
+#endif
+
+/** Tile geometry: 3 x 32 KiB (D=128) or 4 x 16 KiB (D=64) of K/V in flight per CTA by default. */
 template <int D>
 struct DecodeCfg {
-  static constexpr int kStages = D == 128 ? 3 : 4;
+  static constexpr int kStages = D == 128 ? HS_DECODE_STAGES_128 : HS_DECODE_STAGES_64;
   static constexpr int kQBytes = kDecodeHeadsPerCta * D * 2;
   static constexpr int kTileBytes = kTileKeys * D * 2;
   using Loader = KvTileLoader<D, kDecodeThreads, kStages>;

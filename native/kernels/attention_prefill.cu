@@ -26,9 +26,7 @@
 #ifndef HS_PREFILL_STAGES_64
 #define HS_PREFILL_STAGES_64 2
 #endif
-#ifdef HS_PREFILL_ENTRY
-#define hsPagedPrefillAttention HS_PREFILL_ENTRY
-#endif
+
 
 namespace hs_attn {
 namespace {

@@ -20,6 +20,17 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+// Benchmark variants: compiling a kernel file with -DHS_ATTN_SUFFIX=_x renames its C entry points
+// (hsPagedDecodeAttention_x ...), so attention_bench can link several tile configurations at once.
+#ifdef HS_ATTN_SUFFIX
+#define HS_ATTN_CAT2(a, b) a##b
+#define HS_ATTN_CAT(a, b) HS_ATTN_CAT2(a, b)
+#define hsPagedDecodeAttention HS_ATTN_CAT(hsPagedDecodeAttention, HS_ATTN_SUFFIX)
+#define hsPagedDecodeNumSplits HS_ATTN_CAT(hsPagedDecodeNumSplits, HS_ATTN_SUFFIX)
+#define hsPagedAttentionWorkspaceBytes HS_ATTN_CAT(hsPagedAttentionWorkspaceBytes, HS_ATTN_SUFFIX)
+#define hsPagedPrefillAttention HS_ATTN_CAT(hsPagedPrefillAttention, HS_ATTN_SUFFIX)
+#endif
+
 #include "attention.h"
 
 namespace hs_attn {
@@ -32,6 +43,8 @@ constexpr float kNegInf = -__builtin_huge_valf();
 constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- PTX wrappers --------------------------------------------------------------------------
+// (native/tests/emu/cuda_emu.h provides CPU versions of these when HS_ATTN_HOST_EMU is defined.)
+#ifndef HS_ATTN_HOST_EMU
 
 /** 32-bit shared-memory address of a generic pointer into shared memory. */
 __device__ __forceinline__ uint32_t smemAddr(const void* p) {
@@ -81,6 +94,7 @@ __device__ __forceinline__ float fastExp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+#endif  // HS_ATTN_HOST_EMU
 
 /** Packs two floats as bf16x2 (round to nearest even); `lo` goes to the low 16 bits. */
 __device__ __forceinline__ uint32_t packBf16x2(float lo, float hi) {
@@ -376,7 +390,10 @@ constexpr int kMinSplitTokens = 256;
 /** Most decode splits per (request, kv head). */
 constexpr int kMaxSplits = 256;
 /** Decode CTAs aimed at per SM (about 4 waves at 2 resident CTAs per SM) when choosing splits. */
-constexpr int kDecodeCtasPerSm = 8;
+#ifndef HS_DECODE_CTAS_PER_SM
+#define HS_DECODE_CTAS_PER_SM 8
+#endif
+constexpr int kDecodeCtasPerSm = HS_DECODE_CTAS_PER_SM;
 /** Query heads per decode CTA (one m16 slab). */
 constexpr int kDecodeHeadsPerCta = 16;
 
