@@ -118,6 +118,32 @@ export interface DeviceSamplingRows {
   uniform: Float32Array;
 }
 
+/** An instantiated device graph (opaque; made by BackendGraphs.capture). */
+export interface GraphHandle {
+  readonly id: number;
+}
+
+/**
+ * Optional capability: record a sequence of ops once and replay it with one launch (CUDA graphs).
+ * Rules for the recorded function: every input it reads must live in persistent tensors (written
+ * with writeTensor before each replay), no host reads (toHost), no allocation of persistent
+ * tensors, no staging. The workspace tensors it returns or creates are the graph's outputs: after
+ * a replay they hold the new results and stay valid until the next resetWorkspace(). Persistent
+ * tensors that a graph reads must outlive it.
+ */
+export interface BackendGraphs {
+  /**
+   * Runs `fn` once under capture (its ops are recorded, not executed) and instantiates the graph.
+   * Run the same sequence eagerly once first (warm-up), as vLLM does. @throws Error when fn throws
+   * or does something that cannot be captured; nothing is left half-captured.
+   */
+  capture(fn: () => void): GraphHandle;
+  /** Launches the graph on the backend's stream (asynchronous, like every op). */
+  replay(g: GraphHandle): void;
+  /** Frees the graph. */
+  dispose(g: GraphHandle): void;
+}
+
 export interface Backend {
   readonly name: "cpu" | "cuda";
   /** Human-readable device name (e.g. "NVIDIA H200", "CPU (2 threads)"). */
@@ -134,6 +160,13 @@ export interface Backend {
   stage(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor;
   /** Allocates the paged KV cache: one zeroed tensor per layer. */
   allocateKvCache(spec: KvCacheSpec): Tensor[];
+  /**
+   * Copies host data into an existing tensor with the same element count (i32 tensors take an
+   * Int32Array, the others a Float32Array, converted to the tensor's dtype). Asynchronous: the
+   * caller may reuse `data` at once, and every later op sees the new values. This is how inputs
+   * of a captured graph are updated.
+   */
+  writeTensor(t: Tensor, data: Float32Array | Int32Array): void;
   /** Reads a tensor back as f32 (i32 tensors as Int32Array). Synchronous. */
   toHost(t: Tensor): Float32Array | Int32Array;
   /** Recycles every workspace tensor returned by ops since the last call. */
@@ -142,6 +175,15 @@ export interface Backend {
   memoryInfo(): MemoryInfo;
   /** Frees a persistent tensor. */
   free(t: Tensor): void;
+  /**
+   * Optional: runs `fn` and then releases every workspace tensor it created except the one it
+   * returns (which may be moved, so use the returned handle). Lets a model bound its workspace to
+   * about one layer's activations (e.g. one scope per decoder layer). Backends without a bump
+   * workspace omit it.
+   */
+  workspaceScope?<T extends Tensor>(fn: () => T): T;
+  /** Optional capability: CUDA graph capture and replay (absent on CPU). */
+  readonly graphs?: BackendGraphs;
   /** Releases everything the backend holds. */
   dispose(): void;
 

@@ -1,0 +1,113 @@
+// Implementation of the helpers declared in common.h.
+#include "common.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace hs {
+namespace {
+
+const char* baseName(const char* path) {
+  const char* slash = std::strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+}  // namespace
+
+std::string cudaErrorText(cudaError_t err) {
+  return std::string(cudaGetErrorString(err)) + " (" + cudaGetErrorName(err) + ")";
+}
+
+void throwCuda(cudaError_t err, const char* call, const char* file, int line) {
+  // Clear a non-sticky error so that later calls do not report it again.
+  (void)cudaGetLastError();
+  throw std::runtime_error(std::string(call) + " failed at " + baseName(file) + ":" + std::to_string(line) + ": " +
+                           cudaErrorText(err));
+}
+
+bool isCapturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) return false;
+  return status != cudaStreamCaptureStatusNone;
+}
+
+void checkLaunch(cudaError_t err, const char* launcher, cudaStream_t stream, const char* file, int line) {
+  if (err != cudaSuccess) throwCuda(err, launcher, file, line);
+#ifdef HS_DEBUG_SYNC
+  if (!isCapturing(stream)) {
+    const cudaError_t done = cudaStreamSynchronize(stream);
+    if (done != cudaSuccess) throwCuda(done, launcher, file, line);
+  }
+#else
+  (void)stream;
+#endif
+}
+
+Args::Args(const Napi::CallbackInfo& info, size_t count, const char* fn) : info_(info), fn_(fn) {
+  if (info.Length() < count) {
+    throw Napi::TypeError::New(info.Env(), std::string(fn) + " expects " + std::to_string(count) + " arguments, got " +
+                                               std::to_string(info.Length()));
+  }
+}
+
+void Args::fail(size_t i, const char* expected) const {
+  throw Napi::TypeError::New(info_.Env(),
+                             std::string("argument ") + std::to_string(i) + " of " + fn_ + " must be " + expected);
+}
+
+double Args::number(size_t i) const {
+  const Napi::Value v = info_[i];
+  if (!v.IsNumber()) fail(i, "a number");
+  return v.As<Napi::Number>().DoubleValue();
+}
+
+void* Args::ptr(size_t i) const {
+  const double d = number(i);
+  if (!(d >= 0 && d < 9007199254740992.0) || std::floor(d) != d) fail(i, "an address (a non-negative integer)");
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(d));
+}
+
+int Args::i32(size_t i) const {
+  const double d = number(i);
+  if (!(d >= -2147483648.0 && d <= 2147483647.0) || std::floor(d) != d) fail(i, "an int32 integer");
+  return static_cast<int>(d);
+}
+
+size_t Args::size(size_t i) const {
+  const double d = number(i);
+  if (!(d >= 0 && d < 9007199254740992.0) || std::floor(d) != d) fail(i, "a non-negative integer");
+  return static_cast<size_t>(d);
+}
+
+double Args::f64(size_t i) const {
+  return number(i);
+}
+
+bool Args::flag(size_t i) const {
+  const Napi::Value v = info_[i];
+  if (!v.IsBoolean()) fail(i, "a boolean");
+  return v.As<Napi::Boolean>().Value();
+}
+
+double optNumber(const Napi::Object& opts, const char* key, double fallback) {
+  const Napi::Value v = opts.Get(key);
+  if (v.IsUndefined()) return fallback;
+  if (!v.IsNumber()) throw Napi::TypeError::New(opts.Env(), std::string("option ") + key + " must be a number");
+  return v.As<Napi::Number>().DoubleValue();
+}
+
+bool optBool(const Napi::Object& opts, const char* key, bool fallback) {
+  const Napi::Value v = opts.Get(key);
+  if (v.IsUndefined()) return fallback;
+  if (!v.IsBoolean()) throw Napi::TypeError::New(opts.Env(), std::string("option ") + key + " must be a boolean");
+  return v.As<Napi::Boolean>().Value();
+}
+
+std::string optString(const Napi::Object& opts, const char* key, const std::string& fallback) {
+  const Napi::Value v = opts.Get(key);
+  if (v.IsUndefined()) return fallback;
+  if (!v.IsString()) throw Napi::TypeError::New(opts.Env(), std::string("option ") + key + " must be a string");
+  return v.As<Napi::String>().Utf8Value();
+}
+
+}  // namespace hs

@@ -1,0 +1,475 @@
+// Device building blocks shared by the paged decode and prefill attention kernels
+// (attention_decode.cu, attention_prefill.cu). Internal header: not part of the C ABI.
+//
+// Tensor-core path: mma.sync.m16n8k16 bf16 x bf16 -> fp32 (PTX ISA, "Matrix Fragments for
+// mma.m16n8k16 with floating point type"). Fragment layouts used throughout, with
+// g = lane / 4 and t = lane % 4:
+//   A (16x16, row major): a0 = (row g,   k 2t..2t+1)   a1 = (row g+8, k 2t..2t+1)
+//                         a2 = (row g,   k 2t+8..+9)   a3 = (row g+8, k 2t+8..+9)
+//   B (16x8, "col"):      b0 = (k 2t..2t+1, col g)     b1 = (k 2t+8..+9, col g)
+//   C (16x8 fp32):        c0,c1 = (row g, cols 2t, 2t+1)   c2,c3 = (row g+8, cols 2t, 2t+1)
+// ldmatrix.x4 (PTX "Warp-level matrix load instruction: ldmatrix"): lanes 8i..8i+7 give the row
+// addresses of 8x8 matrix i, which lands in register i; without .trans lane l receives
+// (row l/4, cols 2(l%4), 2(l%4)+1) of each matrix, with .trans the transpose of that.
+// Shared-memory tiles hold rows of D bf16 (D/8 chunks of 16 bytes); chunk c of row r sits at
+// chunk position c ^ (r % 8), so the 8 rows read by one ldmatrix phase hit 8 distinct 16-byte
+// bank groups (HOPPER.md "Banks"; the XOR swizzle of CUTLASS's Swizzle<3,4,3>).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+// Benchmark variants: compiling a kernel file with -DHS_ATTN_SUFFIX=_x renames its C entry points
+// (hsPagedDecodeAttention_x ...), so attention_bench can link several tile configurations at once.
+#ifdef HS_ATTN_SUFFIX
+#define HS_ATTN_CAT2(a, b) a##b
+#define HS_ATTN_CAT(a, b) HS_ATTN_CAT2(a, b)
+#define hsPagedDecodeAttention HS_ATTN_CAT(hsPagedDecodeAttention, HS_ATTN_SUFFIX)
+#define hsPagedDecodeNumSplits HS_ATTN_CAT(hsPagedDecodeNumSplits, HS_ATTN_SUFFIX)
+#define hsPagedAttentionWorkspaceBytes HS_ATTN_CAT(hsPagedAttentionWorkspaceBytes, HS_ATTN_SUFFIX)
+#define hsPagedPrefillAttention HS_ATTN_CAT(hsPagedPrefillAttention, HS_ATTN_SUFFIX)
+#endif
+
+#include "attention.h"
+
+namespace hs_attn {
+
+/** Keys per shared-memory K/V tile (both kernels). A multiple of 16. */
+constexpr int kTileKeys = 64;
+/** -inf as a float constant (masked scores, empty softmax state). */
+constexpr float kNegInf = -__builtin_huge_valf();
+/** log2(e): scores are exponentiated with ex2, so the scale is folded as scale * log2(e). */
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ---- PTX wrappers --------------------------------------------------------------------------
+// (native/tests/emu/cuda_emu.h provides CPU versions of these when HS_ATTN_HOST_EMU is defined.)
+#ifndef HS_ATTN_HOST_EMU
+
+/** 32-bit shared-memory address of a generic pointer into shared memory. */
+__device__ __forceinline__ uint32_t smemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/** cp.async of 16 bytes global -> shared, L1 bypass; srcBytes 0 writes 16 zero bytes (zfill). */
+__device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, int srcBytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(srcBytes)
+               : "memory");
+}
+
+/** Closes the current cp.async group. */
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+/** Waits until at most N of this thread's cp.async groups are pending. */
+template <int N>
+__device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/** ldmatrix.x4 (non-transposed) into r[0..3]. */
+__device__ __forceinline__ void ldmatrixX4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+/** ldmatrix.x4.trans into r[0..3]. */
+__device__ __forceinline__ void ldmatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+/** c += A(16x16 bf16) * B(16x8 bf16), fp32 accumulate. */
+__device__ __forceinline__ void mmaBf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/** 2^x (ex2.approx.ftz: relative error ~2^-22; exp2(-inf) = +0). */
+__device__ __forceinline__ float fastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+#endif  // HS_ATTN_HOST_EMU
+
+/** Packs two floats as bf16x2 (round to nearest even); `lo` goes to the low 16 bits. */
+__device__ __forceinline__ uint32_t packBf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// ---- shared-memory tile addressing ----------------------------------------------------------
+
+/** Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile of D-element bf16 rows. */
+template <int D>
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  return static_cast<uint32_t>(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
+}
+
+/**
+ * A fragments of a 16-row slab of a Q tile (rows rowBase..rowBase+15), k-step ks (d 16ks..16ks+15).
+ */
+template <int D>
+__device__ __forceinline__ void loadAFrag(uint32_t (&a)[4], uint32_t tile, int rowBase, int ks, int lane) {
+  const int row = rowBase + ((lane >> 3) & 1) * 8 + (lane & 7);
+  ldmatrixX4(a, tile + swz<D>(row, 2 * ks + (lane >> 4)));
+}
+
+/**
+ * B fragments of K^T for two n8 tiles (keys keyBase..+7 and keyBase+8..+15) at k-step ks:
+ * b[0], b[1] for the first tile, b[2], b[3] for the second.
+ */
+template <int D>
+__device__ __forceinline__ void loadKFrag(uint32_t (&b)[4], uint32_t tile, int keyBase, int ks, int lane) {
+  const int row = keyBase + (lane >> 4) * 8 + (lane & 7);
+  ldmatrixX4(b, tile + swz<D>(row, 2 * ks + ((lane >> 3) & 1)));
+}
+
+/**
+ * B fragments of V for keys keyBase..keyBase+15 (one k16 step) and two n8 tiles of d
+ * (16dp..16dp+7 and 16dp+8..+15): b[0], b[1] for the first, b[2], b[3] for the second.
+ */
+template <int D>
+__device__ __forceinline__ void loadVFrag(uint32_t (&b)[4], uint32_t tile, int keyBase, int dp, int lane) {
+  const int row = keyBase + ((lane >> 3) & 1) * 8 + (lane & 7);
+  ldmatrixX4Trans(b, tile + swz<D>(row, 2 * dp + (lane >> 4)));
+}
+
+// ---- paged K/V tile loader -------------------------------------------------------------------
+
+/**
+ * Streams kKeys (default kTileKeys) consecutive positions of one request and one kv head from the paged cache
+ * ([numBlocks, 2, blockSize, Hkv, D]) into swizzled shared-memory K and V tiles with cp.async.
+ * Each thread owns one 16-byte chunk column and kPasses rows of a tile.
+ *
+ * Block ids go through a small shared ring (kIdSlots slots of kKeys ints, slot = tile %
+ * kIdSlots): thread r < kKeys loads the id of row r two tiles ahead into one register
+ * (`pending`), stores it into the ring one tile later, and the issue after that reads it from
+ * shared memory. The global load's latency thus hides behind a whole tile of compute, and each
+ * thread holds one id register instead of one per owned row. Positions >= kvEnd get id -1: their
+ * 16 bytes are zero-filled and their block-table entries never read.
+ *
+ * Pipeline contract (kStages-deep, one __syncthreads per tile), for tile it of the loop:
+ *   wait(tile it); __syncthreads(); issue(it + kStages - 1); storeIds(it + kStages);
+ *   loadIds(it + kStages + 1); commit; compute(it).
+ * The slot written by storeIds(t) was last read by issue(t - kIdSlots) = issue(it - 1), which
+ * every thread finished before this iteration's barrier.
+ */
+template <int D, int kThreads, int kStages, int kKeys = kTileKeys>
+struct KvTileLoader {
+  static constexpr int kChunks = D / 8;
+  static constexpr int kRowsPerPass = kThreads / kChunks;
+  static constexpr int kPasses = kKeys / kRowsPerPass;
+  static constexpr int kIdSlots = kStages + 1;
+  /** Shared-memory bytes of the id ring. */
+  static constexpr int kIdBytes = kIdSlots * kKeys * 4;
+  static_assert(kThreads % kChunks == 0 && kKeys % kRowsPerPass == 0, "tile does not split evenly");
+  static_assert(kThreads >= kKeys, "one thread per tile row loads block ids");
+
+  int* ids;     // shared ring [kIdSlots][kKeys]
+  int pending;  // block id of row threadIdx.x of a tile not yet stored
+  int row0;     // first owned row
+  int chunk;    // owned chunk column
+
+  __device__ __forceinline__ KvTileLoader(int* idRing, int tid)
+      : ids(idRing), pending(-1), row0(tid / kChunks), chunk(tid % kChunks) {}
+
+  /** Block id of row threadIdx.x of the tile starting at tileStart (-1 past kvEnd or for idle threads). */
+  __device__ __forceinline__ static int rowBlockId(const int* __restrict__ blockTableRow, int tileStart, int kvEnd,
+                                                   int log2BlockSize) {
+    const int pos = tileStart + static_cast<int>(threadIdx.x);
+    return threadIdx.x < kKeys && pos < kvEnd ? __ldg(blockTableRow + (pos >> log2BlockSize)) : -1;
+  }
+
+  /** Loads (into `pending`) the ids of tile `tile`; the caller stores them one iteration later. */
+  __device__ __forceinline__ void loadIds(const int* __restrict__ blockTableRow, int tile, int tileBase, int kvEnd,
+                                          int log2BlockSize) {
+    pending = rowBlockId(blockTableRow, tileBase + tile * kKeys, kvEnd, log2BlockSize);
+  }
+
+  /** Stores `pending` as the ids of tile `tile`. */
+  __device__ __forceinline__ void storeIds(int tile) const {
+    if (threadIdx.x < kKeys) ids[(tile % kIdSlots) * kKeys + threadIdx.x] = pending;
+  }
+
+  /**
+   * Prologue: stores the ids of tiles 0..kStages-1 and loads those of tile kStages into
+   * `pending`. The caller must __syncthreads() before the first issue().
+   */
+  __device__ __forceinline__ void prologueIds(const int* __restrict__ blockTableRow, int tileBase, int kvEnd,
+                                              int log2BlockSize) {
+#pragma unroll
+    for (int t = 0; t < kStages; ++t) {
+      pending = rowBlockId(blockTableRow, tileBase + t * kKeys, kvEnd, log2BlockSize);
+      storeIds(t);
+    }
+    loadIds(blockTableRow, kStages, tileBase, kvEnd, log2BlockSize);
+  }
+
+  /**
+   * Issues the cp.async copies of tile `tile` (positions tileBase + tile*kKeys ..) into sK / sV
+   * (shared addresses of the stage). kvHead: kvCache + kvHead * D; tokenStride: Hkv * D elements
+   * between token rows of a block.
+   */
+  __device__ __forceinline__ void issue(uint32_t sK, uint32_t sV, const __nv_bfloat16* __restrict__ kvHead,
+                                        int tile, int tileBase, int log2BlockSize, int tokenStride) const {
+    const int blockMask = (1 << log2BlockSize) - 1;
+    const size_t vOffset = static_cast<size_t>(tokenStride) << log2BlockSize;
+    const int* slot = ids + (tile % kIdSlots) * kKeys;
+    const int tileStart = tileBase + tile * kKeys;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int row = row0 + i * kRowsPerPass;
+      const int b = slot[row];
+      const int off = (tileStart + row) & blockMask;
+      const __nv_bfloat16* src = kvHead;
+      if (b >= 0) src = kvHead + ((static_cast<size_t>(b) * 2 << log2BlockSize) + off) * tokenStride + chunk * 8;
+      const int bytes = b >= 0 ? 16 : 0;
+      const uint32_t dst = swz<D>(row, chunk);
+      cpAsync16(sK + dst, src, bytes);
+      cpAsync16(sV + dst, b >= 0 ? src + vOffset : src, bytes);
+    }
+  }
+};
+
+// ---- warp-level attention steps ----------------------------------------------------------------
+
+/**
+ * s[mt][nt] = Q(rows qRowBase + 16mt ..) . K(keys keyBase + 8nt ..)^T for one warp.
+ * Q fragments read from the shared tile `sQ` at every k-step (MT m16 slabs, NT n8 key tiles).
+ */
+template <int D, int MT, int NT>
+__device__ __forceinline__ void warpScores(float (&s)[MT][NT][4], uint32_t sQ, int qRowBase, uint32_t sK,
+                                           int keyBase, int lane) {
+  static_assert(NT % 2 == 0, "key tiles come in pairs");
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) loadAFrag<D>(a[mt], sQ, qRowBase + 16 * mt, ks, lane);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t b[4];
+      loadKFrag<D>(b, sK, keyBase + 16 * np, ks, lane);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mmaBf16(s[mt][2 * np], a[mt], b[0], b[1]);
+        mmaBf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+/**
+ * Online softmax update (FlashAttention-2, Dao 2023, Algorithm 1) for the rows this thread holds:
+ * row g (elements 0,1) and g+8 (elements 2,3) of each m16 slab. m: running max of raw scores
+ * (-inf while empty); l: this thread's share of the running sum (quad-reduced at the end);
+ * o rescaled by exp2((m_old - m_new) * scaleLog2). On return s holds the probabilities.
+ * Masked scores must already be -inf; rows with no key so far keep m = -inf, l = 0, o = 0.
+ */
+template <int D, int MT, int NT>
+__device__ __forceinline__ void onlineSoftmax(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
+                                              float (&o)[MT][D / 8][4], float scaleLog2) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float mx = kNegInf;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mNew = fmaxf(m[mt][hh], mx);
+      const float mScaled = mNew == kNegInf ? 0.f : mNew * scaleLog2;
+      const float alpha = fastExp2(m[mt][hh] * scaleLog2 - mScaled);
+      m[mt][hh] = mNew;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 2 * hh; e < 2 * hh + 2; ++e) {
+          const float p = fastExp2(fmaf(s[mt][nt][e], scaleLog2, -mScaled));
+          s[mt][nt][e] = p;
+          sum += p;
+        }
+      }
+      l[mt][hh] = l[mt][hh] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[mt][dt][2 * hh] *= alpha;
+        o[mt][dt][2 * hh + 1] *= alpha;
+      }
+    }
+  }
+}
+
+/**
+ * o[mt] += P(s, as bf16) . V(keys keyBase .. keyBase + 8NT) for one warp. The C fragments of
+ * two adjacent n8 score tiles are exactly the A fragment of one k16 step (FlashAttention-2's
+ * register reuse), so P never leaves registers.
+ */
+template <int D, int MT, int NT>
+__device__ __forceinline__ void warpPV(float (&o)[MT][D / 8][4], const float (&s)[MT][NT][4], uint32_t sV,
+                                       int keyBase, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk) {
+    uint32_t pa[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      pa[mt][0] = packBf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+      pa[mt][1] = packBf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+      pa[mt][2] = packBf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+      pa[mt][3] = packBf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b[4];
+      loadVFrag<D>(b, sV, keyBase + 16 * kk, dp, lane);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mmaBf16(o[mt][2 * dp], pa[mt], b[0], b[1]);
+        mmaBf16(o[mt][2 * dp + 1], pa[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+/** Same as warpScores for one m16 slab whose A fragments are held in registers (qf[ks]). */
+template <int D, int NT>
+__device__ __forceinline__ void warpScoresRegQ(float (&s)[1][NT][4], const uint32_t (&qf)[D / 16][4], uint32_t sK,
+                                               int keyBase, int lane) {
+  static_assert(NT % 2 == 0, "key tiles come in pairs");
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[0][nt][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t b[4];
+      loadKFrag<D>(b, sK, keyBase + 16 * np, ks, lane);
+      mmaBf16(s[0][2 * np], qf[ks], b[0], b[1]);
+      mmaBf16(s[0][2 * np + 1], qf[ks], b[2], b[3]);
+    }
+  }
+}
+
+/** Sums a per-thread partial over the 4 lanes of a quad (the lanes sharing one row). */
+__device__ __forceinline__ float quadSum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return v;
+}
+
+/** log2 of a power of two (callers validate), as a host/device helper. */
+__host__ __device__ inline int log2Pow2(int v) {
+  int r = 0;
+  while ((1 << r) < v) ++r;
+  return r;
+}
+
+}  // namespace hs_attn
+
+// ---- host-side validation and decode split policy (shared by both launchers) ------------------
+
+namespace hs_attn {
+
+/** Smallest decode split (tokens): below this the partial writes and merge outweigh the gain. */
+constexpr int kMinSplitTokens = 256;
+/** Most decode splits per (request, kv head). */
+constexpr int kMaxSplits = 256;
+/** Decode CTAs aimed at per SM (about 4 waves at 2 resident CTAs per SM) when choosing splits. */
+#ifndef HS_DECODE_CTAS_PER_SM
+#define HS_DECODE_CTAS_PER_SM 8
+#endif
+constexpr int kDecodeCtasPerSm = HS_DECODE_CTAS_PER_SM;
+/** Query heads per decode CTA (one m16 slab). */
+constexpr int kDecodeHeadsPerCta = 16;
+
+/** True for a positive power of two. */
+__host__ __device__ inline bool isPow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+/**
+ * Checks the sizes both launchers need: pointers set, D in {64, 128}, Hq a multiple of Hkv,
+ * blockSize a power of two, positive scale and bounds, grid dimensions within CUDA limits.
+ */
+inline bool validParams(const HsPagedAttentionParams* p) {
+  if (p == nullptr || p->qkv == nullptr || p->kvCache == nullptr || p->out == nullptr ||
+      p->seqLens == nullptr || p->blockTables == nullptr)
+    return false;
+  if (p->headDim != 64 && p->headDim != 128) return false;
+  if (p->numKvHeads <= 0 || p->numHeads <= 0 || p->numHeads % p->numKvHeads != 0) return false;
+  if (!isPow2(p->blockSize) || p->maxBlocksPerReq <= 0 || p->maxModelLen <= 0) return false;
+  if (p->numReqs < 0 || p->numReqs > 65535 || p->numTokens < 0) return false;
+  if (p->qkvRowStride < p->numHeads * p->headDim) return false;
+  if (!(p->scale > 0.f)) return false;
+  return true;
+}
+
+/**
+ * Tokens per decode split for a request of seqLen tokens: ceil(seqLen / numSplits) rounded up
+ * to whole tiles, at least kMinSplitTokens; 0 when seqLen <= 0. Read from device memory by the
+ * kernels, so the split sizes follow the current lengths while the grid stays fixed.
+ */
+__host__ __device__ inline int decodeSplitTokens(int seqLen, int numSplits) {
+  if (seqLen <= 0) return 0;
+  int per = (seqLen + numSplits - 1) / numSplits;
+  per = (per + kTileKeys - 1) / kTileKeys * kTileKeys;
+  return per < kMinSplitTokens ? kMinSplitTokens : per;
+}
+
+/** Splits holding at least one key for a request of seqLen tokens (<= numSplits). */
+__host__ __device__ inline int decodeActiveSplits(int seqLen, int numSplits) {
+  const int chunk = decodeSplitTokens(seqLen, numSplits);
+  return chunk == 0 ? 0 : (seqLen + chunk - 1) / chunk;
+}
+
+/**
+ * Static number of decode splits: enough CTAs for kDecodeCtasPerSm per SM over
+ * numReqs * kvHeadTiles (request, kv head tile) pairs, at most ceil(maxModelLen /
+ * kMinSplitTokens) and kMaxSplits, at least 1.
+ */
+inline int decodeNumSplits(int numReqs, int kvHeadTiles, int maxModelLen, int numSms) {
+  const long long pairs = static_cast<long long>(numReqs > 0 ? numReqs : 1) * kvHeadTiles;
+  const long long target = static_cast<long long>(numSms) * kDecodeCtasPerSm;
+  long long splits = (target + pairs - 1) / pairs;
+  long long cap = (maxModelLen + kMinSplitTokens - 1) / kMinSplitTokens;
+  if (cap > kMaxSplits) cap = kMaxSplits;
+  if (splits > cap) splits = cap;
+  return splits < 1 ? 1 : static_cast<int>(splits);
+}
+
+/** SM count of the current device, or `fallback` if it cannot be read. */
+inline int currentSmCount(int fallback) {
+  int dev = 0;
+  int sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return fallback;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) return fallback;
+  return sms;
+}
+
+/** Rounds a byte count up to 256 (workspace sub-buffer alignment). */
+inline size_t align256(size_t v) { return (v + 255) / 256 * 256; }
+
+/**
+ * Workspace bytes of one decode launch: fp32 partial outputs [numReqs, splits, Hq, D] then
+ * their log2-sum-exp [numReqs, splits, Hq], each 256-byte aligned; 0 when splits == 1.
+ */
+inline size_t decodeWorkspaceBytes(int numReqs, int splits, int numHeads, int headDim) {
+  if (splits <= 1) return 0;
+  const size_t rows = static_cast<size_t>(numReqs) * splits * numHeads;
+  return align256(rows * headDim * sizeof(float)) + align256(rows * sizeof(float));
+}
+
+}  // namespace hs_attn

@@ -1,0 +1,162 @@
+// Data movement kernels: row gather (embedding lookup, gatherRows), vLLM reshape_and_cache into
+// the paged KV layout, and dtype casts for uploads. All copies use the widest access (16, 4 or 1
+// bytes) that the sizes and pointer alignments allow.
+#include <initializer_list>
+
+#include "common.cuh"
+
+namespace hs {
+namespace {
+
+/** One block per output row; rows whose index is out of range are zero-filled. */
+template <typename V>
+__global__ void __launch_bounds__(256) gatherRowsKernel(V* __restrict__ out, const V* __restrict__ src,
+                                                        const int32_t* __restrict__ indices, int numSrcRows,
+                                                        size_t rowElems) {
+  const size_t r = blockIdx.x;
+  const int s = indices[r];
+  V* o = out + r * rowElems;
+  if (s < 0 || s >= numSrcRows) {
+    for (size_t i = threadIdx.x; i < rowElems; i += blockDim.x) o[i] = V{};
+    return;
+  }
+  const V* in = src + static_cast<size_t>(s) * rowElems;
+  for (size_t i = threadIdx.x; i < rowElems; i += blockDim.x) o[i] = in[i];
+}
+
+/**
+ * One block per token: copies the k and v heads (kvBytes each) of row t to the slot's K and V rows
+ * of the paged cache [numBlocks, 2, blockSize, Hkv, D].
+ */
+template <typename V>
+__global__ void __launch_bounds__(256)
+    reshapeAndCacheKernel(const char* __restrict__ qkv, char* __restrict__ cache, const int32_t* __restrict__ slots,
+                          size_t rowStrideBytes, size_t kOffsetBytes, size_t kvBytes, int blockSize,
+                          long long numSlots) {
+  const int t = blockIdx.x;
+  const long long slot = slots[t];
+  if (slot < 0 || slot >= numSlots) return;  // PAD_SLOT_ID or out of range: skip
+  const long long block = slot / blockSize;
+  const long long offset = slot % blockSize;
+  const V* k = reinterpret_cast<const V*>(qkv + t * rowStrideBytes + kOffsetBytes);
+  const V* v = reinterpret_cast<const V*>(qkv + t * rowStrideBytes + kOffsetBytes + kvBytes);
+  V* kd = reinterpret_cast<V*>(cache + static_cast<size_t>((block * 2) * blockSize + offset) * kvBytes);
+  V* vd = reinterpret_cast<V*>(cache + static_cast<size_t>((block * 2 + 1) * blockSize + offset) * kvBytes);
+  const size_t n = kvBytes / sizeof(V);
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+    kd[i] = k[i];
+    vd[i] = v[i];
+  }
+}
+
+template <typename D, typename S>
+__global__ void __launch_bounds__(256) castKernel(D* __restrict__ dst, const S* __restrict__ src, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    dst[i] = fromFloat<D>(toFloat(src[i]));
+  }
+}
+
+/** Widest access (16, 4 or 1 bytes) dividing every size and aligning every pointer given. */
+inline int widestAccess(std::initializer_list<size_t> sizes, std::initializer_list<const void*> ptrs) {
+  for (int w : {16, 4}) {
+    bool ok = true;
+    for (size_t s : sizes) ok = ok && s % w == 0;
+    for (const void* p : ptrs) ok = ok && aligned(p, w);
+    if (ok) return w;
+  }
+  return 1;
+}
+
+}  // namespace
+}  // namespace hs
+
+extern "C" size_t hsDtypeBytes(int dtype) {
+  switch (dtype) {
+    case HS_DTYPE_F32:
+    case HS_DTYPE_I32:
+      return 4;
+    case HS_DTYPE_BF16:
+    case HS_DTYPE_F16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+extern "C" cudaError_t hsGatherRows(void* out, const void* src, const int32_t* indices, int numRows, int numSrcRows,
+                                    size_t rowBytes, cudaStream_t stream) {
+  if (numRows < 0 || numSrcRows < 0 || rowBytes == 0) return cudaErrorInvalidValue;
+  if (numRows == 0) return cudaSuccess;
+  const int w = hs::widestAccess({rowBytes}, {out, src});
+  const size_t elems = rowBytes / w;
+  const int threads = hs::threadsFor(static_cast<long long>(elems), 256);
+  if (w == 16) {
+    hs::gatherRowsKernel<uint4><<<numRows, threads, 0, stream>>>(static_cast<uint4*>(out),
+                                                                  static_cast<const uint4*>(src), indices,
+                                                                  numSrcRows, elems);
+  } else if (w == 4) {
+    hs::gatherRowsKernel<uint32_t><<<numRows, threads, 0, stream>>>(static_cast<uint32_t*>(out),
+                                                                     static_cast<const uint32_t*>(src), indices,
+                                                                     numSrcRows, elems);
+  } else {
+    hs::gatherRowsKernel<uint8_t><<<numRows, threads, 0, stream>>>(static_cast<uint8_t*>(out),
+                                                                    static_cast<const uint8_t*>(src), indices,
+                                                                    numSrcRows, elems);
+  }
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t hsReshapeAndCache(const void* qkv, void* kvCache, const int32_t* slotMapping, int numTokens,
+                                         int rowStride, int numHeads, int numKvHeads, int headDim, int blockSize,
+                                         int numBlocks, int dtype, cudaStream_t stream) {
+  const size_t eb = hsDtypeBytes(dtype);
+  if (eb == 0 || dtype == HS_DTYPE_I32) return cudaErrorInvalidValue;
+  if (numTokens < 0 || numHeads <= 0 || numKvHeads <= 0 || headDim <= 0 || blockSize <= 0 || numBlocks < 0)
+    return cudaErrorInvalidValue;
+  if (rowStride < (numHeads + 2 * numKvHeads) * headDim) return cudaErrorInvalidValue;
+  if (numTokens == 0) return cudaSuccess;
+  const size_t rowStrideBytes = static_cast<size_t>(rowStride) * eb;
+  const size_t kOffsetBytes = static_cast<size_t>(numHeads) * headDim * eb;
+  const size_t kvBytes = static_cast<size_t>(numKvHeads) * headDim * eb;
+  const long long numSlots = static_cast<long long>(numBlocks) * blockSize;
+  // The access width must divide the qkv row stride, the k offset and the cache row (kvBytes).
+  const int w = hs::widestAccess({rowStrideBytes, kOffsetBytes, kvBytes}, {qkv, kvCache});
+  const int threads = hs::threadsFor(static_cast<long long>(kvBytes / w), 256);
+  const char* q = static_cast<const char*>(qkv);
+  char* c = static_cast<char*>(kvCache);
+  if (w == 16) {
+    hs::reshapeAndCacheKernel<uint4><<<numTokens, threads, 0, stream>>>(q, c, slotMapping, rowStrideBytes,
+                                                                         kOffsetBytes, kvBytes, blockSize, numSlots);
+  } else if (w == 4) {
+    hs::reshapeAndCacheKernel<uint32_t><<<numTokens, threads, 0, stream>>>(
+        q, c, slotMapping, rowStrideBytes, kOffsetBytes, kvBytes, blockSize, numSlots);
+  } else {
+    hs::reshapeAndCacheKernel<uint8_t><<<numTokens, threads, 0, stream>>>(
+        q, c, slotMapping, rowStrideBytes, kOffsetBytes, kvBytes, blockSize, numSlots);
+  }
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t hsCast(void* dst, int dstDtype, const void* src, int srcDtype, size_t count,
+                              cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (dstDtype == srcDtype) {
+    const size_t eb = hsDtypeBytes(dstDtype);
+    if (eb == 0) return cudaErrorInvalidValue;
+    return cudaMemcpyAsync(dst, src, count * eb, cudaMemcpyDeviceToDevice, stream);
+  }
+  constexpr int kThreads = 256;
+  const long long wanted = static_cast<long long>((count + kThreads - 1) / kThreads);
+  const int blocks = static_cast<int>(wanted < 65536 ? wanted : 65536);  // grid-stride beyond 16M elements
+  cudaError_t err = cudaErrorInvalidValue;
+  hs::dispatchFloat(dstDtype, [&](auto dt) {
+    hs::dispatchFloat(srcDtype, [&](auto st) {
+      using D = decltype(dt);
+      using S = decltype(st);
+      hs::castKernel<D, S><<<blocks, kThreads, 0, stream>>>(static_cast<D*>(dst), static_cast<const S*>(src), count);
+      err = cudaGetLastError();
+    });
+  });
+  return err;
+}

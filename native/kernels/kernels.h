@@ -1,0 +1,104 @@
+// Launchers of the element-wise, normalisation, RoPE, copy and cast kernels of the CUDA backend.
+// Plain C ABI so that the addon (native/addon/*.cc, compiled by the host C++ compiler) calls them
+// without seeing CUDA C++ templates. The attention and sampling launchers live in attention.h and
+// sampling.h with the same conventions.
+//
+// Conventions (every launcher):
+// - Pointers are device pointers (or UVA host pointers); shapes are row-major, sizes in elements
+//   unless a name ends in "Bytes".
+// - Launches are asynchronous on `stream`; the return value is cudaGetLastError() after the
+//   launch (cudaErrorInvalidValue for an unsupported dtype or an invalid size, without a launch).
+// - The grid depends only on the sizes passed in (padded token counts, model dims), never on the
+//   contents of device memory, so every launch can be captured in a CUDA graph and replayed.
+// - Zero rows (numTokens == 0) launch nothing and return cudaSuccess.
+// - Accumulation is fp32; bf16/f16 results are rounded to nearest even once per stored value,
+//   at the points where HF transformers rounds (named per kernel).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Element type codes; must match DTYPE_CODE in src/backends/cuda/addon.ts. */
+enum HsDtype { HS_DTYPE_F32 = 0, HS_DTYPE_BF16 = 1, HS_DTYPE_F16 = 2, HS_DTYPE_I32 = 3 };
+
+/** Bytes per element of a dtype code, 0 for an unknown code. */
+size_t hsDtypeBytes(int dtype);
+
+/**
+ * out[r] = src[indices[r]] for r < numRows, copying rowBytes bytes per row (embedding lookup,
+ * gatherRows). An index outside [0, numSrcRows) yields a zero row (padded batch rows).
+ * out: [numRows, rowBytes]; src: [numSrcRows, rowBytes]; indices: i32 [numRows].
+ */
+cudaError_t hsGatherRows(void* out, const void* src, const int32_t* indices, int numRows, int numSrcRows,
+                         size_t rowBytes, cudaStream_t stream);
+
+/**
+ * RMSNorm per row (HF LlamaRMSNorm): inv = rsqrt(mean(x^2) + eps) in fp32;
+ * out = T(w * T(x * inv)) (the two roundings of HF's `weight * hidden.to(input_dtype)`).
+ * x, out: [numTokens, hidden] of xDtype (f32 | bf16 | f16); weight: [hidden] of wDtype.
+ */
+cudaError_t hsRmsNorm(void* out, const void* x, const void* weight, int numTokens, int hidden, float eps,
+                      int xDtype, int wDtype, cudaStream_t stream);
+
+/**
+ * In place, vLLM fused_add_rms_norm: residual = T(x + residual); x = rmsNorm(residual) * weight
+ * with the roundings of hsRmsNorm. x, residual: [numTokens, hidden] of xDtype; weight: [hidden].
+ */
+cudaError_t hsFusedAddRmsNorm(void* x, void* residual, const void* weight, int numTokens, int hidden, float eps,
+                              int xDtype, int wDtype, cudaStream_t stream);
+
+/**
+ * In place, Qwen3 q_norm / k_norm: RMSNorm over headDim of each q head (with qWeight) and each k
+ * head (with kWeight) of a fused qkv row. qkv: [numTokens, rowStride] (q heads, then k heads,
+ * then v heads, each headDim wide); qWeight, kWeight: [headDim] of wDtype.
+ */
+cudaError_t hsQkNorm(void* qkv, const void* qWeight, const void* kWeight, int numTokens, int rowStride,
+                     int numHeads, int numKvHeads, int headDim, float eps, int dtype, int wDtype,
+                     cudaStream_t stream);
+
+/**
+ * In place NeoX ("rotate_half") rotary embedding of the first numRotHeads heads of each row
+ * (q heads then k heads of a fused qkv row): for i < headDim/2,
+ *   x_i' = x_i cos - x_{i+D/2} sin,  x_{i+D/2}' = x_{i+D/2} cos + x_i sin,
+ * computed in fp32 from cosSinCache f32 [maxPositions, headDim] (cos in [:, :D/2], sin in
+ * [:, D/2:], models/rope.ts) and rounded once. Rows whose position is outside [0, maxPositions)
+ * are left unchanged. qkv: [numTokens, rowStride]; positions: i32 [numTokens].
+ */
+cudaError_t hsRotaryEmbedding(void* qkv, const int32_t* positions, const float* cosSinCache, int numTokens,
+                              int rowStride, int numRotHeads, int headDim, int maxPositions, int dtype,
+                              cudaStream_t stream);
+
+/**
+ * out = T(T(silu(x[:, :I])) * x[:, I:]) with silu(g) = g / (1 + exp(-g)) in fp32 (vLLM
+ * silu_and_mul, HF `act_fn(gate) * up`). x: [numTokens, 2 * intermediate]; out: [numTokens, intermediate].
+ */
+cudaError_t hsSiluAndMul(void* out, const void* x, int numTokens, int intermediate, int dtype, cudaStream_t stream);
+
+/**
+ * vLLM reshape_and_cache: writes the k and v heads of each qkv row into the paged cache at its
+ * slot (block = slot / blockSize, offset = slot % blockSize). Slots < 0 (PAD_SLOT_ID) or
+ * >= numBlocks * blockSize are skipped. qkv: [numTokens, rowStride] with k at column
+ * numHeads*headDim and v right after; kvCache: [numBlocks, 2, blockSize, numKvHeads, headDim] of
+ * the same dtype; slotMapping: i32 [numTokens].
+ */
+cudaError_t hsReshapeAndCache(const void* qkv, void* kvCache, const int32_t* slotMapping, int numTokens,
+                              int rowStride, int numHeads, int numKvHeads, int headDim, int blockSize,
+                              int numBlocks, int dtype, cudaStream_t stream);
+
+/** In place y[r, c] = T(y[r, c] + bias[c]). y: [rows, cols] of yDtype; bias: [cols] of biasDtype. */
+cudaError_t hsBiasAdd(void* y, const void* bias, int rows, int cols, int yDtype, int biasDtype, cudaStream_t stream);
+
+/**
+ * dst[i] = convert(src[i]) for i < count between f32, bf16 and f16 (round to nearest even; NaN
+ * stays NaN). Same dtype = plain copy. Used by weight upload (bf16/f16 bits or f32 -> bf16).
+ */
+cudaError_t hsCast(void* dst, int dstDtype, const void* src, int srcDtype, size_t count, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs the attention and sampler tests on the CPU through the emulation in cuda_emu.{h,cpp}:
+# the kernel and test sources are copied with the two constructs g++ cannot read rewritten
+# (kernel<<<grid, block, smem, stream>>>(args) -> hs_emu::launch(kernel, grid, block, smem,
+# stream, args); __shared__ declarations -> the emulated CTA's shared memory), then compiled with
+# g++ -DHS_ATTN_HOST_EMU. Slow (one OS thread per CUDA thread): use the --quick test subsets.
+# Usage: bash native/tests/emu/run_emu.sh [attention|sampling|all] [test args...]
+#   HS_EMU_CP_ASYNC=late   cp.async copies land only at the wait that retires them
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+what="${1:-all}"; shift || true
+work="${HS_EMU_BUILD:-build/emu}"
+mkdir -p "$work/kernels" "$work/tests"
+python3 - "$work" <<'PY'
+import re, sys, pathlib
+work = pathlib.Path(sys.argv[1])
+launch = re.compile(r'([A-Za-z_][\w:]*(?:<[^<>;]*>)?)\s*<<<(.*?)>>>\s*\((.*?)\);', re.S)
+for src in list(pathlib.Path('native/kernels').glob('*')) + list(pathlib.Path('native/tests').glob('*')):
+    if src.suffix not in ('.cu', '.cuh', '.h'):
+        continue
+    text = src.read_text()
+    def rewrite(m):
+        cfg = [c.strip() for c in m.group(2).split(',')]
+        cfg += ['0', 'nullptr'][len(cfg) - 2:]  # default shared bytes and stream
+        return 'hs_emu::launch(%s, %s, %s);' % (m.group(1), ', '.join(cfg), m.group(3))
+    text = launch.sub(rewrite, text)
+    text = re.sub(r'extern __shared__ __align__\(\d+\) unsigned char (\w+)\[\];',
+                  r'unsigned char* const \1 = hs_emu::gSmem;', text)
+    text = re.sub(r'__shared__ (\w+) (\w+);', r'static \1 \2;', text)
+    (work / src.parent.name / src.name).write_text(text)
+PY
+CXX="${CXX:-g++}"
+flags=(-std=c++20 -O2 -pthread -w -DHS_ATTN_HOST_EMU -I/usr/local/cuda/include -include native/tests/emu/cuda_emu.h)
+build() {  # name sources...
+  local name=$1; shift
+  [ -x "$work/$name" ] && [ -z "$(find native/kernels native/tests -newer "$work/$name" -print -quit)" ] && return 0
+  "$CXX" "${flags[@]}" -x c++ "$@" -x none native/tests/emu/cuda_emu.cpp -o "$work/$name"
+}
+status=0
+if [ "$what" = attention ] || [ "$what" = all ]; then
+  build attention_test "$work/tests/attention_test.cu" "$work/kernels/attention_decode.cu" "$work/kernels/attention_prefill.cu"
+  "$work/attention_test" "$@" || status=1
+fi
+if [ "$what" = sampling ] || [ "$what" = all ]; then
+  build sampling_test "$work/tests/sampling_test.cu" "$work/kernels/sampling.cu"
+  "$work/sampling_test" "$@" || status=1
+fi
+exit $status

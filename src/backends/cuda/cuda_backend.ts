@@ -1,0 +1,422 @@
+import {
+  type AttentionMetadata,
+  type Backend,
+  type DeviceSamplingRows,
+  DTYPE_BYTES,
+  type DType,
+  type HostTensorData,
+  type KvCacheSpec,
+  type MemoryInfo,
+  type QkvLayout,
+  type Tensor,
+} from "../backend.js";
+import {
+  type AllocatorStats,
+  type DeviceProperties,
+  DTYPE_CODE,
+  type HisparseNative,
+  loadAddon,
+  type NativeBlas,
+  type NativeDeviceAllocator,
+  type NativeStream,
+} from "./addon.js";
+import * as attn from "./attention_ops.js";
+import { CudaGraphs } from "./graphs.js";
+import { bf16ArrayToF32, f16ArrayToF32 } from "./half.js";
+import { HostStaging } from "./host_io.js";
+import * as ops from "./ops.js";
+import { StepWorkspace } from "./step_workspace.js";
+import { CudaTensor, describe, numelOf } from "./tensor.js";
+
+const MiB = 2 ** 20;
+
+/** Construction options of CudaBackend (sizes in bytes). */
+export interface CudaBackendOptions {
+  /** CUDA device ordinal (default 0). */
+  device?: number;
+  /** Step workspace: holds every op output of one step (default 2 GiB). */
+  workspaceBytes?: number;
+  /** Each of the pinned upload and readback buffers, and the device scratch of uploads (default 64 MiB). */
+  stagingBytes?: number;
+  /** cuBLAS / cuBLASLt workspace (default 32 MiB). */
+  blasWorkspaceBytes?: number;
+  /** GEMM path: cuBLASLt with fused bias (default) or cublasGemmEx + bias kernel. */
+  gemm?: "lt" | "gemmex";
+  /** Cache freed device blocks (default true); false helps compute-sanitizer find overruns. */
+  cachingAllocator?: boolean;
+  /** Addon file (default: see addon.ts defaultAddonPath). */
+  addonPath?: string;
+  /** An already loaded addon object (takes precedence over addonPath; tests inject doubles here). */
+  addon?: HisparseNative;
+  /**
+   * Debug: give every workspace tensor its own exact-size allocation, freed at resetWorkspace(),
+   * so that compute-sanitizer memcheck sees the bounds of each op output. Slow; graph capture
+   * and workspaceScope's release are unavailable in this mode. Use with cachingAllocator: false.
+   */
+  exactWorkspace?: boolean;
+}
+
+/**
+ * The CUDA implementation of Backend (backend.ts holds the contract): bf16 weights, activations
+ * and KV cache, fp32 accumulation, f32 logits. One non-blocking stream; every op is an async
+ * launch on it and only toHost / sampleOnDevice wait. Persistent tensors come from a caching
+ * allocator, op outputs from a bump workspace reset per step, host data travels through pinned
+ * buffers. Decode steps can be captured as CUDA graphs (`graphs`).
+ */
+export class CudaBackend implements Backend {
+  readonly name = "cuda" as const;
+  readonly activationDtype: DType = "bf16";
+  readonly addon: HisparseNative;
+  readonly device: number;
+  readonly properties: DeviceProperties;
+  readonly graphs: CudaGraphs;
+  readonly blas: NativeBlas;
+  private readonly allocator: NativeDeviceAllocator;
+  private readonly streamObj: NativeStream;
+  private readonly workspace: StepWorkspace;
+  private readonly staging: HostStaging;
+  /** Device scratch for dtype conversions of uploads (stagingBytes). */
+  private readonly uploadScratch: number;
+  private readonly uploadScratchBytes: number;
+  private disposed = false;
+
+  /** @throws Error when the addon is missing, no CUDA device is usable, or cuBLAS cannot be loaded. */
+  constructor(options: CudaBackendOptions = {}) {
+    this.addon = options.addon ?? loadAddon(options.addonPath);
+    const probe = this.addon.probe();
+    if (!probe.ok) throw new Error(`no usable CUDA device: ${probe.error || "no device found"}`);
+    this.device = options.device ?? 0;
+    if (this.device < 0 || this.device >= probe.deviceCount) {
+      throw new Error(`CUDA device ${this.device} does not exist (${probe.deviceCount} present)`);
+    }
+    this.addon.setDevice(this.device);
+    this.properties = this.addon.deviceProperties(this.device);
+    const stagingBytes = options.stagingBytes ?? 64 * MiB;
+    // cuBLAS first (no memory held yet if it cannot be loaded); on a later failure, free what exists.
+    this.blas = new this.addon.Blas({
+      workspaceBytes: options.blasWorkspaceBytes ?? 32 * MiB,
+      mode: options.gemm ?? "lt",
+    });
+    this.allocator = new this.addon.DeviceAllocator({ caching: options.cachingAllocator ?? true });
+    this.streamObj = new this.addon.Stream({ nonBlocking: true });
+    let workspace: StepWorkspace | null = null;
+    let staging: HostStaging | null = null;
+    try {
+      workspace = new StepWorkspace(
+        this.addon,
+        options.workspaceBytes ?? 2048 * MiB,
+        this.allocator,
+        options.exactWorkspace ?? false,
+        () => this.streamObj.synchronize(),
+      );
+      this.workspace = workspace;
+      staging = new HostStaging(this.addon, stagingBytes, this.streamObj.handle);
+      this.staging = staging;
+      this.uploadScratchBytes = stagingBytes;
+      this.uploadScratch = this.allocator.malloc(stagingBytes);
+    } catch (err) {
+      staging?.dispose();
+      workspace?.dispose();
+      this.blas.dispose();
+      this.allocator.dispose();
+      this.streamObj.dispose();
+      throw err;
+    }
+    this.graphs = new CudaGraphs({
+      addon: this.addon,
+      stream: this.streamObj.handle,
+      workspaceUsed: () => this.workspace.used,
+      markWorkspaceUsed: (bytes) => this.workspace.markUsed(bytes),
+      workspaceGeneration: () => this.workspace.generation,
+      setCaptureLog: (log) => this.workspace.setCaptureLog(log),
+    });
+  }
+
+  /** Handle of the backend's stream (for the ops modules and for KV transfer code). */
+  get stream(): number {
+    return this.streamObj.handle;
+  }
+
+  // ---- memory -----------------------------------------------------------------------------------
+
+  uploadWeight(src: HostTensorData): Tensor {
+    const n = numelOf(src.shape);
+    if (src.data.length !== n) {
+      throw new Error(`uploadWeight: ${src.data.length} values for shape [${src.shape.join(", ")}]`);
+    }
+    const wantArray = src.dtype === "f32" ? Float32Array : Uint16Array;
+    if (!(src.data instanceof wantArray))
+      throw new Error(`uploadWeight: ${src.dtype} data must be a ${wantArray.name}`);
+    const t = this.allocPersistent(src.shape, "bf16");
+    this.writeConverted(t.ptr, "bf16", src.data, src.dtype, n);
+    return t;
+  }
+
+  upload(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor {
+    const t = this.allocPersistent(shape, dtype);
+    this.writeTensor(t, data);
+    return t;
+  }
+
+  stage(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor {
+    const t = this.out(shape, dtype);
+    this.writeTensor(t, data);
+    return t;
+  }
+
+  writeTensor(t: Tensor, data: Float32Array | Int32Array): void {
+    const dst = this.dev(t, "writeTensor");
+    if (data.length !== dst.numel) throw new Error(`writeTensor: ${data.length} values for ${describe(t)}`);
+    if (t.dtype === "i32" && !(data instanceof Int32Array))
+      throw new Error("writeTensor: i32 tensors take an Int32Array");
+    if (t.dtype !== "i32" && !(data instanceof Float32Array)) {
+      throw new Error(`writeTensor: ${t.dtype} tensors take a Float32Array`);
+    }
+    this.writeConverted(dst.ptr, t.dtype, data, t.dtype === "i32" ? "i32" : "f32", data.length);
+  }
+
+  allocateKvCache(spec: KvCacheSpec): Tensor[] {
+    if (spec.dtype !== "bf16")
+      throw new Error(`the CUDA backend stores the KV cache in bf16, not ${spec.dtype}`);
+    const shape = [spec.numBlocks, 2, spec.blockSize, spec.numKvHeads, spec.headDim];
+    const caches: CudaTensor[] = [];
+    for (let l = 0; l < spec.numLayers; l++) {
+      const t = this.allocPersistent(shape, "bf16");
+      this.addon.memsetAsync(t.ptr, 0, t.bytes, this.stream);
+      caches.push(t);
+    }
+    return caches;
+  }
+
+  toHost(t: Tensor): Float32Array | Int32Array {
+    const src = this.dev(t, "toHost");
+    this.notCapturing("toHost");
+    const n = src.numel;
+    switch (t.dtype) {
+      case "i32":
+      case "f32": {
+        const out = t.dtype === "i32" ? new Int32Array(n) : new Float32Array(n);
+        this.staging.toHost(out, src.ptr);
+        return out;
+      }
+      default: {
+        const bits = new Uint16Array(n);
+        this.staging.toHost(bits, src.ptr);
+        return t.dtype === "bf16" ? bf16ArrayToF32(bits) : f16ArrayToF32(bits);
+      }
+    }
+  }
+
+  resetWorkspace(): void {
+    this.notCapturing("resetWorkspace");
+    this.workspace.reset();
+    this.staging.recycle();
+  }
+
+  workspaceScope<T extends Tensor>(fn: () => T): T {
+    return this.workspace.scope(() => this.dev(fn(), "workspaceScope result"), this.stream) as unknown as T;
+  }
+
+  memoryInfo(): MemoryInfo {
+    return this.addon.memGetInfo();
+  }
+
+  /** Counters of the caching allocator and the workspace (bytes). */
+  memoryStats(): AllocatorStats & {
+    workspaceCapacity: number;
+    workspaceUsed: number;
+    workspacePeak: number;
+  } {
+    return {
+      ...this.allocator.stats(),
+      workspaceCapacity: this.workspace.capacity,
+      workspaceUsed: this.workspace.used,
+      workspacePeak: this.workspace.peak,
+    };
+  }
+
+  free(t: Tensor): void {
+    const ct = this.dev(t, "free");
+    if (ct.kind !== "persistent")
+      throw new Error("free() takes a persistent tensor; workspace tensors are recycled by resetWorkspace()");
+    this.notCapturing("free");
+    this.allocator.free(ct.ptr);
+    ct.released = true;
+  }
+
+  /**
+   * Debug aid: fills the free part of the step workspace with `byteValue` (0xff makes every f32,
+   * bf16 and f16 element a NaN), so that a test catches an op that leaves part of its output
+   * unwritten.
+   */
+  fillUnusedWorkspace(byteValue: number): void {
+    this.workspace.fillUnused(byteValue, this.stream);
+  }
+
+  /** Waits for all work queued on the backend's stream. */
+  synchronize(): void {
+    this.streamObj.synchronize();
+  }
+
+  /** Releases everything; every step is attempted even if one fails (the first error is rethrown). */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    let first: unknown = null;
+    for (const step of [
+      () => this.streamObj.synchronize(),
+      () => this.graphs.disposeAll(),
+      () => this.blas.dispose(),
+      () => this.staging.dispose(),
+      () => this.workspace.dispose(),
+      () => this.allocator.dispose(),
+      () => this.streamObj.dispose(),
+    ]) {
+      try {
+        step();
+      } catch (err) {
+        first ??= err;
+      }
+    }
+    if (first !== null) throw first;
+  }
+
+  // ---- ops (ops.ts, attention_ops.ts) -------------------------------------------------------------
+
+  embedding(ids: Tensor, table: Tensor): Tensor {
+    return ops.embedding(this, ids, table);
+  }
+  rmsNorm(x: Tensor, weight: Tensor, eps: number): Tensor {
+    return ops.rmsNorm(this, x, weight, eps);
+  }
+  fusedAddRmsNorm(x: Tensor, residual: Tensor, weight: Tensor, eps: number): void {
+    ops.fusedAddRmsNorm(this, x, residual, weight, eps);
+  }
+  linear(x: Tensor, weight: Tensor, bias: Tensor | null, outDtype?: DType): Tensor {
+    return ops.linear(this, x, weight, bias, outDtype ?? this.activationDtype);
+  }
+  qkNorm(qkv: Tensor, layout: QkvLayout, qWeight: Tensor, kWeight: Tensor, eps: number): void {
+    ops.qkNorm(this, qkv, layout, qWeight, kWeight, eps);
+  }
+  rotaryEmbedding(qkv: Tensor, layout: QkvLayout, positions: Tensor, cosSinCache: Tensor): void {
+    ops.rotaryEmbedding(this, qkv, layout, positions, cosSinCache);
+  }
+  siluAndMul(x: Tensor): Tensor {
+    return ops.siluAndMul(this, x);
+  }
+  reshapeAndCache(
+    qkv: Tensor,
+    layout: QkvLayout,
+    kvCache: Tensor,
+    slotMapping: Tensor,
+    blockSize: number,
+  ): void {
+    ops.reshapeAndCache(this, qkv, layout, kvCache, slotMapping, blockSize);
+  }
+  pagedAttention(
+    qkv: Tensor,
+    layout: QkvLayout,
+    kvCache: Tensor,
+    meta: AttentionMetadata,
+    blockSize: number,
+  ): Tensor {
+    return attn.pagedAttention(this, qkv, layout, kvCache, meta, blockSize);
+  }
+  gatherRows(x: Tensor, indices: Tensor): Tensor {
+    return ops.gatherRows(this, x, indices);
+  }
+  sampleOnDevice(logits: Tensor, rows: DeviceSamplingRows): Int32Array | null {
+    if (!this.addon.buildInfo.hasSampling) return null;
+    this.notCapturing("sampleOnDevice");
+    return attn.sampleOnDevice(this, logits, rows);
+  }
+
+  // ---- CudaOpsContext / CudaAttentionContext ---------------------------------------------------------
+
+  /** Validates that t is a live tensor of this backend. @throws Error naming `what` otherwise. */
+  dev(t: Tensor, what: string): CudaTensor {
+    if (!(t instanceof CudaTensor)) throw new Error(`${what}: not a tensor of the CUDA backend`);
+    if (this.disposed) throw new Error(`${what}: the CUDA backend is disposed`);
+    if (t.released) throw new Error(`${what}: the tensor was freed`);
+    if (t.kind === "workspace" && t.generation !== this.workspace.generation) {
+      throw new Error(`${what}: a workspace tensor from before the last resetWorkspace() was used`);
+    }
+    return t;
+  }
+
+  /** A new workspace tensor (valid until resetWorkspace()). */
+  out(shape: readonly number[], dtype: DType): CudaTensor {
+    if (this.workspace.exact) this.notCapturing("exactWorkspace mode");
+    return this.workspace.tensor(shape, dtype);
+  }
+
+  /** Raw workspace bytes (256-byte aligned address), valid until resetWorkspace(). */
+  scratch(bytes: number): number {
+    if (this.workspace.exact) this.notCapturing("exactWorkspace mode");
+    return this.workspace.scratch(bytes);
+  }
+
+  /** Scratch shared by the launches of one step (CudaAttentionContext; StepWorkspace.sharedScratch). */
+  sharedScratch(bytes: number): number {
+    if (this.workspace.exact) this.notCapturing("exactWorkspace mode");
+    return this.workspace.sharedScratch(bytes);
+  }
+
+  /** Queues an async copy of host bytes to a device address (CudaAttentionContext). */
+  uploadBytes(dst: number, data: ArrayBufferView): void {
+    this.notCapturing("a host upload");
+    this.staging.toDevice(dst, data);
+  }
+
+  /** Copies device bytes into dst; returns when done (CudaAttentionContext). */
+  downloadBytes(dst: ArrayBufferView, src: number): void {
+    this.notCapturing("a device read");
+    this.staging.toHost(dst, src);
+  }
+
+  // ---- internals ------------------------------------------------------------------------------------
+
+  private allocPersistent(shape: readonly number[], dtype: DType): CudaTensor {
+    this.notCapturing("allocating a persistent tensor");
+    if (this.disposed) throw new Error("the CUDA backend is disposed");
+    const bytes = numelOf(shape) * DTYPE_BYTES[dtype];
+    return new CudaTensor([...shape], dtype, this.allocator.malloc(bytes), "persistent", -1);
+  }
+
+  /**
+   * Writes `count` host values of srcDtype to device address dst as dstDtype: a plain async copy
+   * when the dtypes match, else chunks through the upload scratch and the cast kernel.
+   */
+  private writeConverted(
+    dst: number,
+    dstDtype: DType,
+    data: ArrayBufferView,
+    srcDtype: DType,
+    count: number,
+  ): void {
+    this.notCapturing("writing host data");
+    const srcBytes = DTYPE_BYTES[srcDtype];
+    const bytes = new Uint8Array(data.buffer, data.byteOffset, count * srcBytes);
+    if (dstDtype === srcDtype) {
+      this.staging.toDevice(dst, bytes);
+      return;
+    }
+    const chunk = Math.floor(this.uploadScratchBytes / srcBytes);
+    for (let i = 0; i < count; i += chunk) {
+      const n = Math.min(chunk, count - i);
+      this.staging.toDevice(this.uploadScratch, bytes.subarray(i * srcBytes, (i + n) * srcBytes));
+      this.addon.cast(
+        this.stream,
+        dst + i * DTYPE_BYTES[dstDtype],
+        DTYPE_CODE[dstDtype],
+        this.uploadScratch,
+        DTYPE_CODE[srcDtype],
+        n,
+      );
+    }
+  }
+
+  private notCapturing(what: string): void {
+    if (this.graphs.isCapturing) throw new Error(`${what} is not allowed during CUDA graph capture`);
+  }
+}

@@ -1,0 +1,106 @@
+import type { HisparseNative, NativeEvent, NativePinnedBuffer } from "./addon.js";
+
+/** Alignment of each staged chunk inside the pinned buffer (bytes). */
+const CHUNK_ALIGN = 256;
+
+/**
+ * Host <-> device copies through pinned memory, so that uploads are truly asynchronous and run
+ * at full PCIe speed (a copy from pageable memory is staged by the driver and blocks).
+ *
+ * Uploads: the caller's bytes are copied (memcpy) into a pinned staging buffer and an async H2D
+ * copy is queued on the stream; the caller may reuse its array at once. The staging buffer is a
+ * bump region: when it is full, the stream is synchronised and the region starts over; recycle()
+ * (called by resetWorkspace) waits for the last queued copy and starts over too.
+ *
+ * Reads: device -> a pinned readback buffer -> the caller's array, in chunks, synchronously.
+ */
+export class HostStaging {
+  private readonly upload: NativePinnedBuffer;
+  private readonly readback: NativePinnedBuffer;
+  private readonly uploadBytes: Uint8Array;
+  private readonly readbackBytes: Uint8Array;
+  private readonly lastCopy: NativeEvent;
+  private offset = 0;
+  private pending = false;
+
+  /**
+   * @param bytes size of each of the two pinned buffers (upload, readback)
+   * @param stream the backend stream every copy is queued on
+   */
+  constructor(
+    private readonly addon: HisparseNative,
+    bytes: number,
+    private readonly stream: number,
+  ) {
+    this.upload = new addon.PinnedBuffer(bytes);
+    this.readback = new addon.PinnedBuffer(bytes);
+    this.uploadBytes = new Uint8Array(this.upload.buffer);
+    this.readbackBytes = new Uint8Array(this.readback.buffer);
+    this.lastCopy = new addon.Event();
+  }
+
+  /** Capacity of each pinned buffer in bytes. */
+  get capacity(): number {
+    return this.uploadBytes.length;
+  }
+
+  /** Queues an async copy of `src` (all its bytes) to device address `dst` on the stream. */
+  toDevice(dst: number, src: ArrayBufferView): void {
+    const bytes = new Uint8Array(src.buffer, src.byteOffset, src.byteLength);
+    const cap = this.uploadBytes.length;
+    let pos = 0;
+    while (pos < bytes.length) {
+      if (this.offset >= cap) this.drain();
+      const n = Math.min(bytes.length - pos, cap - this.offset);
+      this.uploadBytes.set(bytes.subarray(pos, pos + n), this.offset);
+      this.addon.memcpyAsync(dst + pos, this.upload.ptr + this.offset, n, this.stream);
+      this.offset = Math.ceil((this.offset + n) / CHUNK_ALIGN) * CHUNK_ALIGN;
+      pos += n;
+    }
+    if (bytes.length > 0) {
+      this.lastCopy.record(this.stream);
+      this.pending = true;
+    }
+  }
+
+  /** Copies `dst.byteLength` bytes from device address `src` into `dst`; returns when done. */
+  toHost(dst: ArrayBufferView, src: number): void {
+    const out = new Uint8Array(dst.buffer, dst.byteOffset, dst.byteLength);
+    const cap = this.readbackBytes.length;
+    for (let pos = 0; pos < out.length; pos += cap) {
+      const n = Math.min(cap, out.length - pos);
+      this.addon.memcpyAsync(this.readback.ptr, src + pos, n, this.stream);
+      this.syncStream();
+      out.set(this.readbackBytes.subarray(0, n), pos);
+    }
+  }
+
+  /** Waits for the queued uploads, then reuses the staging buffer from its start. */
+  recycle(): void {
+    if (this.pending) {
+      this.lastCopy.synchronize();
+      this.pending = false;
+    }
+    this.offset = 0;
+  }
+
+  dispose(): void {
+    this.recycle();
+    this.lastCopy.dispose();
+    this.upload.dispose();
+    this.readback.dispose();
+  }
+
+  /** Staging buffer full: wait for every queued copy (and kernel) on the stream, then start over. */
+  private drain(): void {
+    this.syncStream();
+    this.pending = false;
+    this.offset = 0;
+  }
+
+  private syncStream(): void {
+    // The stream object is owned by the backend; an event round trip keeps this class independent of it.
+    this.lastCopy.record(this.stream);
+    this.lastCopy.synchronize();
+  }
+}

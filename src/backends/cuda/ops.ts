@@ -1,0 +1,292 @@
+/**
+ * The element-wise, normalisation, RoPE, copy and GEMM ops of the CUDA backend: shape and dtype
+ * checks in TS, then one launcher call each (native/kernels/kernels.h, native/addon/blas.cc).
+ * Contracts (shapes, semantics) are those of the Backend interface (../backend.ts); numerics are
+ * documented per kernel in kernels.h.
+ */
+import { DTYPE_BYTES, type DType, type QkvLayout, type Tensor } from "../backend.js";
+import { DTYPE_CODE, type HisparseNative, type NativeBlas } from "./addon.js";
+import { type CudaTensor, describe, expectDtype, expectShape } from "./tensor.js";
+
+/** What the ops need from the backend. */
+export interface CudaOpsContext {
+  readonly addon: HisparseNative;
+  /** Handle of the backend's stream. */
+  readonly stream: number;
+  readonly blas: NativeBlas;
+  /** Validates that t is a live tensor of this backend. @throws Error naming `what` otherwise. */
+  dev(t: Tensor, what: string): CudaTensor;
+  /** A new workspace tensor (valid until resetWorkspace()). */
+  out(shape: readonly number[], dtype: DType): CudaTensor;
+  /** Raw workspace bytes; returns a 256-byte aligned address. */
+  scratch(bytes: number): number;
+}
+
+const FLOAT_DTYPES: readonly DType[] = ["f32", "bf16", "f16"];
+const GEMM_DTYPES: readonly DType[] = ["bf16", "f16"];
+
+function dim(t: Tensor, i: number): number {
+  return t.shape[i] ?? 0;
+}
+
+/** Row width (elements) of a fused qkv tensor. */
+function qkvWidth(layout: QkvLayout): number {
+  return (layout.numHeads + 2 * layout.numKvHeads) * layout.headDim;
+}
+
+/** out[t] = table[ids[t]]. ids: i32 [T]; table: [V, H] -> [T, H] (table's dtype). */
+export function embedding(ctx: CudaOpsContext, ids: Tensor, table: Tensor): Tensor {
+  const idsT = ctx.dev(ids, "embedding ids");
+  const tab = ctx.dev(table, "embedding table");
+  expectDtype(ids, "embedding ids", ["i32"]);
+  expectShape(ids, "embedding ids", [null]);
+  expectShape(table, "embedding table", [null, null]);
+  const T = dim(ids, 0);
+  const [V, H] = [dim(table, 0), dim(table, 1)];
+  const out = ctx.out([T, H], table.dtype);
+  ctx.addon.gatherRows(ctx.stream, out.ptr, tab.ptr, idsT.ptr, T, V, H * DTYPE_BYTES[table.dtype]);
+  return out;
+}
+
+/** out[b] = x[indices[b]]. x: [T, H]; indices: i32 [B] -> [B, H]. */
+export function gatherRows(ctx: CudaOpsContext, x: Tensor, indices: Tensor): Tensor {
+  const xt = ctx.dev(x, "gatherRows x");
+  const idx = ctx.dev(indices, "gatherRows indices");
+  expectShape(x, "gatherRows x", [null, null]);
+  expectDtype(indices, "gatherRows indices", ["i32"]);
+  expectShape(indices, "gatherRows indices", [null]);
+  const [T, H] = [dim(x, 0), dim(x, 1)];
+  const B = dim(indices, 0);
+  const out = ctx.out([B, H], x.dtype);
+  ctx.addon.gatherRows(ctx.stream, out.ptr, xt.ptr, idx.ptr, B, T, H * DTYPE_BYTES[x.dtype]);
+  return out;
+}
+
+/** RMSNorm per row. x: [T, H]; weight: [H] -> [T, H]. */
+export function rmsNorm(ctx: CudaOpsContext, x: Tensor, weight: Tensor, eps: number): Tensor {
+  const xt = ctx.dev(x, "rmsNorm x");
+  const w = ctx.dev(weight, "rmsNorm weight");
+  expectShape(x, "rmsNorm x", [null, null]);
+  expectDtype(x, "rmsNorm x", FLOAT_DTYPES);
+  const [T, H] = [dim(x, 0), dim(x, 1)];
+  expectShape(weight, "rmsNorm weight", [H]);
+  expectDtype(weight, "rmsNorm weight", FLOAT_DTYPES);
+  const out = ctx.out([T, H], x.dtype);
+  ctx.addon.rmsNorm(
+    ctx.stream,
+    out.ptr,
+    xt.ptr,
+    w.ptr,
+    T,
+    H,
+    eps,
+    DTYPE_CODE[x.dtype],
+    DTYPE_CODE[weight.dtype],
+  );
+  return out;
+}
+
+/** In place: residual += x; x = rmsNorm(residual) * weight. x, residual: [T, H]; weight: [H]. */
+export function fusedAddRmsNorm(
+  ctx: CudaOpsContext,
+  x: Tensor,
+  residual: Tensor,
+  weight: Tensor,
+  eps: number,
+): void {
+  const xt = ctx.dev(x, "fusedAddRmsNorm x");
+  const r = ctx.dev(residual, "fusedAddRmsNorm residual");
+  const w = ctx.dev(weight, "fusedAddRmsNorm weight");
+  expectShape(x, "fusedAddRmsNorm x", [null, null]);
+  expectDtype(x, "fusedAddRmsNorm x", FLOAT_DTYPES);
+  const [T, H] = [dim(x, 0), dim(x, 1)];
+  expectShape(residual, "fusedAddRmsNorm residual", [T, H]);
+  expectDtype(residual, "fusedAddRmsNorm residual", [x.dtype]);
+  expectShape(weight, "fusedAddRmsNorm weight", [H]);
+  expectDtype(weight, "fusedAddRmsNorm weight", FLOAT_DTYPES);
+  ctx.addon.fusedAddRmsNorm(
+    ctx.stream,
+    xt.ptr,
+    r.ptr,
+    w.ptr,
+    T,
+    H,
+    eps,
+    DTYPE_CODE[x.dtype],
+    DTYPE_CODE[weight.dtype],
+  );
+}
+
+/**
+ * y = x @ weight^T + bias. x: [T, K] bf16|f16; weight: [N, K] (x's dtype); bias: [N] | null ->
+ * [T, N] of outDtype (x's dtype or f32).
+ */
+export function linear(
+  ctx: CudaOpsContext,
+  x: Tensor,
+  weight: Tensor,
+  bias: Tensor | null,
+  outDtype: DType,
+): Tensor {
+  const xt = ctx.dev(x, "linear x");
+  const w = ctx.dev(weight, "linear weight");
+  expectShape(x, "linear x", [null, null]);
+  expectDtype(x, "linear x", GEMM_DTYPES);
+  const [T, K] = [dim(x, 0), dim(x, 1)];
+  expectShape(weight, "linear weight", [null, K]);
+  expectDtype(weight, "linear weight", [x.dtype]);
+  const N = dim(weight, 0);
+  if (outDtype !== x.dtype && outDtype !== "f32") {
+    throw new Error(`linear: output dtype must be ${x.dtype} or f32, got ${outDtype}`);
+  }
+  let biasPtr = 0;
+  let biasCode = 0;
+  if (bias !== null) {
+    biasPtr = ctx.dev(bias, "linear bias").ptr;
+    expectShape(bias, "linear bias", [N]);
+    expectDtype(bias, "linear bias", FLOAT_DTYPES);
+    biasCode = DTYPE_CODE[bias.dtype];
+  }
+  const y = ctx.out([T, N], outDtype);
+  ctx.blas.linear(
+    ctx.stream,
+    y.ptr,
+    xt.ptr,
+    w.ptr,
+    biasPtr,
+    T,
+    N,
+    K,
+    DTYPE_CODE[x.dtype],
+    DTYPE_CODE[outDtype],
+    biasCode,
+  );
+  return y;
+}
+
+/** In place per-head RMSNorm of the q and k heads of qkv (Qwen3). qWeight, kWeight: [headDim]. */
+export function qkNorm(
+  ctx: CudaOpsContext,
+  qkv: Tensor,
+  layout: QkvLayout,
+  qWeight: Tensor,
+  kWeight: Tensor,
+  eps: number,
+): void {
+  const q = ctx.dev(qkv, "qkNorm qkv");
+  const qw = ctx.dev(qWeight, "qkNorm qWeight");
+  const kw = ctx.dev(kWeight, "qkNorm kWeight");
+  const W = qkvWidth(layout);
+  expectShape(qkv, "qkNorm qkv", [null, W]);
+  expectDtype(qkv, "qkNorm qkv", FLOAT_DTYPES);
+  expectShape(qWeight, "qkNorm qWeight", [layout.headDim]);
+  expectShape(kWeight, "qkNorm kWeight", [layout.headDim]);
+  expectDtype(kWeight, "qkNorm kWeight", [qWeight.dtype]);
+  const T = dim(qkv, 0);
+  const { numHeads, numKvHeads, headDim } = layout;
+  ctx.addon.qkNorm(
+    ctx.stream,
+    q.ptr,
+    qw.ptr,
+    kw.ptr,
+    T,
+    W,
+    numHeads,
+    numKvHeads,
+    headDim,
+    eps,
+    DTYPE_CODE[qkv.dtype],
+    DTYPE_CODE[qWeight.dtype],
+  );
+}
+
+/**
+ * In place NeoX RoPE on the q and k heads of qkv [T, (Hq+2Hkv)*D]. positions: i32 [T];
+ * cosSinCache: f32 [maxPositions, D]. Rows with a position outside the table are left unchanged.
+ */
+export function rotaryEmbedding(
+  ctx: CudaOpsContext,
+  qkv: Tensor,
+  layout: QkvLayout,
+  positions: Tensor,
+  cosSinCache: Tensor,
+): void {
+  const q = ctx.dev(qkv, "rotaryEmbedding qkv");
+  const pos = ctx.dev(positions, "rotaryEmbedding positions");
+  const cs = ctx.dev(cosSinCache, "rotaryEmbedding cosSinCache");
+  const W = qkvWidth(layout);
+  expectShape(qkv, "rotaryEmbedding qkv", [null, W]);
+  expectDtype(qkv, "rotaryEmbedding qkv", FLOAT_DTYPES);
+  const T = dim(qkv, 0);
+  expectShape(positions, "rotaryEmbedding positions", [T]);
+  expectDtype(positions, "rotaryEmbedding positions", ["i32"]);
+  expectShape(cosSinCache, "rotaryEmbedding cosSinCache", [null, layout.headDim]);
+  expectDtype(cosSinCache, "rotaryEmbedding cosSinCache", ["f32"]);
+  const maxPositions = dim(cosSinCache, 0);
+  const rotHeads = layout.numHeads + layout.numKvHeads;
+  ctx.addon.rotaryEmbedding(
+    ctx.stream,
+    q.ptr,
+    pos.ptr,
+    cs.ptr,
+    T,
+    W,
+    rotHeads,
+    layout.headDim,
+    maxPositions,
+    DTYPE_CODE[qkv.dtype],
+  );
+}
+
+/** out = silu(x[:, :I]) * x[:, I:]. x: [T, 2I] -> [T, I]. */
+export function siluAndMul(ctx: CudaOpsContext, x: Tensor): Tensor {
+  const xt = ctx.dev(x, "siluAndMul x");
+  expectShape(x, "siluAndMul x", [null, null]);
+  expectDtype(x, "siluAndMul x", FLOAT_DTYPES);
+  const [T, twoI] = [dim(x, 0), dim(x, 1)];
+  if (twoI % 2 !== 0) throw new Error(`siluAndMul: the last dim must be even, got ${describe(x)}`);
+  const out = ctx.out([T, twoI / 2], x.dtype);
+  ctx.addon.siluAndMul(ctx.stream, out.ptr, xt.ptr, T, twoI / 2, DTYPE_CODE[x.dtype]);
+  return out;
+}
+
+/**
+ * Writes the k and v heads of qkv into the paged cache [numBlocks, 2, blockSize, Hkv, D] at each
+ * token's slot (vLLM reshape_and_cache; slot -1 = skip). slotMapping: i32 [T].
+ */
+export function reshapeAndCache(
+  ctx: CudaOpsContext,
+  qkv: Tensor,
+  layout: QkvLayout,
+  kvCache: Tensor,
+  slotMapping: Tensor,
+  blockSize: number,
+): void {
+  const q = ctx.dev(qkv, "reshapeAndCache qkv");
+  const cache = ctx.dev(kvCache, "reshapeAndCache kvCache");
+  const slots = ctx.dev(slotMapping, "reshapeAndCache slotMapping");
+  const W = qkvWidth(layout);
+  expectShape(qkv, "reshapeAndCache qkv", [null, W]);
+  expectDtype(qkv, "reshapeAndCache qkv", FLOAT_DTYPES);
+  const T = dim(qkv, 0);
+  expectShape(kvCache, "reshapeAndCache kvCache", [null, 2, blockSize, layout.numKvHeads, layout.headDim]);
+  expectDtype(kvCache, "reshapeAndCache kvCache", [qkv.dtype]);
+  expectShape(slotMapping, "reshapeAndCache slotMapping", [T]);
+  expectDtype(slotMapping, "reshapeAndCache slotMapping", ["i32"]);
+  const numBlocks = dim(kvCache, 0);
+  const { numHeads, numKvHeads, headDim } = layout;
+  ctx.addon.reshapeAndCache(
+    ctx.stream,
+    q.ptr,
+    cache.ptr,
+    slots.ptr,
+    T,
+    W,
+    numHeads,
+    numKvHeads,
+    headDim,
+    blockSize,
+    numBlocks,
+    DTYPE_CODE[qkv.dtype],
+  );
+}

@@ -1,0 +1,374 @@
+/**
+ * A host-memory test double of the native addon, so that the TS layer of the CUDA backend
+ * (cuda_backend.ts, host_io.ts, step_workspace.ts, graphs.ts, the ops' argument marshalling) is
+ * tested by `npm test` on machines without a GPU. "Device memory" is host memory at fake
+ * addresses; copies, memsets, casts and row gathers really move bytes; a captured graph records
+ * those operations and replays them. Launchers that have no host version here record their
+ * arguments in `calls` (the tests check the marshalling) and touch no memory.
+ */
+import type { DType } from "../../../../src/backends/backend.js";
+import type {
+  AllocatorStats,
+  HisparseNative,
+  NativeBlas,
+  NativeCudaGraph,
+  NativeDeviceAllocator,
+  NativeEvent,
+  NativePinnedBuffer,
+  NativeStream,
+  NativeWorkspace,
+} from "../../../../src/backends/cuda/addon.js";
+import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits } from "../../../../src/backends/cuda/half.js";
+
+const CODE_DTYPE: Record<number, DType> = { 0: "f32", 1: "bf16", 2: "f16", 3: "i32" };
+
+/** Fake address space: allocations at 256-aligned addresses with gaps between them. */
+export class AddressSpace {
+  private next = 0x1_0000_0000;
+  private readonly regions: { base: number; bytes: Uint8Array }[] = [];
+
+  add(bytes: Uint8Array): number {
+    const base = this.next;
+    this.regions.push({ base, bytes });
+    this.next = Math.ceil((base + bytes.length + 4096) / 256) * 256;
+    return base;
+  }
+  remove(base: number): void {
+    const i = this.regions.findIndex((r) => r.base === base);
+    if (i < 0) throw new Error(`fake: no allocation at ${base}`);
+    this.regions.splice(i, 1);
+  }
+  /** n bytes at addr; throws (like memcheck) when the range leaves an allocation. */
+  view(addr: number, n: number): Uint8Array {
+    for (const r of this.regions) {
+      if (addr >= r.base && addr + n <= r.base + r.bytes.length)
+        return r.bytes.subarray(addr - r.base, addr - r.base + n);
+    }
+    throw new Error(`fake: invalid access of ${n} bytes at ${addr}`);
+  }
+}
+
+/** One recorded argument list of a launcher without a host implementation. */
+export interface FakeCall {
+  fn: string;
+  args: number[];
+}
+
+/** The fake addon plus its inspection hooks. */
+export interface FakeAddon extends HisparseNative {
+  readonly calls: FakeCall[];
+  readonly memory: AddressSpace;
+  /** ids returned by `sample` (set by the test; default 0s). */
+  sampleResult: number[];
+  /** The per-row arrays `sample` read from fake device memory at its last call. */
+  lastSampleRows: {
+    temperature: number[];
+    topK: number[];
+    topP: number[];
+    minP: number[];
+    uniform: number[];
+  } | null;
+}
+
+function readValue(v: DataView, off: number, dtype: DType): number {
+  switch (dtype) {
+    case "f32":
+      return v.getFloat32(off, true);
+    case "bf16":
+      return bf16BitsToF32(v.getUint16(off, true));
+    case "f16":
+      return f16BitsToF32(v.getUint16(off, true));
+    default:
+      return v.getInt32(off, true);
+  }
+}
+
+function writeValue(v: DataView, off: number, dtype: DType, x: number): void {
+  if (dtype === "f32") v.setFloat32(off, x, true);
+  else if (dtype === "bf16") v.setUint16(off, f32ToBf16Bits(x), true);
+  else if (dtype === "i32") v.setInt32(off, x, true);
+  else throw new Error("fake: casts to f16 are not implemented");
+}
+
+const BYTES: Record<DType, number> = { f32: 4, bf16: 2, f16: 2, i32: 4 };
+
+export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?: boolean } = {}): FakeAddon {
+  const mem = new AddressSpace();
+  const calls: FakeCall[] = [];
+  /** Stream handle -> the graph recording it (or null). */
+  const recording = new Map<number, (() => void)[]>();
+  let nextStream = 0x100;
+  const run = (stream: number, op: () => void) => {
+    const rec = recording.get(stream);
+    if (rec) rec.push(op);
+    else op();
+  };
+
+  class DeviceAllocator implements NativeDeviceAllocator {
+    private live = new Map<number, number>();
+    private s = { numAllocs: 0, numFrees: 0, peak: 0 };
+    malloc(bytes: number): number {
+      const p = mem.add(new Uint8Array(Math.max(1, bytes)));
+      this.live.set(p, bytes);
+      this.s.numAllocs++;
+      this.s.peak = Math.max(this.s.peak, this.inUse());
+      return p;
+    }
+    free(ptr: number): void {
+      if (!this.live.delete(ptr)) throw new Error("DeviceAllocator.free: the address was not allocated here");
+      mem.remove(ptr);
+      this.s.numFrees++;
+    }
+    emptyCache(): void {}
+    stats(): AllocatorStats {
+      const u = this.inUse();
+      return {
+        bytesInUse: u,
+        bytesRequested: u,
+        bytesReserved: u,
+        bytesCached: 0,
+        peakBytesInUse: this.s.peak,
+        peakBytesReserved: this.s.peak,
+        numAllocs: this.s.numAllocs,
+        numFrees: this.s.numFrees,
+        numCacheHits: 0,
+        numCudaMallocs: this.s.numAllocs,
+        numCudaFrees: this.s.numFrees,
+        numOomRetries: 0,
+        caching: false,
+      };
+    }
+    dispose(): void {
+      for (const p of this.live.keys()) mem.remove(p);
+      this.live.clear();
+    }
+    private inUse(): number {
+      let n = 0;
+      for (const b of this.live.values()) n += b;
+      return n;
+    }
+  }
+
+  class PinnedBuffer implements NativePinnedBuffer {
+    buffer: ArrayBuffer;
+    ptr: number;
+    constructor(readonly byteLength: number) {
+      this.buffer = new ArrayBuffer(byteLength);
+      this.ptr = mem.add(new Uint8Array(this.buffer));
+    }
+    dispose(): void {
+      mem.remove(this.ptr);
+      this.ptr = 0;
+    }
+  }
+
+  class Stream implements NativeStream {
+    readonly handle = nextStream++;
+    synchronize(): void {}
+    query(): boolean {
+      return true;
+    }
+    waitEvent(): void {}
+    dispose(): void {}
+  }
+
+  class Event implements NativeEvent {
+    readonly handle = 1;
+    record(): void {}
+    synchronize(): void {}
+    query(): boolean {
+      return true;
+    }
+    elapsedMs(): number {
+      return 0;
+    }
+    dispose(): void {}
+  }
+
+  class Workspace implements NativeWorkspace {
+    readonly base: number;
+    used = 0;
+    peak = 0;
+    constructor(readonly capacity: number) {
+      this.base = mem.add(new Uint8Array(capacity));
+    }
+    alloc(bytes: number, align = 256): number {
+      const start = Math.ceil(this.used / align) * align;
+      if (start + bytes > this.capacity)
+        throw new RangeError("step workspace exhausted: raise the backend's workspaceBytes option");
+      this.used = start + bytes;
+      this.peak = Math.max(this.peak, this.used);
+      return this.base + start;
+    }
+    reset(): void {
+      this.used = 0;
+    }
+    setUsed(bytes: number): void {
+      this.used = bytes;
+      this.peak = Math.max(this.peak, this.used);
+    }
+    dispose(): void {}
+  }
+
+  class CudaGraph implements NativeCudaGraph {
+    private ops: (() => void)[] | null = null;
+    private stream = 0;
+    captureBegin(stream: number): void {
+      this.ops = [];
+      this.stream = stream;
+      recording.set(stream, this.ops);
+    }
+    captureEnd(): void {
+      recording.delete(this.stream);
+    }
+    captureAbort(): void {
+      recording.delete(this.stream);
+      this.ops = null;
+    }
+    launch(): void {
+      if (this.ops === null) throw new Error("CudaGraph.launch: the graph is not instantiated");
+      for (const op of this.ops) op();
+    }
+    get numNodes(): number {
+      return this.ops?.length ?? 0;
+    }
+    dispose(): void {
+      this.ops = null;
+    }
+  }
+
+  const blas: NativeBlas = {
+    mode: "lt",
+    version: 130000,
+    cublasPath: "fake",
+    numPlans: 0,
+    linear: (...args: number[]) => void calls.push({ fn: "linear", args }),
+    dispose: () => {},
+  };
+
+  const record =
+    (fn: string) =>
+    (...args: number[]) =>
+      void calls.push({ fn, args });
+
+  const fake: FakeAddon = {
+    calls,
+    memory: mem,
+    sampleResult: [],
+    lastSampleRows: null,
+    abiVersion: 1,
+    buildInfo: {
+      cudaRuntimeVersion: 13000,
+      hasAttention: options.hasAttention ?? true,
+      hasSampling: options.hasSampling ?? true,
+      debugSync: false,
+      gencode: "fake",
+    },
+    probe: () => ({ ok: true, deviceCount: 1, driverVersion: 13000, runtimeVersion: 13000, error: "" }),
+    deviceProperties: () => ({
+      name: "Fake GPU",
+      major: 9,
+      minor: 0,
+      totalGlobalMem: 2 ** 34,
+      multiProcessorCount: 132,
+      l2CacheSize: 50 * 2 ** 20,
+      sharedMemPerBlockOptin: 232448,
+      sharedMemPerMultiprocessor: 233472,
+      memoryBusWidth: 6144,
+      pciBusId: 1,
+      canMapHostMemory: true,
+      unifiedAddressing: true,
+    }),
+    setDevice: () => {},
+    getDevice: () => 0,
+    memGetInfo: () => ({ free: 2 ** 33, total: 2 ** 34 }),
+    deviceSynchronize: () => {},
+    memcpyAsync: (dst, src, bytes, stream) =>
+      run(stream, () => mem.view(dst, bytes).set(mem.view(src, bytes))),
+    memsetAsync: (dst, value, bytes, stream) => run(stream, () => mem.view(dst, bytes).fill(value & 0xff)),
+    DeviceAllocator,
+    PinnedBuffer,
+    Stream,
+    Event,
+    Workspace,
+    Blas: function FakeBlas() {
+      return blas;
+    } as unknown as HisparseNative["Blas"],
+    CudaGraph,
+    gatherRows: (stream, out, src, indices, numRows, numSrcRows, rowBytes) =>
+      run(stream, () => {
+        const idx = new DataView(mem.view(indices, 4 * numRows).slice().buffer);
+        for (let r = 0; r < numRows; r++) {
+          const s = idx.getInt32(4 * r, true);
+          const o = mem.view(out + r * rowBytes, rowBytes);
+          if (s < 0 || s >= numSrcRows) o.fill(0);
+          else o.set(mem.view(src + s * rowBytes, rowBytes));
+        }
+      }),
+    cast: (stream, dst, dstDtype, src, srcDtype, count) =>
+      run(stream, () => {
+        const [dt, st] = [CODE_DTYPE[dstDtype]!, CODE_DTYPE[srcDtype]!];
+        const s = mem.view(src, count * BYTES[st]);
+        const d = mem.view(dst, count * BYTES[dt]);
+        const sv = new DataView(s.buffer, s.byteOffset, s.byteLength);
+        const dv = new DataView(d.buffer, d.byteOffset, d.byteLength);
+        for (let i = 0; i < count; i++) writeValue(dv, i * BYTES[dt], dt, readValue(sv, i * BYTES[st], st));
+      }),
+    rmsNorm: record("rmsNorm"),
+    fusedAddRmsNorm: record("fusedAddRmsNorm"),
+    qkNorm: record("qkNorm"),
+    rotaryEmbedding: record("rotaryEmbedding"),
+    siluAndMul: record("siluAndMul"),
+    reshapeAndCache: record("reshapeAndCache"),
+    biasAdd: record("biasAdd"),
+    pagedAttentionWorkspaceBytes: (maxNumReqs, maxNumTokens, numHeads, headDim) =>
+      maxNumReqs * numHeads * 4 * 2 + maxNumTokens * headDim,
+    pagedDecodeAttention: record("pagedDecodeAttention"),
+    pagedPrefillAttention: record("pagedPrefillAttention"),
+    sampleWorkspaceBytes: (B, V) => B * V,
+    sample: (
+      stream,
+      logits,
+      B,
+      V,
+      temperature,
+      topK,
+      topP,
+      minP,
+      uniform,
+      outIds,
+      workspace,
+      workspaceBytes,
+    ) => {
+      calls.push({
+        fn: "sample",
+        args: [
+          stream,
+          logits,
+          B,
+          V,
+          temperature,
+          topK,
+          topP,
+          minP,
+          uniform,
+          outIds,
+          workspace,
+          workspaceBytes,
+        ],
+      });
+      const f32 = (addr: number) => Array.from(new Float32Array(mem.view(addr, 4 * B).slice().buffer));
+      const i32 = (addr: number) => Array.from(new Int32Array(mem.view(addr, 4 * B).slice().buffer));
+      fake.lastSampleRows = {
+        temperature: f32(temperature),
+        topK: i32(topK),
+        topP: f32(topP),
+        minP: f32(minP),
+        uniform: f32(uniform),
+      };
+      const out = new DataView(mem.view(outIds, 4 * B).buffer, mem.view(outIds, 4 * B).byteOffset, 4 * B);
+      for (let b = 0; b < B; b++) out.setInt32(4 * b, fake.sampleResult[b] ?? 0, true);
+    },
+  };
+  return fake;
+}
