@@ -9,11 +9,11 @@ import type { Backend } from "./backend.js";
  */
 export async function createBackend(args: EngineArgs): Promise<Backend> {
   if (args.device !== "cpu") {
-    const { detectCuda } = await import("./cuda/detect.js");
+    const { detectCuda } = await import("./detect.js");
     const cuda = detectCuda();
     if (cuda.available) {
       const { CudaBackend } = await import("./cuda/cuda_backend.js");
-      return new CudaBackend({ maxNumBatchedTokens: args.maxNumBatchedTokens, maxNumSeqs: args.maxNumSeqs });
+      return new CudaBackend();
     }
     if (args.device === "cuda") throw new ConfigError([`--device cuda is not available: ${cuda.reason}`]);
   }

@@ -37,7 +37,7 @@ export function registerInfo(program: Command): void {
 }
 
 async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
-  const { detectCuda } = await import("../backends/cuda/detect.js");
+  const { detectCuda } = await import("../backends/detect.js");
   const cuda = detectCuda();
   const dir = resolveModelDir(o.model);
   const cfg = loadModelConfig(dir);
