@@ -25,8 +25,9 @@ constexpr int kDecodeHeadsPerCta = 16;
 __host__ __device__ inline bool isPow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
 /**
- * Checks the sizes both launchers need: pointers set, D in {64, 128}, Hq a multiple of Hkv,
- * blockSize a power of two, positive scale and bounds, grid dimensions within CUDA limits.
+ * Checks the sizes both launchers need: pointers set and 16-byte aligned, D in {64, 128}, Hq a
+ * multiple of Hkv, qkv row stride a multiple of 8 elements, blockSize a power of two, positive
+ * scale and bounds, grid dimensions within CUDA limits.
  */
 inline bool validParams(const HsPagedAttentionParams* p) {
   if (p == nullptr || p->qkv == nullptr || p->kvCache == nullptr || p->out == nullptr ||
@@ -36,7 +37,10 @@ inline bool validParams(const HsPagedAttentionParams* p) {
   if (p->numKvHeads <= 0 || p->numHeads <= 0 || p->numHeads % p->numKvHeads != 0) return false;
   if (!isPow2(p->blockSize) || p->maxBlocksPerReq <= 0 || p->maxModelLen <= 0) return false;
   if (p->numReqs < 0 || p->numReqs > 65535 || p->numTokens < 0) return false;
-  if (p->qkvRowStride < p->numHeads * p->headDim) return false;
+  if (p->qkvRowStride < p->numHeads * p->headDim || p->qkvRowStride % 8 != 0) return false;
+  // 16-byte vector accesses: tensors must start on 16 bytes (cudaMalloc gives 256).
+  const auto misaligned = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) != 0; };
+  if (misaligned(p->qkv) || misaligned(p->kvCache) || misaligned(p->out) || misaligned(p->workspace)) return false;
   if (!(p->scale > 0.f)) return false;
   return true;
 }

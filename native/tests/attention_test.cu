@@ -128,6 +128,12 @@ void invalidCases(Tally& tally) {
     bad.workspaceBytes = 16;
     tally.record(hsPagedDecodeAttention(&bad, 0) == cudaErrorInvalidValue, "short workspace refused");
   }
+  bad = p;
+  bad.out = p.out + 1;  // 2-byte offset
+  tally.record(hsPagedDecodeAttention(&bad, 0) == cudaErrorInvalidValue, "misaligned output refused");
+  bad = p;
+  bad.qkvRowStride = p.qkvRowStride + 4;
+  tally.record(hsPagedPrefillAttention(&bad, 1, 0) == cudaErrorInvalidValue, "qkv stride % 8 != 0 refused");
   tally.record(hsPagedDecodeAttention(nullptr, 0) == cudaErrorInvalidValue, "null params refused");
   HS_CHECK(cudaGetLastError());
   std::printf("invalid-argument checks done\n");
