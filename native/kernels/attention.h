@@ -21,14 +21,14 @@ extern "C" {
 #endif
 
 /**
- * Arguments of both attention launchers. All pointers are device pointers; all tensors are
- * row-major and contiguous except `qkv` (row stride `qkvRowStride`).
+ * Arguments of both attention launchers. All pointers are device pointers, 16-byte aligned; all
+ * tensors are row-major and contiguous except `qkv` (row stride `qkvRowStride`).
  * T = numTokens, Hq = numHeads, Hkv = numKvHeads, D = headDim.
  */
 typedef struct HsPagedAttentionParams {
   /** [T, qkvRowStride] bf16, per row q heads (Hq*D), then k heads, then v heads; only q is read. */
   const __nv_bfloat16* qkv;
-  /** Elements between consecutive token rows of `qkv` (>= (Hq + 2*Hkv) * D for the fused layout). */
+  /** Elements between consecutive token rows of `qkv`: a multiple of 8, normally (Hq + 2*Hkv) * D. */
   int qkvRowStride;
   /** [numBlocks, 2, blockSize, Hkv, D] bf16: per block, K then V (DESIGN.md section 3). */
   const __nv_bfloat16* kvCache;
@@ -58,7 +58,10 @@ typedef struct HsPagedAttentionParams {
   float scale;
   /** Static bound on seqLens (tokens); sizes the decode split grid, never read per step. */
   int maxModelLen;
-  /** Device scratch for decode split partials (see hsPagedAttentionWorkspaceBytes); may be null when 0 bytes are needed. */
+  /**
+   * Device scratch for decode split partials, 16-byte aligned (see hsPagedAttentionWorkspaceBytes);
+   * may be null when 0 bytes are needed. Not read by prefill.
+   */
   void* workspace;
   /** Bytes available at `workspace`. */
   size_t workspaceBytes;
@@ -80,14 +83,16 @@ size_t hsPagedAttentionWorkspaceBytes(int maxNumReqs, int maxNumTokens, int numH
  * is (numSplits, Hkv * ceil(G/16), numReqs), numSplits depending only on numReqs, numKvHeads,
  * numHeads, maxModelLen and the SM count. Rows with seqLen 0 are written as zeros.
  * Enqueues 1 or 2 kernels on `s`; no allocation, synchronisation or host copy (graph-capturable).
- * Returns cudaErrorInvalidValue for unsupported sizes or a too-small workspace, else the launch
- * status (cudaGetLastError after the launches).
+ * The first call per device and head dim also raises the kernel's shared-memory limit
+ * (cudaFuncSetAttribute): make one call (a warm-up step) before capturing graphs.
+ * Returns cudaErrorInvalidValue for unsupported sizes, misaligned pointers or a too-small
+ * workspace, else the launch status (cudaGetLastError after the launches).
  */
 cudaError_t hsPagedDecodeAttention(const HsPagedAttentionParams* p, cudaStream_t s);
 
 /**
  * General causal paged attention (chunked prefill; any mix of query lengths, decodes included).
- * maxQueryLen: host-known bound on every request's query length (sizes the grid). Output rows
+ * maxQueryLen: host-known value >= every request's query length (sizes the grid). Output rows
  * of tokens covered by some request are all written (zeros where a row has no keys); rows not
  * covered by queryStartLoc are left untouched. Not for graph capture (grid depends on
  * maxQueryLen). Same error convention as the decode launcher.

@@ -9,7 +9,7 @@
 // writes a normalised fp32 partial and its log2-sum-exp, and decodeMergeKernel combines the
 // active splits. Split sizes are computed in the kernels from seqLens (device memory), so the
 // grid depends only on static sizes and the launch can live in a CUDA graph.
-#include "attention_tile.cuh"
+#include "attention_launch.cuh"
 
 namespace hs_attn {
 namespace {
@@ -323,8 +323,8 @@ cudaError_t launchDecode(const HsPagedAttentionParams* p, int numSplits, cudaStr
     a.partialO = static_cast<float*>(p->workspace);
     a.partialLse = reinterpret_cast<float*>(static_cast<char*>(p->workspace) + align256(rows * D * sizeof(float)));
   }
-  cudaError_t err = cudaFuncSetAttribute(pagedDecodeKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Cfg::kSmemBytes);
+  static std::atomic<unsigned long long> smemLimitSet{0};  // per head dim, one bit per device
+  cudaError_t err = ensureSmemLimit(pagedDecodeKernel<D>, Cfg::kSmemBytes, smemLimitSet);
   if (err != cudaSuccess) return err;
   const dim3 grid(numSplits, p->numKvHeads * a.headTiles, p->numReqs);
   if (grid.y > 65535) return cudaErrorInvalidValue;

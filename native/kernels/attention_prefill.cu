@@ -5,11 +5,11 @@
 // serve every head of its kv group. Grid (ceil(maxQueryLen * G / kRows), Hkv, numReqs); the row
 // tiles run in reverse order so the tiles with the longest causal range start first. A CTA of
 // kWarps warps owns kRows = kWarps * 16 * kMT rows of one request and one kv head; warp w owns
-// rows 16*kMT*w .. +16*kMT. K/V stream through shared memory in 64-key tiles (cp.async, kStages
-// deep, block ids prefetched a tile ahead); each warp computes S = Q K^T for its rows, applies the
+// rows 16*kMT*w .. +16*kMT. K/V stream through shared memory in kKeys-key tiles (cp.async, kStages
+// deep, block ids prefetched ahead); each warp computes S = Q K^T for its rows, applies the
 // causal mask (key position <= query position, query j at seqLen - queryLen + j), updates its
 // online softmax and accumulates P V, all in registers. Rows with no key write zeros.
-#include "attention_tile.cuh"
+#include "attention_launch.cuh"
 
 // Tile shape knobs (keys per K/V tile, pipeline stages) per head dim; the defaults come from the
 // register report in ATTENTION.md (D=128 with 64-key tiles needs > 255 registers and spills).
@@ -248,8 +248,8 @@ cudaError_t launchPrefill(const HsPagedAttentionParams* p, int maxQueryLen, cuda
   const long long rows = static_cast<long long>(maxQueryLen) * a.groupSize;
   const long long tiles = (rows + Cfg::kRows - 1) / Cfg::kRows;
   if (tiles > 0x7fffffffLL || p->numKvHeads > 65535) return cudaErrorInvalidValue;
-  cudaError_t err = cudaFuncSetAttribute(pagedPrefillKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Cfg::kSmemBytes);
+  static std::atomic<unsigned long long> smemLimitSet{0};  // per head dim, one bit per device
+  cudaError_t err = ensureSmemLimit(pagedPrefillKernel<D>, Cfg::kSmemBytes, smemLimitSet);
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(tiles), p->numKvHeads, p->numReqs);
   pagedPrefillKernel<D><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);

@@ -1,10 +1,12 @@
 // Standalone correctness test of the paged attention kernels against a double-precision CPU
-// reference (native/tests/paged_case.h). Usage: attention_test [--quick]
-//   --quick  a small subset (for compute-sanitizer runs)
+// reference (native/tests/paged_case.h). Usage: attention_test [--quick] [--only TEXT]
+//   --quick      a small subset (for compute-sanitizer runs and the CPU emulation)
+//   --only TEXT  only the cases whose name contains TEXT
 // Every case: random bf16 inputs (never zero), KV on random non-contiguous blocks, NaN in every
 // cache slot and qkv column the kernels must not read, output poisoned with NaN first; passes when
-// every covered output element is finite, rows without keys are exactly 0, and
-// ||gpu - ref|| / ||ref|| < 1e-2. Exit code 0 iff all cases pass.
+// every covered output element is finite, rows without keys are exactly 0,
+// ||gpu - ref|| / ||ref|| < 1e-2 over the case and < 2e-2 for every (token, head) row.
+// Exit code 0 iff all cases pass.
 #include <cstdio>
 #include <vector>
 
@@ -15,9 +17,14 @@ using namespace hs_test;
 namespace {
 
 constexpr double kTol = 1e-2;
+/** Case-name filter from --only (nullptr: every case). */
+const char* gOnly = nullptr;
+
+bool selected(const std::string& name) { return gOnly == nullptr || name.find(gOnly) != std::string::npos; }
 
 /** Runs one decode or prefill case and records the result. */
 bool runCase(const CaseSpec& spec, bool decode, Tally& tally) {
+  if (!selected(spec.name)) return true;
   PagedCase c = buildCase(spec);
   const HsPagedAttentionParams p = c.params();
   int maxQ = 0;
@@ -27,9 +34,9 @@ bool runCase(const CaseSpec& spec, bool decode, Tally& tally) {
   HS_CHECK(cudaDeviceSynchronize());
   const Comparison cmp = compareOutput(c, referenceAttention(c));
   const bool ok = cmp.ok(kTol);
-  std::printf("%-4s %-44s splits=%-3d relErr=%.2e maxAbs=%.2e nonFinite=%ld zeroRowErr=%ld %s\n",
-              decode ? "dec" : "pre", spec.name.c_str(), splits, cmp.relErr, cmp.maxAbs, cmp.nonFinite,
-              cmp.zeroRowErr, ok ? "ok" : "FAIL");
+  std::printf("%-4s %-44s splits=%-3d relErr=%.2e worstRow=%.2e maxAbs=%.2e nonFinite=%ld zeroRowErr=%ld %s\n",
+              decode ? "dec" : "pre", spec.name.c_str(), splits, cmp.relErr, cmp.worstRow, cmp.maxAbs,
+              cmp.nonFinite, cmp.zeroRowErr, ok ? "ok" : "FAIL");
   tally.record(ok, spec.name.c_str());
   return ok;
 }
@@ -69,10 +76,13 @@ void graphCase(Tally& tally) {
   CaseSpec spec = decodeSpec("graph replay, lengths changed in device memory", 32, 8, 128, 16,
                              {3000, 1, 0, 700, 4096, 250, 0, 1500}, 4096, 77);
   spec.poison = false;  // every block holds data, so both block assignments are valid
+  if (!selected(spec.name)) return;
   PagedCase c = buildCase(spec);
   const HsPagedAttentionParams p = c.params();
   cudaStream_t stream;
   HS_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  HS_CHECK(hsPagedDecodeAttention(&p, stream));  // warm-up outside capture (sets the smem limit once)
+  HS_CHECK(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   HS_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
@@ -91,8 +101,8 @@ void graphCase(Tally& tally) {
     HS_CHECK(cudaStreamSynchronize(stream));
     const Comparison cmp = compareOutput(c, referenceAttention(c));
     const bool ok = cmp.ok(kTol);
-    std::printf("dec  %-44s round=%d relErr=%.2e maxAbs=%.2e nonFinite=%ld %s\n", spec.name.c_str(), round,
-                cmp.relErr, cmp.maxAbs, cmp.nonFinite, ok ? "ok" : "FAIL");
+    std::printf("dec  %-44s round=%d relErr=%.2e worstRow=%.2e maxAbs=%.2e nonFinite=%ld %s\n",
+                spec.name.c_str(), round, cmp.relErr, cmp.worstRow, cmp.maxAbs, cmp.nonFinite, ok ? "ok" : "FAIL");
     tally.record(ok, "graph replay");
   }
   HS_CHECK(cudaGraphExecDestroy(exec));
@@ -118,6 +128,12 @@ void invalidCases(Tally& tally) {
     bad.workspaceBytes = 16;
     tally.record(hsPagedDecodeAttention(&bad, 0) == cudaErrorInvalidValue, "short workspace refused");
   }
+  bad = p;
+  bad.out = p.out + 1;  // 2-byte offset
+  tally.record(hsPagedDecodeAttention(&bad, 0) == cudaErrorInvalidValue, "misaligned output refused");
+  bad = p;
+  bad.qkvRowStride = p.qkvRowStride + 4;
+  tally.record(hsPagedPrefillAttention(&bad, 1, 0) == cudaErrorInvalidValue, "qkv stride % 8 != 0 refused");
   tally.record(hsPagedDecodeAttention(nullptr, 0) == cudaErrorInvalidValue, "null params refused");
   HS_CHECK(cudaGetLastError());
   std::printf("invalid-argument checks done\n");
@@ -127,6 +143,7 @@ void invalidCases(Tally& tally) {
 
 int main(int argc, char** argv) {
   const bool quick = hasFlag(argc, argv, "--quick");
+  gOnly = flagValue(argc, argv, "--only");
   cudaDeviceProp prop;
   HS_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);

@@ -1,5 +1,5 @@
 // Standalone test of hsSample against a CPU implementation of the rule in
-// src/backends/backend.ts (DeviceSamplingRows). Usage: sampling_test [--quick]
+// src/backends/backend.ts (DeviceSamplingRows). Usage: sampling_test [--quick] [--no-timing]
 // Crafted rows (ties at the argmax, top-k boundary ties, top-p edges and ties, min-p edges, a
 // 128K vocabulary with picks across tiles) must give exactly the hand-computed ids. Random rows
 // must give the reference id, or (counted separately) an id the reference gives when u, topP and
@@ -281,6 +281,7 @@ void timing(int B, int V, float temperature, int k, float tp, float mp) {
 
 int main(int argc, char** argv) {
   const bool quick = hasFlag(argc, argv, "--quick");
+  const bool timed = !quick && !hasFlag(argc, argv, "--no-timing");
   Tally tally;
   craftedCases(tally);
   randomCases(1000, 64, 1, tally);
@@ -288,6 +289,8 @@ int main(int argc, char** argv) {
     randomCases(32000, 48, 2, tally);
     randomCases(128256, 32, 3, tally);
     randomCases(151936, 16, 4, tally);
+  }
+  if (timed) {
     timing(64, 128256, 0.f, 0, 1.f, 0.f);
     timing(64, 128256, 0.8f, 0, 1.f, 0.f);
     timing(64, 128256, 0.8f, 50, 0.9f, 0.05f);

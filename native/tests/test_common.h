@@ -147,4 +147,11 @@ inline bool hasFlag(int argc, char** argv, const char* flag) {
   return false;
 }
 
+/** Value after `flag` in argv, or nullptr. */
+inline const char* flagValue(int argc, char** argv, const char* flag) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], flag) == 0) return argv[i + 1];
+  return nullptr;
+}
+
 }  // namespace hs_test
