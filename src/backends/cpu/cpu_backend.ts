@@ -1,0 +1,404 @@
+import { availableParallelism, freemem, totalmem } from "node:os";
+import { PAD_SLOT_ID } from "../../core/ids.js";
+import type {
+  AttentionMetadata,
+  Backend,
+  DeviceSamplingRows,
+  DType,
+  HostTensorData,
+  KvCacheSpec,
+  MemoryInfo,
+  QkvLayout,
+  Tensor,
+} from "../backend.js";
+import { checkAttentionMetadata, checkQkv, cpu, expectShape } from "./checks.js";
+import { bf16ToF32, f16ToF32 } from "./dtype.js";
+import { pagedAttentionKernel, reshapeAndCacheKernel } from "./kernels/attention.js";
+import {
+  fusedAddRmsNormKernel,
+  gatherRowsKernel,
+  qkNormKernel,
+  rmsNormKernel,
+  rotaryEmbeddingKernel,
+  siluAndMulKernel,
+} from "./kernels/elementwise.js";
+import { linearKernel, linearPartRange } from "./kernels/linear.js";
+import { sampleRowByRule } from "./kernels/sampling.js";
+import { CpuMemory } from "./memory.js";
+import { type CpuDType, type CpuTensor, cpuDType, numelOf } from "./tensor.js";
+import { CpuThreadPool, JOB_ATTENTION, JOB_LINEAR } from "./thread_pool.js";
+
+/** Options of {@link CpuBackend}. */
+export interface CpuBackendOptions {
+  /**
+   * Threads per matmul / attention call, the calling thread included. Default
+   * min(2, os.availableParallelism()); 1 runs everything on the calling thread.
+   */
+  numThreads?: number;
+  /** Smallest matmul (T * N * K multiply-adds) split over threads. Default {@link LINEAR_THREAD_MIN_MACS}. */
+  linearThreadMinMacs?: number;
+  /** Smallest attention call (multiply-adds) split over threads. Default {@link ATTENTION_THREAD_MIN_MACS}. */
+  attentionThreadMinMacs?: number;
+}
+
+/**
+ * Below this many multiply-adds a matmul runs on the calling thread: waking a worker costs
+ * about as much as ~50k multiply-adds (bench/results/cpu_ops.md).
+ */
+export const LINEAR_THREAD_MIN_MACS = 1 << 17;
+/** Below this many multiply-adds attention runs on the calling thread. */
+export const ATTENTION_THREAD_MIN_MACS = 1 << 17;
+
+/**
+ * The TypeScript backend: fp32 math and storage on typed arrays, the numerical oracle of the CUDA
+ * kernels and the runtime when no GPU is present. Weights (bf16/f16/f32) are widened to f32
+ * exactly on upload; activations and the KV cache are f32. Matmuls and attention are split over
+ * a small pool of worker threads sharing SharedArrayBuffers (see README.md); results do not
+ * depend on the thread count.
+ */
+export class CpuBackend implements Backend {
+  readonly name = "cpu" as const;
+  readonly activationDtype: DType = "f32";
+  /** Threads per big kernel, the calling thread included. */
+  readonly numThreads: number;
+  private readonly pool: CpuThreadPool | null;
+  private readonly mem: CpuMemory;
+  private readonly linearMin: number;
+  private readonly attentionMin: number;
+  private sampleScratch = new Float32Array(0);
+
+  /** @throws Error when numThreads is not a positive integer. */
+  constructor(options: CpuBackendOptions = {}) {
+    const n = options.numThreads ?? Math.min(2, availableParallelism());
+    if (!Number.isInteger(n) || n < 1) throw new Error(`numThreads must be a positive integer, got ${n}`);
+    this.numThreads = n;
+    this.pool = n > 1 ? new CpuThreadPool(n) : null;
+    this.mem = new CpuMemory(this.pool);
+    this.linearMin = options.linearThreadMinMacs ?? LINEAR_THREAD_MIN_MACS;
+    this.attentionMin = options.attentionThreadMinMacs ?? ATTENTION_THREAD_MIN_MACS;
+  }
+
+  // ---- memory --------------------------------------------------------------------------------
+
+  /**
+   * Uploads a weight as f32: bf16 widened exactly (bits << 16), f16 widened exactly, f32 copied.
+   * @throws Error when the data length does not match the shape.
+   */
+  uploadWeight(src: HostTensorData): Tensor {
+    const n = numelOf(src.shape);
+    if (src.data.length !== n)
+      throw new Error(`uploadWeight: ${src.data.length} values for shape [${src.shape}]`);
+    const t = this.mem.allocPersistent(src.shape, "f32");
+    if (src.dtype === "f32") t.f32.set(src.data as Float32Array);
+    else if (src.dtype === "bf16") bf16ToF32(src.data as Uint16Array, t.f32);
+    else f16ToF32(src.data as Uint16Array, t.f32);
+    return t;
+  }
+
+  /** Copies host data into a persistent f32/i32 tensor. @throws Error on bf16/f16 or a length mismatch. */
+  upload(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor {
+    const d = cpuDType(dtype, "upload");
+    const t = this.mem.allocPersistent(shape, d);
+    copyInto(t, data, d, "upload");
+    return t;
+  }
+
+  /** Copies host data into a workspace tensor. @throws Error on bf16/f16 or a length mismatch. */
+  stage(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor {
+    const d = cpuDType(dtype, "stage");
+    const t = this.mem.allocWorkspace(shape, d);
+    copyInto(t, data, d, "stage");
+    return t;
+  }
+
+  /**
+   * One zeroed f32 tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim].
+   * @throws Error when spec.dtype is not f32 (the CPU backend keeps its KV cache in f32).
+   */
+  allocateKvCache(spec: KvCacheSpec): Tensor[] {
+    if (spec.dtype !== "f32") throw new Error(`the CPU backend keeps its KV cache in f32, got ${spec.dtype}`);
+    const shape = [spec.numBlocks, 2, spec.blockSize, spec.numKvHeads, spec.headDim];
+    const out: Tensor[] = [];
+    for (let l = 0; l < spec.numLayers; l++) out.push(this.mem.allocPersistent(shape, "f32"));
+    return out;
+  }
+
+  /** A copy of the tensor's values (Float32Array for f32, Int32Array for i32). */
+  toHost(t: Tensor): Float32Array | Int32Array {
+    const c = cpu(t, this.mem, "toHost");
+    return c.dtype === "i32" ? c.i32.slice() : c.f32.slice();
+  }
+
+  resetWorkspace(): void {
+    this.mem.resetWorkspace();
+  }
+
+  /** The operating system's free and total memory, in bytes. */
+  memoryInfo(): MemoryInfo {
+    return { free: freemem(), total: totalmem() };
+  }
+
+  /** Frees a persistent tensor; a second free is a no-op. @throws Error for workspace tensors. */
+  free(t: Tensor): void {
+    this.mem.free(cpu(t, this.mem, "free", true));
+  }
+
+  /** Ends the worker threads and releases every buffer. Idempotent. */
+  dispose(): void {
+    this.pool?.dispose();
+    this.mem.dispose();
+  }
+
+  // ---- ops -----------------------------------------------------------------------------------
+
+  embedding(ids: Tensor, table: Tensor): Tensor {
+    const i = cpu(ids, this.mem, "embedding ids", false, "i32");
+    const w = cpu(table, this.mem, "embedding table");
+    const [V, H] = expectShape(w, 2, "embedding table");
+    const [T] = expectShape(i, 1, "embedding ids");
+    const out = this.ws([T, H]);
+    gatherRowsKernel(w.f32, V, H, i.i32, out.f32, "embedding");
+    return out;
+  }
+
+  rmsNorm(x: Tensor, weight: Tensor, eps: number): Tensor {
+    const xc = cpu(x, this.mem, "rmsNorm x");
+    const [T, H] = expectShape(xc, 2, "rmsNorm x");
+    const w = cpu(weight, this.mem, "rmsNorm weight");
+    expectShape(w, [H], "rmsNorm weight");
+    const out = this.ws([T, H]);
+    rmsNormKernel(xc.f32, w.f32, out.f32, T, H, eps);
+    return out;
+  }
+
+  fusedAddRmsNorm(x: Tensor, residual: Tensor, weight: Tensor, eps: number): void {
+    const xc = cpu(x, this.mem, "fusedAddRmsNorm x");
+    const [T, H] = expectShape(xc, 2, "fusedAddRmsNorm x");
+    const r = cpu(residual, this.mem, "fusedAddRmsNorm residual");
+    expectShape(r, [T, H], "fusedAddRmsNorm residual");
+    const w = cpu(weight, this.mem, "fusedAddRmsNorm weight");
+    expectShape(w, [H], "fusedAddRmsNorm weight");
+    fusedAddRmsNormKernel(xc.f32, r.f32, w.f32, T, H, eps);
+  }
+
+  linear(x: Tensor, weight: Tensor, bias: Tensor | null, outDtype?: DType): Tensor {
+    if (outDtype !== undefined && outDtype !== "f32")
+      throw new Error(`linear: the CPU backend outputs f32, got ${outDtype}`);
+    const xc = cpu(x, this.mem, "linear x");
+    const [T, K] = expectShape(xc, 2, "linear x");
+    const w = cpu(weight, this.mem, "linear weight");
+    const N = expectShape(w, [-1, K], "linear weight")[0]!;
+    const b = bias === null ? null : cpu(bias, this.mem, "linear bias");
+    if (b !== null) expectShape(b, [N], "linear bias");
+    const out = this.ws([T, N]);
+    const run = (n0: number, n1: number): void =>
+      linearKernel(
+        xc.buffer.f32,
+        xc.offset,
+        w.buffer.f32,
+        w.offset,
+        b?.buffer.f32 ?? null,
+        b?.offset ?? 0,
+        out.buffer.f32,
+        out.offset,
+        T,
+        N,
+        K,
+        n0,
+        n1,
+      );
+    if (this.pool !== null && T * N * K >= this.linearMin && N >= 2 * this.numThreads) {
+      const args = [
+        xc.buffer.id,
+        xc.offset,
+        w.buffer.id,
+        w.offset,
+        b?.buffer.id ?? -1,
+        b?.offset ?? 0,
+        out.buffer.id,
+        out.offset,
+        T,
+        N,
+        K,
+      ];
+      this.pool.run(JOB_LINEAR, args, (part, parts) => run(...linearPartRange(N, part, parts)));
+    } else {
+      run(0, N);
+    }
+    return out;
+  }
+
+  qkNorm(qkv: Tensor, layout: QkvLayout, qWeight: Tensor, kWeight: Tensor, eps: number): void {
+    const q = cpu(qkv, this.mem, "qkNorm qkv");
+    const T = checkQkv(q, layout, "qkNorm");
+    const qw = cpu(qWeight, this.mem, "qkNorm qWeight");
+    const kw = cpu(kWeight, this.mem, "qkNorm kWeight");
+    expectShape(qw, [layout.headDim], "qkNorm qWeight");
+    expectShape(kw, [layout.headDim], "qkNorm kWeight");
+    qkNormKernel(q.f32, T, layout.numHeads, layout.numKvHeads, layout.headDim, qw.f32, kw.f32, eps);
+  }
+
+  rotaryEmbedding(qkv: Tensor, layout: QkvLayout, positions: Tensor, cosSinCache: Tensor): void {
+    const q = cpu(qkv, this.mem, "rotaryEmbedding qkv");
+    const T = checkQkv(q, layout, "rotaryEmbedding");
+    const pos = cpu(positions, this.mem, "rotaryEmbedding positions", false, "i32");
+    expectShape(pos, [T], "rotaryEmbedding positions");
+    const cs = cpu(cosSinCache, this.mem, "rotaryEmbedding cosSinCache");
+    const maxPos = expectShape(cs, [-1, layout.headDim], "rotaryEmbedding cosSinCache")[0]!;
+    const { numHeads, numKvHeads, headDim } = layout;
+    rotaryEmbeddingKernel(q.f32, T, numHeads, numKvHeads, headDim, pos.i32, cs.f32, maxPos);
+  }
+
+  siluAndMul(x: Tensor): Tensor {
+    const xc = cpu(x, this.mem, "siluAndMul x");
+    const [T, twoI] = expectShape(xc, 2, "siluAndMul x");
+    if (twoI % 2 !== 0) throw new Error(`siluAndMul: last dimension ${twoI} is odd`);
+    const I = twoI / 2;
+    const out = this.ws([T, I]);
+    siluAndMulKernel(xc.f32, out.f32, T, I);
+    return out;
+  }
+
+  reshapeAndCache(
+    qkv: Tensor,
+    layout: QkvLayout,
+    kvCache: Tensor,
+    slotMapping: Tensor,
+    blockSize: number,
+  ): void {
+    const q = cpu(qkv, this.mem, "reshapeAndCache qkv");
+    const T = checkQkv(q, layout, "reshapeAndCache");
+    const kv = cpu(kvCache, this.mem, "reshapeAndCache kvCache");
+    const { numHeads, numKvHeads, headDim } = layout;
+    const numBlocks = expectShape(kv, [-1, 2, blockSize, numKvHeads, headDim], "reshapeAndCache kvCache")[0]!;
+    const slots = cpu(slotMapping, this.mem, "reshapeAndCache slotMapping", false, "i32");
+    expectShape(slots, [T], "reshapeAndCache slotMapping");
+    reshapeAndCacheKernel(
+      q.f32,
+      kv.f32,
+      slots.i32,
+      T,
+      numHeads,
+      numKvHeads,
+      headDim,
+      blockSize,
+      numBlocks,
+      PAD_SLOT_ID,
+    );
+  }
+
+  pagedAttention(
+    qkv: Tensor,
+    layout: QkvLayout,
+    kvCache: Tensor,
+    meta: AttentionMetadata,
+    blockSize: number,
+  ): Tensor {
+    const q = cpu(qkv, this.mem, "pagedAttention qkv");
+    const T = checkQkv(q, layout, "pagedAttention");
+    const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
+    const kv = cpu(kvCache, this.mem, "pagedAttention kvCache");
+    const numBlocks = expectShape(kv, [-1, 2, blockSize, Hkv, D], "pagedAttention kvCache")[0]!;
+    const m = checkAttentionMetadata(meta, this.mem, T, numBlocks, blockSize);
+    const out = this.ws([T, Hq * D]);
+    const run = (part: number, parts: number): void =>
+      pagedAttentionKernel(
+        q.buffer.f32,
+        q.offset,
+        kv.buffer.f32,
+        kv.offset,
+        out.buffer.f32,
+        out.offset,
+        m.qsl.buffer.i32,
+        m.qsl.offset,
+        m.seqLens.buffer.i32,
+        m.seqLens.offset,
+        m.blockTables.buffer.i32,
+        m.blockTables.offset,
+        m.maxBlocksPerReq,
+        meta.numReqs,
+        Hq,
+        Hkv,
+        D,
+        blockSize,
+        part,
+        parts,
+      );
+    if (this.pool !== null && m.macs >= this.attentionMin && T * Hkv >= this.numThreads) {
+      const args = [
+        q.buffer.id,
+        q.offset,
+        kv.buffer.id,
+        kv.offset,
+        out.buffer.id,
+        out.offset,
+        m.qsl.buffer.id,
+        m.qsl.offset,
+        m.seqLens.buffer.id,
+        m.seqLens.offset,
+        m.blockTables.buffer.id,
+        m.blockTables.offset,
+        m.maxBlocksPerReq,
+        meta.numReqs,
+        Hq,
+        Hkv,
+        D,
+        blockSize,
+      ];
+      this.pool.run(JOB_ATTENTION, args, run);
+    } else {
+      run(0, 1);
+    }
+    return out;
+  }
+
+  gatherRows(x: Tensor, indices: Tensor): Tensor {
+    const xc = cpu(x, this.mem, "gatherRows x");
+    const [R, H] = expectShape(xc, 2, "gatherRows x");
+    const idx = cpu(indices, this.mem, "gatherRows indices", false, "i32");
+    const [B] = expectShape(idx, 1, "gatherRows indices");
+    const out = this.ws([B, H]);
+    gatherRowsKernel(xc.f32, R, H, idx.i32, out.f32, "gatherRows");
+    return out;
+  }
+
+  /**
+   * The DeviceSamplingRows rule on the host (kernels/sampling.ts), so that the CUDA sampler has
+   * an oracle. logits: f32 [B, V].
+   */
+  sampleOnDevice(logits: Tensor, rows: DeviceSamplingRows): Int32Array {
+    const l = cpu(logits, this.mem, "sampleOnDevice logits");
+    const [B, V] = expectShape(l, 2, "sampleOnDevice logits");
+    if (rows.temperature.length < B || rows.uniform.length < B)
+      throw new Error(`sampleOnDevice: rows describe fewer than ${B} rows`);
+    if (this.sampleScratch.length < V) this.sampleScratch = new Float32Array(V);
+    const out = new Int32Array(B);
+    for (let b = 0; b < B; b++) {
+      const settings = {
+        temperature: rows.temperature[b]!,
+        topK: rows.topK[b]!,
+        topP: rows.topP[b]!,
+        minP: rows.minP[b]!,
+        uniform: rows.uniform[b]!,
+      };
+      out[b] = sampleRowByRule(l.f32, b * V, V, settings, this.sampleScratch);
+    }
+    return out;
+  }
+
+  /** A workspace tensor of the given shape. */
+  private ws(shape: number[], dtype: CpuDType = "f32"): CpuTensor {
+    return this.mem.allocWorkspace(shape, dtype);
+  }
+}
+
+/**
+ * Copies host values into a fresh tensor.
+ * @throws Error when the lengths differ or the array type does not match the dtype.
+ */
+function copyInto(t: CpuTensor, data: Float32Array | Int32Array, dtype: CpuDType, what: string): void {
+  if (data.length !== t.numel) throw new Error(`${what}: ${data.length} values for shape [${t.shape}]`);
+  if (dtype === "f32" && data instanceof Float32Array) t.f32.set(data);
+  else if (dtype === "i32" && data instanceof Int32Array) t.i32.set(data);
+  else throw new Error(`${what}: a ${data.constructor.name} cannot fill a ${dtype} tensor`);
+}
