@@ -10,6 +10,7 @@ import { type CpuDType, CpuTensor, describe } from "./tensor.js";
 /**
  * Narrows a Tensor to a live CpuTensor of the expected dtype.
  * @param allowFreed accept a freed persistent tensor (for free()).
+ * @param dtype the expected dtype; "any" accepts both.
  * @throws Error for a foreign tensor, a freed tensor, a workspace tensor of an older step, or a
  *   dtype mismatch.
  */
@@ -18,13 +19,13 @@ export function cpu(
   mem: CpuMemory,
   what: string,
   allowFreed = false,
-  dtype: CpuDType = "f32",
+  dtype: CpuDType | "any" = "f32",
 ): CpuTensor {
   if (!(t instanceof CpuTensor)) throw new Error(`${what}: not a CPU backend tensor`);
   if (t.buffer.freed && !allowFreed) throw new Error(`${what}: tensor ${describe(t)} was freed`);
   if (!t.persistent && t.epoch !== mem.epoch)
     throw new Error(`${what}: workspace tensor used after resetWorkspace()`);
-  if (!allowFreed && t.dtype !== dtype) throw new Error(`${what}: expected ${dtype}, got ${describe(t)}`);
+  if (dtype !== "any" && t.dtype !== dtype) throw new Error(`${what}: expected ${dtype}, got ${describe(t)}`);
   return t;
 }
 

@@ -125,7 +125,7 @@ export class CpuBackend implements Backend {
 
   /** A copy of the tensor's values (Float32Array for f32, Int32Array for i32). */
   toHost(t: Tensor): Float32Array | Int32Array {
-    const c = cpu(t, this.mem, "toHost");
+    const c = cpu(t, this.mem, "toHost", false, "any");
     return c.dtype === "i32" ? c.i32.slice() : c.f32.slice();
   }
 
@@ -140,7 +140,7 @@ export class CpuBackend implements Backend {
 
   /** Frees a persistent tensor; a second free is a no-op. @throws Error for workspace tensors. */
   free(t: Tensor): void {
-    this.mem.free(cpu(t, this.mem, "free", true));
+    this.mem.free(cpu(t, this.mem, "free", true, "any"));
   }
 
   /** Ends the worker threads and releases every buffer. Idempotent. */
