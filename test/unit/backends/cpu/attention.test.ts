@@ -100,10 +100,10 @@ function runCase(
     rand,
     Array.from({ length: numBlocks }, (_, i) => i),
   );
-  let next = 0;
+  const starts = blocksPer.map((_, i) => blocksPer.slice(0, i).reduce((a, b) => a + b, 0));
   const reqs = cases.map((c, i) => ({
     c,
-    blockIds: order.slice(next, (next += blocksPer[i]!)),
+    blockIds: order.slice(starts[i]!, starts[i]! + blocksPer[i]!),
     qkv: randF32(rand, c.seqLen * W),
   }));
   const kv = backend.allocateKvCache({

@@ -13,7 +13,7 @@ describe("bf16", () => {
     assert.ok(Object.is(f[6], -0));
     assert.ok(Number.isNaN(bf16ToF32(Uint16Array.from([0x7fc0]))[0]));
     const u32 = new Uint32Array(f.buffer);
-    bits.forEach((b, i) => assert.equal(u32[i], (b << 16) >>> 0));
+    for (let i = 0; i < bits.length; i++) assert.equal(u32[i], (bits[i]! << 16) >>> 0);
   });
 
   it("rounds f32 to the nearest bf16 with ties to even, and round-trips bf16 values", () => {

@@ -28,9 +28,9 @@ describe("embedding and gatherRows", () => {
       backend.embedding(backend.stage(ids, [4], "i32"), backend.upload(table, [10, 6], "f32")),
     );
     assert.deepEqual(out.length, 24);
-    ids.forEach((id, t) =>
-      assert.deepEqual([...out.subarray(t * 6, t * 6 + 6)], [...table.subarray(id * 6, id * 6 + 6)]),
-    );
+    for (const [t, id] of ids.entries()) {
+      assert.deepEqual([...out.subarray(t * 6, t * 6 + 6)], [...table.subarray(id * 6, id * 6 + 6)]);
+    }
     const g = backend.toHost(
       backend.gatherRows(
         backend.stage(table, [10, 6], "f32"),
