@@ -175,7 +175,7 @@ for (const [name, cfg, bf16] of [
 
     it("the threaded backend gives the single-threaded logits bit for bit", () => {
       assert.equal(results.length, 2);
-      results[0]!.forEach((l, i) => assert.deepEqual([...results[1]![i]!], [...l]));
+      for (const [i, l] of results[0]!.entries()) assert.deepEqual([...results[1]![i]!], [...l]);
     });
   });
 }
