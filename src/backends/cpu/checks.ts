@@ -68,8 +68,8 @@ export interface CheckedMetadata {
   seqLens: CpuTensor;
   blockTables: CpuTensor;
   maxBlocksPerReq: number;
-  /** Multiply-adds of q.k and p.v per q head per dim: sum over tokens of their context length. */
-  macs: number;
+  /** Query-key pairs of the step: the sum over query tokens of their context length. */
+  pairs: number;
 }
 
 /**
@@ -95,7 +95,7 @@ export function checkAttentionMetadata(
   const q = qsl.i32;
   if (q[0] !== 0 || q[R] !== T)
     throw new Error(`pagedAttention: queryStartLoc must run from 0 to ${T}, got ${q[0]}..${q[R]}`);
-  let macs = 0;
+  let pairs = 0;
   for (let r = 0; r < R; r++) {
     const qLen = q[r + 1]! - q[r]!;
     const L = seqLens.i32[r]!;
@@ -109,7 +109,7 @@ export function checkAttentionMetadata(
       if (b < 0 || b >= numBlocks)
         throw new Error(`pagedAttention: request ${r} block ${i} is ${b}, outside [0, ${numBlocks})`);
     }
-    macs += qLen * (L - qLen) + (qLen * (qLen + 1)) / 2;
+    pairs += qLen * (L - qLen) + (qLen * (qLen + 1)) / 2;
   }
-  return { qsl, seqLens, blockTables, maxBlocksPerReq, macs };
+  return { qsl, seqLens, blockTables, maxBlocksPerReq, pairs };
 }

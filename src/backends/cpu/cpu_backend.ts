@@ -22,7 +22,7 @@ import {
   rotaryEmbeddingKernel,
   siluAndMulKernel,
 } from "./kernels/elementwise.js";
-import { linearKernel, linearPartRange } from "./kernels/linear.js";
+import { chunkRange, linearKernel } from "./kernels/linear.js";
 import { sampleRowByRule } from "./kernels/sampling.js";
 import { CpuMemory } from "./memory.js";
 import { type CpuDType, type CpuTensor, cpuDType, numelOf } from "./tensor.js";
@@ -35,19 +35,21 @@ export interface CpuBackendOptions {
    * min(2, os.availableParallelism()); 1 runs everything on the calling thread.
    */
   numThreads?: number;
-  /** Smallest matmul (T * N * K multiply-adds) split over threads. Default {@link LINEAR_THREAD_MIN_MACS}. */
-  linearThreadMinMacs?: number;
-  /** Smallest attention call (multiply-adds) split over threads. Default {@link ATTENTION_THREAD_MIN_MACS}. */
-  attentionThreadMinMacs?: number;
+  /**
+   * Multiply-adds per chunk when a matmul or attention call is split over threads. Default
+   * {@link CHUNK_MACS}; calls smaller than three chunks run on the calling thread.
+   */
+  chunkMacs?: number;
 }
 
 /**
- * Below this many multiply-adds a matmul runs on the calling thread: waking a worker costs
- * about as much as ~50k multiply-adds (bench/results/cpu_ops.md).
+ * Work of one chunk of a threaded call, in multiply-adds (~15 us at the ~2.2 G multiply-adds/s of
+ * one thread): big enough that claiming a chunk (one compare-and-swap) is free, small enough that
+ * a thread never waits long for another's last chunk (bench/results/cpu_ops.md).
  */
-export const LINEAR_THREAD_MIN_MACS = 1 << 17;
-/** Below this many multiply-adds attention runs on the calling thread. */
-export const ATTENTION_THREAD_MIN_MACS = 1 << 17;
+export const CHUNK_MACS = 1 << 15;
+/** Chunks per threaded call at most (more gives no better balance). */
+const MAX_CHUNKS_PER_CALL = 64;
 
 /**
  * The TypeScript backend: fp32 math and storage on typed arrays, the numerical oracle of the CUDA
@@ -63,8 +65,7 @@ export class CpuBackend implements Backend {
   readonly numThreads: number;
   private readonly pool: CpuThreadPool | null;
   private readonly mem: CpuMemory;
-  private readonly linearMin: number;
-  private readonly attentionMin: number;
+  private readonly chunkMacs: number;
   private sampleScratch = new Float32Array(0);
 
   /** @throws Error when numThreads is not a positive integer. */
@@ -74,8 +75,7 @@ export class CpuBackend implements Backend {
     this.numThreads = n;
     this.pool = n > 1 ? new CpuThreadPool(n) : null;
     this.mem = new CpuMemory(this.pool);
-    this.linearMin = options.linearThreadMinMacs ?? LINEAR_THREAD_MIN_MACS;
-    this.attentionMin = options.attentionThreadMinMacs ?? ATTENTION_THREAD_MIN_MACS;
+    this.chunkMacs = Math.max(1, options.chunkMacs ?? CHUNK_MACS);
   }
 
   // ---- memory --------------------------------------------------------------------------------
@@ -207,7 +207,8 @@ export class CpuBackend implements Backend {
         n0,
         n1,
       );
-    if (this.pool !== null && T * N * K >= this.linearMin && N >= 2 * this.numThreads) {
+    const chunks = this.numChunks(T * N * K, N >> 1);
+    if (this.pool !== null && chunks >= 2) {
       const args = [
         xc.buffer.id,
         xc.offset,
@@ -221,7 +222,7 @@ export class CpuBackend implements Backend {
         N,
         K,
       ];
-      this.pool.run(JOB_LINEAR, args, (part, parts) => run(...linearPartRange(N, part, parts)));
+      this.pool.run(JOB_LINEAR, args, chunks, (c) => run(...chunkRange(N, c, chunks, 2)));
     } else {
       run(0, N);
     }
@@ -301,7 +302,8 @@ export class CpuBackend implements Backend {
     const numBlocks = expectShape(kv, [-1, 2, blockSize, Hkv, D], "pagedAttention kvCache")[0]!;
     const m = checkAttentionMetadata(meta, this.mem, T, numBlocks, blockSize);
     const out = this.ws([T, Hq * D]);
-    const run = (part: number, parts: number): void =>
+    const numItems = T * Hkv;
+    const run = (i0: number, i1: number): void =>
       pagedAttentionKernel(
         q.buffer.f32,
         q.offset,
@@ -321,10 +323,12 @@ export class CpuBackend implements Backend {
         Hkv,
         D,
         blockSize,
-        part,
-        parts,
+        i0,
+        i1,
       );
-    if (this.pool !== null && m.macs >= this.attentionMin && T * Hkv >= this.numThreads) {
+    // Multiply-adds: q.k and p.v over headDim for every (query, key) pair and q head.
+    const chunks = this.numChunks(2 * m.pairs * Hq * D, numItems);
+    if (this.pool !== null && chunks >= 2) {
       const args = [
         q.buffer.id,
         q.offset,
@@ -344,10 +348,11 @@ export class CpuBackend implements Backend {
         Hkv,
         D,
         blockSize,
+        numItems,
       ];
-      this.pool.run(JOB_ATTENTION, args, run);
+      this.pool.run(JOB_ATTENTION, args, chunks, (c) => run(...chunkRange(numItems, c, chunks, 1)));
     } else {
-      run(0, 1);
+      run(0, numItems);
     }
     return out;
   }
@@ -384,6 +389,16 @@ export class CpuBackend implements Backend {
       out[b] = sampleRowByRule(l.f32, b * V, V, settings, this.sampleScratch);
     }
     return out;
+  }
+
+  /**
+   * Chunks for a call of `macs` multiply-adds that splits into at most `maxSplits` pieces: one
+   * per chunkMacs, at most 64. Calls under three chunks of work get 1 (the calling thread runs
+   * them): there, waking a worker costs more than it saves (bench/results/cpu_ops.md).
+   */
+  private numChunks(macs: number, maxSplits: number): number {
+    if (macs < 3 * this.chunkMacs) return 1;
+    return Math.max(1, Math.min(Math.floor(macs / this.chunkMacs), maxSplits, MAX_CHUNKS_PER_CALL));
   }
 
   /** A workspace tensor of the given shape. */

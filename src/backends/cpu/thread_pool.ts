@@ -1,28 +1,38 @@
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads";
 import { pagedAttentionKernel } from "./kernels/attention.js";
-import { linearKernel, linearPartRange, linearRow1, linearTile2 } from "./kernels/linear.js";
+import { chunkRange, linearKernel, linearRow1, linearTile2 } from "./kernels/linear.js";
 
 /**
  * Slots of the shared control block (Int32Array over a SharedArrayBuffer) through which the
- * calling thread hands one job at a time to every worker thread.
+ * calling thread publishes one job at a time.
  */
 const CTRL = {
-  /** Job sequence number; workers sleep on it with Atomics.wait. */
+  /** Job sequence number; idle workers sleep on it with Atomics.wait. */
   seq: 0,
-  /** Workers still running the current job; the last one notifies the caller. */
-  pending: 1,
-  /** Set to 1 by a worker whose kernel threw (its message follows on its port). */
-  error: 2,
+  /** Claim word: (seq & SEQ_MASK) << CHUNK_BITS | next unclaimed chunk. */
+  claim: 1,
+  /** Chunks finished in the current job; the thread finishing the last one notifies. */
+  done: 2,
+  /** Set to 1 when a worker's kernel threw (its message follows on its port). */
+  error: 3,
   /** Job kind (JOB_*). */
-  kind: 3,
+  kind: 4,
+  /** Chunks in the current job. */
+  numChunks: 5,
   /** First of the job's int arguments. */
-  args: 4,
-  size: 64,
+  args: 8,
+  size: 40,
 } as const;
+/** Bits of the claim word that count chunks; jobs have at most MAX_CHUNKS chunks. */
+const CHUNK_BITS = 10;
+/** Largest number of chunks of one job. */
+export const MAX_CHUNKS = (1 << CHUNK_BITS) - 1;
+/** Job sequence bits kept in the claim word (it stays a positive int32). */
+const SEQ_MASK = (1 << (31 - CHUNK_BITS)) - 1;
 
-/** y = x @ w^T (+ bias) split over weight rows. Args: see {@link CpuThreadPool.run}. */
+/** y = x @ w^T (+ bias), chunks of weight rows. Args: see {@link CpuThreadPool.run}. */
 export const JOB_LINEAR = 1;
-/** Paged attention split over (token, kv head) items. */
+/** Paged attention, chunks of (token, kv head) items. */
 export const JOB_ATTENTION = 2;
 const JOB_EXIT = 3;
 
@@ -30,27 +40,29 @@ const JOB_EXIT = 3;
 interface WorkerInit {
   ctrl: SharedArrayBuffer;
   port: MessagePort;
-  part: number;
-  numParts: number;
   spin: number;
   slots: typeof CTRL;
+  chunkBits: number;
+  seqMask: number;
 }
 
-/** Messages on a worker's port: share a buffer, forget one, or (worker -> caller) an error. */
+/** Messages on a worker's port: share a buffer or forget one (worker -> caller: error text). */
 type BufferMessage = { op: "add"; id: number; buffer: SharedArrayBuffer } | { op: "delete"; id: number };
 
 /**
  * Body of every worker thread. It runs from source text (see {@link workerSource}), so it may use
  * only its arguments and globals: the kernels come in as parameters.
- * Loop: wait for a new job sequence number (spinning briefly first, since jobs of one forward
- * step follow each other within microseconds), take the buffers announced on the port, run this
- * thread's part of the job, and decrement `pending` (the last worker wakes the caller).
+ * Loop: wait for a new job (spinning briefly first, since the jobs of a forward step follow each
+ * other within microseconds), take the buffers announced on the port, copy the job's arguments,
+ * then claim chunks with compare-and-swap on the claim word until none is left. The claim word
+ * carries the job's sequence number, so a worker that woke late and copied arguments of an old
+ * job can never claim a chunk of a newer one.
  */
 function workerMain(
   data: WorkerInit,
   receive: typeof receiveMessageOnPort,
   linear: typeof linearKernel,
-  partRange: typeof linearPartRange,
+  range: typeof chunkRange,
   attention: typeof pagedAttentionKernel,
 ): void {
   const S = data.slots;
@@ -71,14 +83,15 @@ function workerMain(
   };
   const F = (id: number): Float32Array => {
     const v = f32.get(id);
-    if (v === undefined) throw new Error(`worker ${data.part}: unknown buffer ${id}`);
+    if (v === undefined) throw new Error(`unknown buffer ${id}`);
     return v;
   };
   const I = (id: number): Int32Array => {
     const v = i32.get(id);
-    if (v === undefined) throw new Error(`worker ${data.part}: unknown buffer ${id}`);
+    if (v === undefined) throw new Error(`unknown buffer ${id}`);
     return v;
   };
+  const chunkMask = (1 << data.chunkBits) - 1;
   let seen = 0;
   for (;;) {
     for (let i = 0; i < data.spin && Atomics.load(ctrl, S.seq) === seen; i++);
@@ -87,41 +100,63 @@ function workerMain(
     const kind = ctrl[S.kind]!;
     if (kind === 3) return; // JOB_EXIT
     drain();
-    const a = (i: number): number => ctrl[S.args + i]!;
-    try {
-      if (kind === 1) {
-        const [n0, n1] = partRange(a(9), data.part, data.numParts);
-        const bias = a(4) < 0 ? null : F(a(4));
-        linear(F(a(0)), a(1), F(a(2)), a(3), bias, a(5), F(a(6)), a(7), a(8), a(9), a(10), n0, n1);
-      } else if (kind === 2) {
-        attention(
-          F(a(0)),
-          a(1),
-          F(a(2)),
-          a(3),
-          F(a(4)),
-          a(5),
-          I(a(6)),
-          a(7),
-          I(a(8)),
-          a(9),
-          I(a(10)),
-          a(11),
-          a(12),
-          a(13),
-          a(14),
-          a(15),
-          a(16),
-          a(17),
-          data.part,
-          data.numParts,
-        );
+    const n = ctrl[S.numChunks]!;
+    const a = ctrl.slice(S.args, S.size);
+    for (;;) {
+      const v = Atomics.load(ctrl, S.claim);
+      const c = v & chunkMask;
+      if (v >>> data.chunkBits !== (seen & data.seqMask) || c >= n) break; // job over (or newer)
+      if (Atomics.compareExchange(ctrl, S.claim, v, v + 1) !== v) continue; // lost the race
+      try {
+        if (kind === 1) {
+          const [n0, n1] = range(a[9]!, c, n, 2);
+          const bias = a[4]! < 0 ? null : F(a[4]!);
+          linear(
+            F(a[0]!),
+            a[1]!,
+            F(a[2]!),
+            a[3]!,
+            bias,
+            a[5]!,
+            F(a[6]!),
+            a[7]!,
+            a[8]!,
+            a[9]!,
+            a[10]!,
+            n0,
+            n1,
+          );
+        } else if (kind === 2) {
+          const [i0, i1] = range(a[18]!, c, n, 1);
+          attention(
+            F(a[0]!),
+            a[1]!,
+            F(a[2]!),
+            a[3]!,
+            F(a[4]!),
+            a[5]!,
+            I(a[6]!),
+            a[7]!,
+            I(a[8]!),
+            a[9]!,
+            I(a[10]!),
+            a[11]!,
+            a[12]!,
+            a[13]!,
+            a[14]!,
+            a[15]!,
+            a[16]!,
+            a[17]!,
+            i0,
+            i1,
+          );
+        }
+      } catch (e) {
+        Atomics.store(ctrl, S.error, 1);
+        data.port.postMessage(String((e as Error).stack ?? e));
       }
-    } catch (e) {
-      Atomics.store(ctrl, S.error, 1);
-      data.port.postMessage(String((e as Error).stack ?? e));
+      if (Atomics.add(ctrl, S.done, 1) + 1 === n) Atomics.notify(ctrl, S.done);
     }
-    if (Atomics.sub(ctrl, S.pending, 1) === 1) Atomics.notify(ctrl, S.pending);
   }
 }
 
@@ -138,18 +173,21 @@ function workerSource(): string {
     linearRow1.toString(),
     linearTile2.toString(),
     linearKernel.toString(),
-    linearPartRange.toString(),
+    chunkRange.toString(),
     pagedAttentionKernel.toString(),
-    `(${workerMain.toString()})(workerData, receiveMessageOnPort, linearKernel, linearPartRange, pagedAttentionKernel);`,
+    `(${workerMain.toString()})(workerData, receiveMessageOnPort, linearKernel, chunkRange, pagedAttentionKernel);`,
   ].join("\n");
 }
 
 /**
- * A small pool of worker threads that run parts of big kernels (matmuls, attention) on
- * SharedArrayBuffers, synchronised with Atomics.wait / Atomics.notify. The API is synchronous:
- * `run` returns when every part is done; the calling thread computes part 0 itself, worker i
- * part i + 1. The calling thread may be the main thread (Node allows Atomics.wait there).
- * Threads are unref'ed, so an idle pool never keeps the process alive; `dispose()` ends them.
+ * A small pool of worker threads that share big kernels (matmuls, attention) with the calling
+ * thread, on SharedArrayBuffers, synchronised with Atomics. A job is cut into chunks that every
+ * thread, the caller included, claims dynamically; so when a worker is slow to wake or its core
+ * is busy with another process, the caller simply computes more chunks (at worst it waits for
+ * one chunk in flight). Which thread computes a chunk never changes its result.
+ * The API is synchronous and may be called from the main thread (Node allows Atomics.wait
+ * there). Threads are unref'ed, so an idle pool never keeps the process alive; `dispose()` ends
+ * them.
  */
 export class CpuThreadPool {
   /** Threads that share a job, the calling thread included. */
@@ -157,16 +195,18 @@ export class CpuThreadPool {
   private readonly ctrl: Int32Array;
   private readonly workers: Worker[] = [];
   private readonly ports: MessagePort[] = [];
+  private seq = 0;
   private disposed = false;
 
   /**
    * @param numThreads threads per job including the caller (>= 2).
-   * @param spinIterations polls of the job counter before a thread sleeps (bounded busy wait).
+   * @param spinIterations polls of the job counter before an idle worker sleeps (~5 ns each).
    * @throws Error when numThreads < 2.
    */
-  constructor(numThreads: number, spinIterations = 20000) {
-    if (!Number.isInteger(numThreads) || numThreads < 2)
+  constructor(numThreads: number, spinIterations = 4000) {
+    if (!Number.isInteger(numThreads) || numThreads < 2) {
       throw new Error(`a thread pool needs >= 2 threads, got ${numThreads}`);
+    }
     this.numThreads = numThreads;
     const ctrlBuffer = new SharedArrayBuffer(CTRL.size * 4);
     this.ctrl = new Int32Array(ctrlBuffer);
@@ -176,10 +216,10 @@ export class CpuThreadPool {
       const init: WorkerInit = {
         ctrl: ctrlBuffer,
         port: port2,
-        part: i,
-        numParts: numThreads,
         spin: spinIterations,
         slots: CTRL,
+        chunkBits: CHUNK_BITS,
+        seqMask: SEQ_MASK,
       };
       const w = new Worker(source, { eval: true, workerData: init, transferList: [port2], execArgv: [] });
       w.unref();
@@ -201,46 +241,67 @@ export class CpuThreadPool {
   }
 
   /**
-   * Runs one job on every thread and returns when all parts are done.
-   * JOB_LINEAR args: [xId, xOff, wId, wOff, biasId (-1: none), biasOff, outId, outOff, T, N, K].
+   * Runs one job of `numChunks` chunks on every thread and returns when all chunks are done.
+   * JOB_LINEAR args: [xId, xOff, wId, wOff, biasId (-1: none), biasOff, outId, outOff, T, N, K];
+   *   chunk c covers weight rows chunkRange(N, c, numChunks, 2).
    * JOB_ATTENTION args: [qkvId, qkvOff, kvId, kvOff, outId, outOff, qslId, qslOff, seqLensId,
-   *   seqLensOff, blockTablesId, blockTablesOff, maxBlocksPerReq, numReqs, Hq, Hkv, D, blockSize].
-   * Offsets are in elements. `mainPart(0, numThreads)` computes the caller's share.
-   * @throws Error when a worker's kernel threw (with its message), or after dispose().
+   *   seqLensOff, blockTablesId, blockTablesOff, maxBlocksPerReq, numReqs, Hq, Hkv, D, blockSize,
+   *   numItems = T * Hkv]; chunk c covers items chunkRange(numItems, c, numChunks, 1).
+   * Offsets are in elements. `runChunk(c)` computes chunk c on the calling thread, exactly as a
+   * worker would.
+   * @throws Error when a kernel threw (a worker's with its message), when numChunks is outside
+   *   [1, MAX_CHUNKS], or after dispose().
    */
-  run(kind: number, args: readonly number[], mainPart: (part: number, numParts: number) => void): void {
+  run(kind: number, args: readonly number[], numChunks: number, runChunk: (chunk: number) => void): void {
     if (this.disposed) throw new Error("the CPU thread pool was disposed");
+    if (!(numChunks >= 1 && numChunks <= MAX_CHUNKS))
+      throw new Error(`a job needs 1..${MAX_CHUNKS} chunks, got ${numChunks}`);
     const c = this.ctrl;
     for (let i = 0; i < args.length; i++) c[CTRL.args + i] = args[i]!;
     c[CTRL.kind] = kind;
-    Atomics.store(c, CTRL.pending, this.workers.length);
-    Atomics.add(c, CTRL.seq, 1);
+    c[CTRL.numChunks] = numChunks;
+    Atomics.store(c, CTRL.done, 0);
+    this.seq = (this.seq + 1) | 0;
+    const tag = (this.seq & SEQ_MASK) << CHUNK_BITS;
+    Atomics.store(c, CTRL.claim, tag);
+    Atomics.store(c, CTRL.seq, this.seq);
     Atomics.notify(c, CTRL.seq);
     let mainError: unknown = null;
-    try {
-      mainPart(0, this.numThreads);
-    } catch (e) {
-      mainError = e;
+    for (;;) {
+      const v = Atomics.load(c, CTRL.claim);
+      const chunk = v - tag;
+      if (chunk >= numChunks) break;
+      if (Atomics.compareExchange(c, CTRL.claim, v, v + 1) !== v) continue; // a worker took it
+      if (mainError === null) {
+        try {
+          runChunk(chunk);
+        } catch (e) {
+          mainError = e;
+        }
+      }
+      Atomics.add(c, CTRL.done, 1);
     }
-    this.waitForWorkers();
+    this.waitForChunks(numChunks);
     if (mainError !== null) throw mainError;
     if (Atomics.load(c, CTRL.error) !== 0) {
       Atomics.store(c, CTRL.error, 0);
       const messages: string[] = [];
       for (const p of this.ports) {
-        for (let m = receiveMessageOnPort(p); m !== undefined; m = receiveMessageOnPort(p))
+        for (let m = receiveMessageOnPort(p); m !== undefined; m = receiveMessageOnPort(p)) {
           messages.push(String(m.message));
+        }
       }
       throw new Error(`a CPU backend worker thread failed: ${messages.join("; ")}`);
     }
   }
 
-  /** Spins briefly, then sleeps until `pending` reaches 0. */
-  private waitForWorkers(): void {
+  /** Spins briefly, then sleeps until every chunk of the job is done. */
+  private waitForChunks(numChunks: number): void {
     const c = this.ctrl;
-    for (let i = 0; i < 200000 && Atomics.load(c, CTRL.pending) !== 0; i++);
-    for (let p = Atomics.load(c, CTRL.pending); p !== 0; p = Atomics.load(c, CTRL.pending))
-      Atomics.wait(c, CTRL.pending, p);
+    for (let i = 0; i < 4000 && Atomics.load(c, CTRL.done) !== numChunks; i++);
+    for (let d = Atomics.load(c, CTRL.done); d !== numChunks; d = Atomics.load(c, CTRL.done)) {
+      Atomics.wait(c, CTRL.done, d);
+    }
   }
 
   /** Ends every worker thread. Idempotent. */
@@ -249,7 +310,7 @@ export class CpuThreadPool {
     this.disposed = true;
     const c = this.ctrl;
     c[CTRL.kind] = JOB_EXIT;
-    Atomics.add(c, CTRL.seq, 1);
+    Atomics.store(c, CTRL.seq, (this.seq + 1) | 0);
     Atomics.notify(c, CTRL.seq);
     for (const w of this.workers) void w.terminate();
     for (const p of this.ports) p.close();

@@ -11,7 +11,7 @@
 
 /**
  * Causal attention of the step's query tokens over each request's paged KV, for the
- * (token, kv head) items i = t * Hkv + g with i % numParts === part.
+ * (token, kv head) items i = t * Hkv + g with itemStart <= i < itemEnd.
  *
  * Query token t of request r (tokens [qsl[r], qsl[r+1])) sits at absolute position
  * seqLen_r - queryLen_r + (t - qsl[r]) (chunked prefill: the chunk ends the context) and attends
@@ -43,8 +43,8 @@ export function pagedAttentionKernel(
   Hkv: number,
   D: number,
   blockSize: number,
-  part: number,
-  numParts: number,
+  itemStart: number,
+  itemEnd: number,
 ): void {
   const G = Hq / Hkv;
   const rowStride = (Hq + 2 * Hkv) * D;
@@ -60,10 +60,11 @@ export function pagedAttentionKernel(
     const q1 = qsl[qslOff + r + 1]!;
     const first = seqLens[slOff + r]! - (q1 - q0);
     const btRow = btOff + r * maxBlocksPerReq;
-    for (let t = q0; t < q1; t++) {
+    for (let t = Math.max(q0, Math.floor(itemStart / Hkv)); t < q1 && t * Hkv < itemEnd; t++) {
       const ctx = first + (t - q0) + 1;
       for (let g = 0; g < Hkv; g++) {
-        if ((t * Hkv + g) % numParts !== part) continue; // another thread's item
+        const item = t * Hkv + g;
+        if (item < itemStart || item >= itemEnd) continue; // another chunk's item
         for (let h = g * G; h < (g + 1) * G; h++) {
           const qo = qkvOff + t * rowStride + h * D;
           // Pass 1: scores and their max; the dot product runs as four chains over d mod 4.

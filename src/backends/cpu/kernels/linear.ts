@@ -204,12 +204,12 @@ export function linearRow1(
 }
 
 /**
- * The weight-row range [start, end) of part `part` of `numParts` when N rows are split for
- * threads: near-equal shares with even boundaries (2-row tiles stay whole), the last part ending
- * at N.
+ * The range [start, end) of chunk `chunk` of `numChunks` when `total` items are split into
+ * near-equal chunks whose boundaries are multiples of `align` (the last chunk ends at total).
+ * Weight rows of a matmul use align 2 so that 2-row tiles stay whole.
  */
-export function linearPartRange(N: number, part: number, numParts: number): [number, number] {
-  const start = Math.floor((N * part) / numParts / 2) * 2;
-  const end = part + 1 >= numParts ? N : Math.floor((N * (part + 1)) / numParts / 2) * 2;
+export function chunkRange(total: number, chunk: number, numChunks: number, align: number): [number, number] {
+  const start = Math.floor((total * chunk) / numChunks / align) * align;
+  const end = chunk + 1 >= numChunks ? total : Math.floor((total * (chunk + 1)) / numChunks / align) * align;
   return [start, end];
 }

@@ -19,7 +19,7 @@ import {
 } from "./helpers.js";
 
 const single = new CpuBackend({ numThreads: 1 });
-const threaded = new CpuBackend({ numThreads: 2, attentionThreadMinMacs: 0 });
+const threaded = new CpuBackend({ numThreads: 2, chunkMacs: 1 });
 after(() => {
   single.dispose();
   threaded.dispose();

@@ -49,10 +49,7 @@ const qwen3Cfg = parseModelConfig({
   rope_theta: 1000000,
 });
 
-const backends = [
-  new CpuBackend({ numThreads: 1 }),
-  new CpuBackend({ numThreads: 2, linearThreadMinMacs: 0, attentionThreadMinMacs: 0 }),
-];
+const backends = [new CpuBackend({ numThreads: 1 }), new CpuBackend({ numThreads: 2, chunkMacs: 1 })];
 after(() => {
   for (const b of backends) b.dispose();
 });

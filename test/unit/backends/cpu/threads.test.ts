@@ -7,12 +7,12 @@ import { spawnSync } from "node:child_process";
 import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { CpuBackend } from "../../../../src/backends/cpu/index.js";
-import { CpuThreadPool, JOB_LINEAR } from "../../../../src/backends/cpu/thread_pool.js";
+import { CpuThreadPool, JOB_LINEAR, MAX_CHUNKS } from "../../../../src/backends/cpu/thread_pool.js";
 import { makeRand, randF32 } from "./helpers.js";
 
 const single = new CpuBackend({ numThreads: 1 });
-const two = new CpuBackend({ numThreads: 2, linearThreadMinMacs: 0 });
-const three = new CpuBackend({ numThreads: 3, linearThreadMinMacs: 0 });
+const two = new CpuBackend({ numThreads: 2, chunkMacs: 1 });
+const three = new CpuBackend({ numThreads: 3, chunkMacs: 1 });
 after(() => {
   for (const b of [single, two, three]) b.dispose();
 });
@@ -63,14 +63,28 @@ describe("threaded linear", () => {
 describe("CpuThreadPool", () => {
   it("reports a worker's kernel failure as an Error on the calling thread", () => {
     const pool = new CpuThreadPool(2);
-    // Buffer ids 7 and 8 were never registered: the worker's part fails.
-    const args = [7, 0, 8, 0, -1, 0, 7, 0, 1, 4, 4];
+    // Buffer ids 7 and 8 were never registered: any chunk a worker claims fails. The caller's
+    // own chunks sleep 5 ms each, so the worker (once started) claims some of the 1023.
+    const args = [7, 0, 8, 0, -1, 0, 7, 0, 1, 2046, 4];
+    const nap = new Int32Array(new SharedArrayBuffer(4));
+    const sleepy = () => void Atomics.wait(nap, 0, 0, 5);
     assert.throws(
-      () => pool.run(JOB_LINEAR, args, () => {}),
+      () => pool.run(JOB_LINEAR, args, MAX_CHUNKS, sleepy),
       /a CPU backend worker thread failed: .*unknown buffer 7/,
     );
+    assert.throws(() => pool.run(JOB_LINEAR, args, 0, sleepy), /a job needs 1\.\.1023 chunks, got 0/);
     pool.dispose();
-    assert.throws(() => pool.run(JOB_LINEAR, args, () => {}), /disposed/);
+    assert.throws(() => pool.run(JOB_LINEAR, args, 1, sleepy), /disposed/);
+  });
+
+  it("rethrows an error of the caller's own chunk after the job completes", () => {
+    const pool = new CpuThreadPool(2);
+    const failing = () => {
+      throw new Error("boom");
+    };
+    // Kind 0 is a no-op for workers; of 1023 chunks the caller claims the first within nanoseconds.
+    assert.throws(() => pool.run(0, [], MAX_CHUNKS, failing), /boom/);
+    pool.dispose();
   });
 
   it("does not keep the process alive when the backend is never disposed", () => {

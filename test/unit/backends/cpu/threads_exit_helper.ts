@@ -2,7 +2,7 @@
 // the process must still exit on its own.
 import { CpuBackend } from "../../../../src/backends/cpu/index.js";
 
-const b = new CpuBackend({ numThreads: 2, linearThreadMinMacs: 0 });
+const b = new CpuBackend({ numThreads: 2, chunkMacs: 1 });
 const y = b.toHost(
   b.linear(
     b.stage(Float32Array.from([1, 2]), [1, 2], "f32"),
