@@ -12,8 +12,9 @@ import type {
   Tensor,
 } from "../backend.js";
 import { checkAttentionMetadata, checkQkv, cpu, expectShape } from "./checks.js";
+import { CHUNK_MACS, KernelDispatcher } from "./dispatch.js";
 import { bf16ToF32, f16ToF32 } from "./dtype.js";
-import { pagedAttentionKernel, reshapeAndCacheKernel } from "./kernels/attention.js";
+import { reshapeAndCacheKernel } from "./kernels/attention.js";
 import {
   fusedAddRmsNormKernel,
   gatherRowsKernel,
@@ -22,11 +23,10 @@ import {
   rotaryEmbeddingKernel,
   siluAndMulKernel,
 } from "./kernels/elementwise.js";
-import { chunkRange, linearKernel } from "./kernels/linear.js";
 import { sampleRowByRule } from "./kernels/sampling.js";
 import { CpuMemory } from "./memory.js";
 import { type CpuDType, type CpuTensor, cpuDType, numelOf } from "./tensor.js";
-import { CpuThreadPool, JOB_ATTENTION, JOB_LINEAR } from "./thread_pool.js";
+import { CpuThreadPool } from "./thread_pool.js";
 
 /** Options of {@link CpuBackend}. */
 export interface CpuBackendOptions {
@@ -43,15 +43,6 @@ export interface CpuBackendOptions {
 }
 
 /**
- * Work of one chunk of a threaded call, in multiply-adds (~15 us at the ~2.2 G multiply-adds/s of
- * one thread): big enough that claiming a chunk (one compare-and-swap) is free, small enough that
- * a thread never waits long for another's last chunk (bench/results/cpu_ops.md).
- */
-export const CHUNK_MACS = 1 << 15;
-/** Chunks per threaded call at most (more gives no better balance). */
-const MAX_CHUNKS_PER_CALL = 64;
-
-/**
  * The TypeScript backend: fp32 math and storage on typed arrays, the numerical oracle of the CUDA
  * kernels and the runtime when no GPU is present. Weights (bf16/f16/f32) are widened to f32
  * exactly on upload; activations and the KV cache are f32. Matmuls and attention are split over
@@ -65,7 +56,7 @@ export class CpuBackend implements Backend {
   readonly numThreads: number;
   private readonly pool: CpuThreadPool | null;
   private readonly mem: CpuMemory;
-  private readonly chunkMacs: number;
+  private readonly kernels: KernelDispatcher;
   private sampleScratch = new Float32Array(0);
 
   /** @throws Error when numThreads is not a positive integer. */
@@ -75,7 +66,7 @@ export class CpuBackend implements Backend {
     this.numThreads = n;
     this.pool = n > 1 ? new CpuThreadPool(n) : null;
     this.mem = new CpuMemory(this.pool);
-    this.chunkMacs = Math.max(1, options.chunkMacs ?? CHUNK_MACS);
+    this.kernels = new KernelDispatcher(this.pool, Math.max(1, options.chunkMacs ?? CHUNK_MACS));
   }
 
   // ---- memory --------------------------------------------------------------------------------
@@ -191,41 +182,7 @@ export class CpuBackend implements Backend {
     const b = bias === null ? null : cpu(bias, this.mem, "linear bias");
     if (b !== null) expectShape(b, [N], "linear bias");
     const out = this.ws([T, N]);
-    const run = (n0: number, n1: number): void =>
-      linearKernel(
-        xc.buffer.f32,
-        xc.offset,
-        w.buffer.f32,
-        w.offset,
-        b?.buffer.f32 ?? null,
-        b?.offset ?? 0,
-        out.buffer.f32,
-        out.offset,
-        T,
-        N,
-        K,
-        n0,
-        n1,
-      );
-    const chunks = this.numChunks(T * N * K, N >> 1);
-    if (this.pool !== null && chunks >= 2) {
-      const args = [
-        xc.buffer.id,
-        xc.offset,
-        w.buffer.id,
-        w.offset,
-        b?.buffer.id ?? -1,
-        b?.offset ?? 0,
-        out.buffer.id,
-        out.offset,
-        T,
-        N,
-        K,
-      ];
-      this.pool.run(JOB_LINEAR, args, chunks, (c) => run(...chunkRange(N, c, chunks, 2)));
-    } else {
-      run(0, N);
-    }
+    this.kernels.linear(xc, w, b, out, T, N, K);
     return out;
   }
 
@@ -302,58 +259,7 @@ export class CpuBackend implements Backend {
     const numBlocks = expectShape(kv, [-1, 2, blockSize, Hkv, D], "pagedAttention kvCache")[0]!;
     const m = checkAttentionMetadata(meta, this.mem, T, numBlocks, blockSize);
     const out = this.ws([T, Hq * D]);
-    const numItems = T * Hkv;
-    const run = (i0: number, i1: number): void =>
-      pagedAttentionKernel(
-        q.buffer.f32,
-        q.offset,
-        kv.buffer.f32,
-        kv.offset,
-        out.buffer.f32,
-        out.offset,
-        m.qsl.buffer.i32,
-        m.qsl.offset,
-        m.seqLens.buffer.i32,
-        m.seqLens.offset,
-        m.blockTables.buffer.i32,
-        m.blockTables.offset,
-        m.maxBlocksPerReq,
-        meta.numReqs,
-        Hq,
-        Hkv,
-        D,
-        blockSize,
-        i0,
-        i1,
-      );
-    // Multiply-adds: q.k and p.v over headDim for every (query, key) pair and q head.
-    const chunks = this.numChunks(2 * m.pairs * Hq * D, numItems);
-    if (this.pool !== null && chunks >= 2) {
-      const args = [
-        q.buffer.id,
-        q.offset,
-        kv.buffer.id,
-        kv.offset,
-        out.buffer.id,
-        out.offset,
-        m.qsl.buffer.id,
-        m.qsl.offset,
-        m.seqLens.buffer.id,
-        m.seqLens.offset,
-        m.blockTables.buffer.id,
-        m.blockTables.offset,
-        m.maxBlocksPerReq,
-        meta.numReqs,
-        Hq,
-        Hkv,
-        D,
-        blockSize,
-        numItems,
-      ];
-      this.pool.run(JOB_ATTENTION, args, chunks, (c) => run(...chunkRange(numItems, c, chunks, 1)));
-    } else {
-      run(0, numItems);
-    }
+    this.kernels.pagedAttention(q, kv, out, m, meta.numReqs, layout, T, blockSize);
     return out;
   }
 
@@ -389,16 +295,6 @@ export class CpuBackend implements Backend {
       out[b] = sampleRowByRule(l.f32, b * V, V, settings, this.sampleScratch);
     }
     return out;
-  }
-
-  /**
-   * Chunks for a call of `macs` multiply-adds that splits into at most `maxSplits` pieces: one
-   * per chunkMacs, at most 64. Calls under three chunks of work get 1 (the calling thread runs
-   * them): there, waking a worker costs more than it saves (bench/results/cpu_ops.md).
-   */
-  private numChunks(macs: number, maxSplits: number): number {
-    if (macs < 3 * this.chunkMacs) return 1;
-    return Math.max(1, Math.min(Math.floor(macs / this.chunkMacs), maxSplits, MAX_CHUNKS_PER_CALL));
   }
 
   /** A workspace tensor of the given shape. */
