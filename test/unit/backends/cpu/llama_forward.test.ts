@@ -3,7 +3,9 @@
  * forward (llama_reference.ts), on tiny random configs: a GQA Llama with tied bf16 embeddings,
  * and a Qwen3-style model with q/k norm, attention and MLP biases, an untied lm_head and an
  * explicit head_dim. Logits must agree within 1e-4 for a one-shot prefill and for two requests
- * that run chunked prefills and decode steps through the paged cache in shared batches.
+ * that run chunked prefills and decode steps through the paged cache in shared batches; the
+ * chunked run must reproduce the one-shot logits exactly (batch invariance), and two threads
+ * the single thread's.
  */
 import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
@@ -106,6 +108,7 @@ for (const [name, cfg, bf16] of [
     const refA = referenceForward(cfg, weights, seqA);
     const refB = referenceForward(cfg, weights, seqB);
     const results: Float32Array[][] = [];
+    let oneShot: Float32Array | null = null;
 
     for (const backend of backends) {
       it(`one-shot prefill (${backend.numThreads} thread(s)): logits of all 19 positions within 1e-4`, () => {
@@ -115,6 +118,7 @@ for (const [name, cfg, bf16] of [
           Array.from({ length: NUM_BLOCKS }, (_, i) => i),
         ).slice(0, 5);
         const logits = step(e, [{ numComputed: 0, numNew: 19, blockIds: blocks }], seqA, [...seqA.keys()]);
+        oneShot = logits;
         for (let t = 0; t < 19; t++) {
           const d = maxAbsDiff(logits.subarray(t * V, (t + 1) * V), refA[t]!);
           assert.ok(d <= 1e-4, `position ${t}: max |diff| ${d}`);
@@ -164,6 +168,12 @@ for (const [name, cfg, bf16] of [
             const d = maxAbsDiff(logits.subarray(r * V, (r + 1) * V), ref);
             assert.ok(d <= 1e-4, `step ${got.length}, row ${r}: max |diff| ${d}`);
           });
+          // Batch invariance: request A's logits equal the one-shot prefill's at that position, bit
+          // for bit, whatever the chunking and the batch it shares.
+          if (s.a !== null && oneShot !== null) {
+            const t = s.a[1] - 1;
+            assert.deepEqual([...logits.subarray(0, V)], [...oneShot.subarray(t * V, (t + 1) * V)]);
+          }
         }
         results.push(got);
         disposeEngine(e);
