@@ -79,11 +79,12 @@ export class Sampler {
       work.set(raw);
       applyMinTokens(work, row);
       applyPenalties(work, row);
+      // Settings rounded to f32 as in DeviceSamplingRows, so both paths compare the same numbers.
       const settings = {
-        temperature: isGreedyRow(p) ? 0 : p.temperature,
+        temperature: isGreedyRow(p) ? 0 : Math.fround(p.temperature),
         topK: Math.max(p.topK, 0),
-        topP: p.topP,
-        minP: p.minP,
+        topP: Math.fround(p.topP),
+        minP: Math.fround(p.minP),
         uniform: uniforms[b]!,
       };
       const token = sampleRowByRule(work, 0, V, settings, this.scratch);
