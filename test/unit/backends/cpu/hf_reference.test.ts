@@ -1,6 +1,6 @@
 /**
  * The trained reference model ref-small (models/ref-small, bf16) on the CPU backend against
- * HF transformers' fp32 outputs (/work/shared/fixtures/hf-ref-small.json, copied path below):
+ * HF transformers' fp32 outputs (shared/fixtures/hf-ref-small.json, or $HISPARSE_FIXTURES):
  * last-position logits of each prompt within 2e-3 and the 48 greedy tokens identical.
  */
 import assert from "node:assert/strict";
@@ -16,7 +16,12 @@ import { readSafetensorsDir } from "./safetensors_min.js";
 
 const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url));
 const modelDir = `${repoRoot}models/ref-small`;
-const fixturePath = `${repoRoot}../../shared/fixtures/hf-ref-small.json`;
+/** The shared fixtures folder sits beside the checkout (/work/main) or two levels up (worktrees). */
+const fixturePath =
+  [process.env.HISPARSE_FIXTURES ?? "", `${repoRoot}../shared/fixtures`, `${repoRoot}../../shared/fixtures`]
+    .filter((d) => d !== "")
+    .map((d) => `${d}/hf-ref-small.json`)
+    .find((p) => existsSync(p)) ?? "";
 
 interface Fixture {
   cases: { prompt: string; input_ids: number[]; greedy_ids: number[]; last_logits: number[] }[];

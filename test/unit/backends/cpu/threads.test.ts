@@ -88,8 +88,11 @@ describe("CpuThreadPool", () => {
   });
 
   it("does not keep the process alive when the backend is never disposed", () => {
-    const helper = fileURLToPath(new URL("./threads_exit_helper.ts", import.meta.url));
-    const r = spawnSync(process.execPath, ["--import", "tsx", helper], { encoding: "utf8", timeout: 60_000 });
+    // Runs from TypeScript sources (through tsx) or from the compiled dist/ tree (plain node).
+    const fromTs = import.meta.url.endsWith(".ts");
+    const helper = fileURLToPath(new URL(`./threads_exit_helper.${fromTs ? "ts" : "js"}`, import.meta.url));
+    const args = fromTs ? ["--import", "tsx", helper] : [helper];
+    const r = spawnSync(process.execPath, args, { encoding: "utf8", timeout: 60_000 });
     assert.equal(r.status, 0, r.stderr);
     assert.equal(r.stdout.trim(), "linear ok: 3");
   });
