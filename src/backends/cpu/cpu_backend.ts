@@ -120,6 +120,7 @@ export class CpuBackend implements Backend {
     return c.dtype === "i32" ? c.i32.slice() : c.f32.slice();
   }
 
+  /** Recycles the step workspace; older workspace tensors throw when used. */
   resetWorkspace(): void {
     this.mem.resetWorkspace();
   }
@@ -142,6 +143,7 @@ export class CpuBackend implements Backend {
 
   // ---- ops -----------------------------------------------------------------------------------
 
+  /** ids: i32 [T]; table: [V, H] -> [T, H]. @throws Error for an id outside [0, V). */
   embedding(ids: Tensor, table: Tensor): Tensor {
     const i = cpu(ids, this.mem, "embedding ids", false, "i32");
     const w = cpu(table, this.mem, "embedding table");
@@ -152,6 +154,7 @@ export class CpuBackend implements Backend {
     return out;
   }
 
+  /** HF LlamaRMSNorm per row. x: [T, H]; weight: [H] -> [T, H]. */
   rmsNorm(x: Tensor, weight: Tensor, eps: number): Tensor {
     const xc = cpu(x, this.mem, "rmsNorm x");
     const [T, H] = expectShape(xc, 2, "rmsNorm x");
@@ -162,6 +165,7 @@ export class CpuBackend implements Backend {
     return out;
   }
 
+  /** In place: residual += x; x = rmsNorm(residual) * weight. x, residual: [T, H]; weight: [H]. */
   fusedAddRmsNorm(x: Tensor, residual: Tensor, weight: Tensor, eps: number): void {
     const xc = cpu(x, this.mem, "fusedAddRmsNorm x");
     const [T, H] = expectShape(xc, 2, "fusedAddRmsNorm x");
@@ -172,6 +176,10 @@ export class CpuBackend implements Backend {
     fusedAddRmsNormKernel(xc.f32, r.f32, w.f32, T, H, eps);
   }
 
+  /**
+   * x @ weight^T + bias, threaded when big (dispatch.ts). x: [T, K]; weight: [N, K]; bias: [N] ->
+   * [T, N] f32. @throws Error when outDtype is not f32.
+   */
   linear(x: Tensor, weight: Tensor, bias: Tensor | null, outDtype?: DType): Tensor {
     if (outDtype !== undefined && outDtype !== "f32")
       throw new Error(`linear: the CPU backend outputs f32, got ${outDtype}`);
@@ -186,6 +194,7 @@ export class CpuBackend implements Backend {
     return out;
   }
 
+  /** In place RMSNorm of each q and k head over headDim (Qwen3). qkv: [T, (Hq + 2Hkv) * D]. */
   qkNorm(qkv: Tensor, layout: QkvLayout, qWeight: Tensor, kWeight: Tensor, eps: number): void {
     const q = cpu(qkv, this.mem, "qkNorm qkv");
     const T = checkQkv(q, layout, "qkNorm");
@@ -196,6 +205,10 @@ export class CpuBackend implements Backend {
     qkNormKernel(q.f32, T, layout.numHeads, layout.numKvHeads, layout.headDim, qw.f32, kw.f32, eps);
   }
 
+  /**
+   * In place NeoX RoPE of the q and k heads. positions: i32 [T]; cosSinCache: [maxPositions, D].
+   * @throws Error for a position outside the table.
+   */
   rotaryEmbedding(qkv: Tensor, layout: QkvLayout, positions: Tensor, cosSinCache: Tensor): void {
     const q = cpu(qkv, this.mem, "rotaryEmbedding qkv");
     const T = checkQkv(q, layout, "rotaryEmbedding");
@@ -207,6 +220,7 @@ export class CpuBackend implements Backend {
     rotaryEmbeddingKernel(q.f32, T, numHeads, numKvHeads, headDim, pos.i32, cs.f32, maxPos);
   }
 
+  /** silu(x[:, :I]) * x[:, I:]. x: [T, 2I] -> [T, I]. */
   siluAndMul(x: Tensor): Tensor {
     const xc = cpu(x, this.mem, "siluAndMul x");
     const [T, twoI] = expectShape(xc, 2, "siluAndMul x");
@@ -217,6 +231,10 @@ export class CpuBackend implements Backend {
     return out;
   }
 
+  /**
+   * Writes each token's k and v heads to its slot (PAD_SLOT_ID skipped). kvCache:
+   * [numBlocks, 2, blockSize, Hkv, D]; slotMapping: i32 [T]. @throws Error for a slot outside the cache.
+   */
   reshapeAndCache(
     qkv: Tensor,
     layout: QkvLayout,
@@ -245,6 +263,10 @@ export class CpuBackend implements Backend {
     );
   }
 
+  /**
+   * Causal paged attention (GQA, chunked prefill), threaded when big. qkv: [T, (Hq + 2Hkv) * D] ->
+   * [T, Hq * D]. @throws Error on inconsistent metadata (checks.ts).
+   */
   pagedAttention(
     qkv: Tensor,
     layout: QkvLayout,
@@ -263,6 +285,7 @@ export class CpuBackend implements Backend {
     return out;
   }
 
+  /** x: [R, H]; indices: i32 [B] -> [B, H]. @throws Error for an index outside [0, R). */
   gatherRows(x: Tensor, indices: Tensor): Tensor {
     const xc = cpu(x, this.mem, "gatherRows x");
     const [R, H] = expectShape(xc, 2, "gatherRows x");
