@@ -1,0 +1,338 @@
+import { availableParallelism, freemem, totalmem } from "node:os";
+import { PAD_SLOT_ID } from "../../core/ids.js";
+import type {
+  AttentionMetadata,
+  Backend,
+  DeviceSamplingRows,
+  DType,
+  HostTensorData,
+  KvCacheSpec,
+  MemoryInfo,
+  QkvLayout,
+  Tensor,
+} from "../backend.js";
+import { checkAttentionMetadata, checkQkv, cpu, expectShape } from "./checks.js";
+import { CHUNK_MACS, KernelDispatcher } from "./dispatch.js";
+import { bf16ToF32, f16ToF32 } from "./dtype.js";
+import { reshapeAndCacheKernel } from "./kernels/attention.js";
+import {
+  fusedAddRmsNormKernel,
+  gatherRowsKernel,
+  qkNormKernel,
+  rmsNormKernel,
+  rotaryEmbeddingKernel,
+  siluAndMulKernel,
+} from "./kernels/elementwise.js";
+import { sampleRowByRule } from "./kernels/sampling.js";
+import { CpuMemory } from "./memory.js";
+import { type CpuDType, type CpuTensor, cpuDType, numelOf } from "./tensor.js";
+import { CpuThreadPool } from "./thread_pool.js";
+
+/** Options of {@link CpuBackend}. */
+export interface CpuBackendOptions {
+  /**
+   * Threads per matmul / attention call, the calling thread included. Default
+   * min(2, os.availableParallelism()); 1 runs everything on the calling thread.
+   */
+  numThreads?: number;
+  /**
+   * Multiply-adds per chunk when a matmul or attention call is split over threads. Default
+   * {@link CHUNK_MACS}; calls smaller than three chunks run on the calling thread.
+   */
+  chunkMacs?: number;
+}
+
+/**
+ * The TypeScript backend: fp32 math and storage on typed arrays, the numerical oracle of the CUDA
+ * kernels and the runtime when no GPU is present. Weights (bf16/f16/f32) are widened to f32
+ * exactly on upload; activations and the KV cache are f32. Matmuls and attention are split over
+ * a small pool of worker threads sharing SharedArrayBuffers (see README.md); results do not
+ * depend on the thread count.
+ */
+export class CpuBackend implements Backend {
+  readonly name = "cpu" as const;
+  readonly activationDtype: DType = "f32";
+  /** Threads per big kernel, the calling thread included. */
+  readonly numThreads: number;
+  private readonly pool: CpuThreadPool | null;
+  private readonly mem: CpuMemory;
+  private readonly kernels: KernelDispatcher;
+  private sampleScratch = new Float32Array(0);
+
+  /** @throws Error when numThreads is not a positive integer. */
+  constructor(options: CpuBackendOptions = {}) {
+    const n = options.numThreads ?? Math.min(2, availableParallelism());
+    if (!Number.isInteger(n) || n < 1) throw new Error(`numThreads must be a positive integer, got ${n}`);
+    this.numThreads = n;
+    this.pool = n > 1 ? new CpuThreadPool(n) : null;
+    this.mem = new CpuMemory(this.pool);
+    this.kernels = new KernelDispatcher(this.pool, Math.max(1, options.chunkMacs ?? CHUNK_MACS));
+  }
+
+  // ---- memory --------------------------------------------------------------------------------
+
+  /**
+   * Uploads a weight as f32: bf16 widened exactly (bits << 16), f16 widened exactly, f32 copied.
+   * @throws Error when the data length does not match the shape.
+   */
+  uploadWeight(src: HostTensorData): Tensor {
+    const n = numelOf(src.shape);
+    if (src.data.length !== n)
+      throw new Error(`uploadWeight: ${src.data.length} values for shape [${src.shape}]`);
+    const t = this.mem.allocPersistent(src.shape, "f32");
+    if (src.dtype === "f32") t.f32.set(src.data as Float32Array);
+    else if (src.dtype === "bf16") bf16ToF32(src.data as Uint16Array, t.f32);
+    else f16ToF32(src.data as Uint16Array, t.f32);
+    return t;
+  }
+
+  /** Copies host data into a persistent f32/i32 tensor. @throws Error on bf16/f16 or a length mismatch. */
+  upload(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor {
+    const d = cpuDType(dtype, "upload");
+    const t = this.mem.allocPersistent(shape, d);
+    copyInto(t, data, d, "upload");
+    return t;
+  }
+
+  /** Copies host data into a workspace tensor. @throws Error on bf16/f16 or a length mismatch. */
+  stage(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor {
+    const d = cpuDType(dtype, "stage");
+    const t = this.mem.allocWorkspace(shape, d);
+    copyInto(t, data, d, "stage");
+    return t;
+  }
+
+  /**
+   * One zeroed f32 tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim].
+   * @throws Error when spec.dtype is not f32 (the CPU backend keeps its KV cache in f32).
+   */
+  allocateKvCache(spec: KvCacheSpec): Tensor[] {
+    if (spec.dtype !== "f32") throw new Error(`the CPU backend keeps its KV cache in f32, got ${spec.dtype}`);
+    const shape = [spec.numBlocks, 2, spec.blockSize, spec.numKvHeads, spec.headDim];
+    const out: Tensor[] = [];
+    for (let l = 0; l < spec.numLayers; l++) out.push(this.mem.allocPersistent(shape, "f32"));
+    return out;
+  }
+
+  /** A copy of the tensor's values (Float32Array for f32, Int32Array for i32). */
+  toHost(t: Tensor): Float32Array | Int32Array {
+    const c = cpu(t, this.mem, "toHost", false, "any");
+    return c.dtype === "i32" ? c.i32.slice() : c.f32.slice();
+  }
+
+  /** Recycles the step workspace; older workspace tensors throw when used. */
+  resetWorkspace(): void {
+    this.mem.resetWorkspace();
+  }
+
+  /** The operating system's free and total memory, in bytes. */
+  memoryInfo(): MemoryInfo {
+    return { free: freemem(), total: totalmem() };
+  }
+
+  /** Frees a persistent tensor; a second free is a no-op. @throws Error for workspace tensors. */
+  free(t: Tensor): void {
+    this.mem.free(cpu(t, this.mem, "free", true, "any"));
+  }
+
+  /** Ends the worker threads and releases every buffer. Idempotent. */
+  dispose(): void {
+    this.pool?.dispose();
+    this.mem.dispose();
+  }
+
+  // ---- ops -----------------------------------------------------------------------------------
+
+  /** ids: i32 [T]; table: [V, H] -> [T, H]. @throws Error for an id outside [0, V). */
+  embedding(ids: Tensor, table: Tensor): Tensor {
+    const i = cpu(ids, this.mem, "embedding ids", false, "i32");
+    const w = cpu(table, this.mem, "embedding table");
+    const [V, H] = expectShape(w, 2, "embedding table");
+    const [T] = expectShape(i, 1, "embedding ids");
+    const out = this.ws([T, H]);
+    gatherRowsKernel(w.f32, V, H, i.i32, out.f32, "embedding");
+    return out;
+  }
+
+  /** HF LlamaRMSNorm per row. x: [T, H]; weight: [H] -> [T, H]. */
+  rmsNorm(x: Tensor, weight: Tensor, eps: number): Tensor {
+    const xc = cpu(x, this.mem, "rmsNorm x");
+    const [T, H] = expectShape(xc, 2, "rmsNorm x");
+    const w = cpu(weight, this.mem, "rmsNorm weight");
+    expectShape(w, [H], "rmsNorm weight");
+    const out = this.ws([T, H]);
+    rmsNormKernel(xc.f32, w.f32, out.f32, T, H, eps);
+    return out;
+  }
+
+  /** In place: residual += x; x = rmsNorm(residual) * weight. x, residual: [T, H]; weight: [H]. */
+  fusedAddRmsNorm(x: Tensor, residual: Tensor, weight: Tensor, eps: number): void {
+    const xc = cpu(x, this.mem, "fusedAddRmsNorm x");
+    const [T, H] = expectShape(xc, 2, "fusedAddRmsNorm x");
+    const r = cpu(residual, this.mem, "fusedAddRmsNorm residual");
+    expectShape(r, [T, H], "fusedAddRmsNorm residual");
+    const w = cpu(weight, this.mem, "fusedAddRmsNorm weight");
+    expectShape(w, [H], "fusedAddRmsNorm weight");
+    fusedAddRmsNormKernel(xc.f32, r.f32, w.f32, T, H, eps);
+  }
+
+  /**
+   * x @ weight^T + bias, threaded when big (dispatch.ts). x: [T, K]; weight: [N, K]; bias: [N] ->
+   * [T, N] f32. @throws Error when outDtype is not f32.
+   */
+  linear(x: Tensor, weight: Tensor, bias: Tensor | null, outDtype?: DType): Tensor {
+    if (outDtype !== undefined && outDtype !== "f32")
+      throw new Error(`linear: the CPU backend outputs f32, got ${outDtype}`);
+    const xc = cpu(x, this.mem, "linear x");
+    const [T, K] = expectShape(xc, 2, "linear x");
+    const w = cpu(weight, this.mem, "linear weight");
+    const N = expectShape(w, [-1, K], "linear weight")[0]!;
+    const b = bias === null ? null : cpu(bias, this.mem, "linear bias");
+    if (b !== null) expectShape(b, [N], "linear bias");
+    const out = this.ws([T, N]);
+    this.kernels.linear(xc, w, b, out, T, N, K);
+    return out;
+  }
+
+  /** In place RMSNorm of each q and k head over headDim (Qwen3). qkv: [T, (Hq + 2Hkv) * D]. */
+  qkNorm(qkv: Tensor, layout: QkvLayout, qWeight: Tensor, kWeight: Tensor, eps: number): void {
+    const q = cpu(qkv, this.mem, "qkNorm qkv");
+    const T = checkQkv(q, layout, "qkNorm");
+    const qw = cpu(qWeight, this.mem, "qkNorm qWeight");
+    const kw = cpu(kWeight, this.mem, "qkNorm kWeight");
+    expectShape(qw, [layout.headDim], "qkNorm qWeight");
+    expectShape(kw, [layout.headDim], "qkNorm kWeight");
+    qkNormKernel(q.f32, T, layout.numHeads, layout.numKvHeads, layout.headDim, qw.f32, kw.f32, eps);
+  }
+
+  /**
+   * In place NeoX RoPE of the q and k heads. positions: i32 [T]; cosSinCache: [maxPositions, D].
+   * @throws Error for a position outside the table.
+   */
+  rotaryEmbedding(qkv: Tensor, layout: QkvLayout, positions: Tensor, cosSinCache: Tensor): void {
+    const q = cpu(qkv, this.mem, "rotaryEmbedding qkv");
+    const T = checkQkv(q, layout, "rotaryEmbedding");
+    const pos = cpu(positions, this.mem, "rotaryEmbedding positions", false, "i32");
+    expectShape(pos, [T], "rotaryEmbedding positions");
+    const cs = cpu(cosSinCache, this.mem, "rotaryEmbedding cosSinCache");
+    const maxPos = expectShape(cs, [-1, layout.headDim], "rotaryEmbedding cosSinCache")[0]!;
+    const { numHeads, numKvHeads, headDim } = layout;
+    rotaryEmbeddingKernel(q.f32, T, numHeads, numKvHeads, headDim, pos.i32, cs.f32, maxPos);
+  }
+
+  /** silu(x[:, :I]) * x[:, I:]. x: [T, 2I] -> [T, I]. */
+  siluAndMul(x: Tensor): Tensor {
+    const xc = cpu(x, this.mem, "siluAndMul x");
+    const [T, twoI] = expectShape(xc, 2, "siluAndMul x");
+    if (twoI % 2 !== 0) throw new Error(`siluAndMul: last dimension ${twoI} is odd`);
+    const I = twoI / 2;
+    const out = this.ws([T, I]);
+    siluAndMulKernel(xc.f32, out.f32, T, I);
+    return out;
+  }
+
+  /**
+   * Writes each token's k and v heads to its slot (PAD_SLOT_ID skipped). kvCache:
+   * [numBlocks, 2, blockSize, Hkv, D]; slotMapping: i32 [T]. @throws Error for a slot outside the cache.
+   */
+  reshapeAndCache(
+    qkv: Tensor,
+    layout: QkvLayout,
+    kvCache: Tensor,
+    slotMapping: Tensor,
+    blockSize: number,
+  ): void {
+    const q = cpu(qkv, this.mem, "reshapeAndCache qkv");
+    const T = checkQkv(q, layout, "reshapeAndCache");
+    const kv = cpu(kvCache, this.mem, "reshapeAndCache kvCache");
+    const { numHeads, numKvHeads, headDim } = layout;
+    const numBlocks = expectShape(kv, [-1, 2, blockSize, numKvHeads, headDim], "reshapeAndCache kvCache")[0]!;
+    const slots = cpu(slotMapping, this.mem, "reshapeAndCache slotMapping", false, "i32");
+    expectShape(slots, [T], "reshapeAndCache slotMapping");
+    reshapeAndCacheKernel(
+      q.f32,
+      kv.f32,
+      slots.i32,
+      T,
+      numHeads,
+      numKvHeads,
+      headDim,
+      blockSize,
+      numBlocks,
+      PAD_SLOT_ID,
+    );
+  }
+
+  /**
+   * Causal paged attention (GQA, chunked prefill), threaded when big. qkv: [T, (Hq + 2Hkv) * D] ->
+   * [T, Hq * D]. @throws Error on inconsistent metadata (checks.ts).
+   */
+  pagedAttention(
+    qkv: Tensor,
+    layout: QkvLayout,
+    kvCache: Tensor,
+    meta: AttentionMetadata,
+    blockSize: number,
+  ): Tensor {
+    const q = cpu(qkv, this.mem, "pagedAttention qkv");
+    const T = checkQkv(q, layout, "pagedAttention");
+    const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
+    const kv = cpu(kvCache, this.mem, "pagedAttention kvCache");
+    const numBlocks = expectShape(kv, [-1, 2, blockSize, Hkv, D], "pagedAttention kvCache")[0]!;
+    const m = checkAttentionMetadata(meta, this.mem, T, numBlocks, blockSize);
+    const out = this.ws([T, Hq * D]);
+    this.kernels.pagedAttention(q, kv, out, m, meta.numReqs, layout, T, blockSize);
+    return out;
+  }
+
+  /** x: [R, H]; indices: i32 [B] -> [B, H]. @throws Error for an index outside [0, R). */
+  gatherRows(x: Tensor, indices: Tensor): Tensor {
+    const xc = cpu(x, this.mem, "gatherRows x");
+    const [R, H] = expectShape(xc, 2, "gatherRows x");
+    const idx = cpu(indices, this.mem, "gatherRows indices", false, "i32");
+    const [B] = expectShape(idx, 1, "gatherRows indices");
+    const out = this.ws([B, H]);
+    gatherRowsKernel(xc.f32, R, H, idx.i32, out.f32, "gatherRows");
+    return out;
+  }
+
+  /**
+   * The DeviceSamplingRows rule on the host (kernels/sampling.ts), so that the CUDA sampler has
+   * an oracle. logits: f32 [B, V].
+   */
+  sampleOnDevice(logits: Tensor, rows: DeviceSamplingRows): Int32Array {
+    const l = cpu(logits, this.mem, "sampleOnDevice logits");
+    const [B, V] = expectShape(l, 2, "sampleOnDevice logits");
+    if (rows.temperature.length < B || rows.uniform.length < B)
+      throw new Error(`sampleOnDevice: rows describe fewer than ${B} rows`);
+    if (this.sampleScratch.length < V) this.sampleScratch = new Float32Array(V);
+    const out = new Int32Array(B);
+    for (let b = 0; b < B; b++) {
+      const settings = {
+        temperature: rows.temperature[b]!,
+        topK: rows.topK[b]!,
+        topP: rows.topP[b]!,
+        minP: rows.minP[b]!,
+        uniform: rows.uniform[b]!,
+      };
+      out[b] = sampleRowByRule(l.f32, b * V, V, settings, this.sampleScratch);
+    }
+    return out;
+  }
+
+  /** A workspace tensor of the given shape. */
+  private ws(shape: number[], dtype: CpuDType = "f32"): CpuTensor {
+    return this.mem.allocWorkspace(shape, dtype);
+  }
+}
+
+/**
+ * Copies host values into a fresh tensor.
+ * @throws Error when the lengths differ or the array type does not match the dtype.
+ */
+function copyInto(t: CpuTensor, data: Float32Array | Int32Array, dtype: CpuDType, what: string): void {
+  if (data.length !== t.numel) throw new Error(`${what}: ${data.length} values for shape [${t.shape}]`);
+  if (dtype === "f32" && data instanceof Float32Array) t.f32.set(data);
+  else if (dtype === "i32" && data instanceof Int32Array) t.i32.set(data);
+  else throw new Error(`${what}: a ${data.constructor.name} cannot fill a ${dtype} tensor`);
+}

@@ -1,0 +1,111 @@
+import type { QkvLayout } from "../backend.js";
+import type { CheckedMetadata } from "./checks.js";
+import { pagedAttentionKernel } from "./kernels/attention.js";
+import { chunkRange, linearKernel } from "./kernels/linear.js";
+import type { CpuTensor } from "./tensor.js";
+import { type CpuThreadPool, JOB_ATTENTION, JOB_LINEAR } from "./thread_pool.js";
+
+/**
+ * Work of one chunk of a threaded call, in multiply-adds (~15 us at the ~2.2 G multiply-adds/s of
+ * one thread): big enough that claiming a chunk (one compare-and-swap) is free, small enough that
+ * a thread never waits long for another's last chunk (bench/results/cpu_ops.md).
+ */
+export const CHUNK_MACS = 1 << 15;
+/** Chunks per threaded call at most (more gives no better balance). */
+const MAX_CHUNKS_PER_CALL = 64;
+
+/** [buffer id, element offset] of a tensor: how a job names it to the worker threads. */
+const ref = (t: CpuTensor): [number, number] => [t.buffer.id, t.offset];
+
+/**
+ * Runs the big kernels (matmul, paged attention) on the calling thread or, when the call is big
+ * enough, in chunks shared with the thread pool. Arguments are already checked by CpuBackend.
+ */
+export class KernelDispatcher {
+  constructor(
+    private readonly pool: CpuThreadPool | null,
+    private readonly chunkMacs: number,
+  ) {}
+
+  /**
+   * Chunks for a call of `macs` multiply-adds that splits into at most `maxSplits` pieces: one
+   * per chunkMacs, at most 64. Calls under three chunks of work get 1 (the calling thread runs
+   * them): there, waking a worker costs more than it saves (bench/results/cpu_ops.md).
+   */
+  numChunks(macs: number, maxSplits: number): number {
+    if (this.pool === null || macs < 3 * this.chunkMacs) return 1;
+    return Math.max(1, Math.min(Math.floor(macs / this.chunkMacs), maxSplits, MAX_CHUNKS_PER_CALL));
+  }
+
+  /** out = x @ w^T (+ b). x: [T, K]; w: [N, K]; b: [N] | null; out: [T, N]. */
+  linear(
+    x: CpuTensor,
+    w: CpuTensor,
+    b: CpuTensor | null,
+    out: CpuTensor,
+    T: number,
+    N: number,
+    K: number,
+  ): void {
+    const bias = b?.buffer.f32 ?? null;
+    const bOff = b?.offset ?? 0;
+    const run = (n0: number, n1: number): void =>
+      linearKernel(
+        x.buffer.f32,
+        x.offset,
+        w.buffer.f32,
+        w.offset,
+        bias,
+        bOff,
+        out.buffer.f32,
+        out.offset,
+        T,
+        N,
+        K,
+        n0,
+        n1,
+      );
+    const chunks = this.numChunks(T * N * K, N >> 1);
+    if (this.pool === null || chunks < 2) {
+      run(0, N);
+      return;
+    }
+    const args = [...ref(x), ...ref(w), b?.buffer.id ?? -1, bOff, ...ref(out), T, N, K];
+    this.pool.run(JOB_LINEAR, args, chunks, (c) => run(...chunkRange(N, c, chunks, 2)));
+  }
+
+  /**
+   * Paged attention of every (token, kv head) item. qkv: [T, (Hq + 2 * Hkv) * D];
+   * kv: the layer's cache; out: [T, Hq * D]; m: checked metadata of `numReqs` requests.
+   */
+  pagedAttention(
+    qkv: CpuTensor,
+    kv: CpuTensor,
+    out: CpuTensor,
+    m: CheckedMetadata,
+    numReqs: number,
+    layout: QkvLayout,
+    T: number,
+    blockSize: number,
+  ): void {
+    const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
+    const numItems = T * Hkv;
+    const [qsl, sl, bt] = [m.qsl, m.seqLens, m.blockTables];
+    const run = (i0: number, i1: number): void =>
+      // biome-ignore format: the kernel's 20 arguments read best grouped
+      pagedAttentionKernel(
+        qkv.buffer.f32, qkv.offset, kv.buffer.f32, kv.offset, out.buffer.f32, out.offset,
+        qsl.buffer.i32, qsl.offset, sl.buffer.i32, sl.offset, bt.buffer.i32, bt.offset,
+        m.maxBlocksPerReq, numReqs, Hq, Hkv, D, blockSize, i0, i1,
+      );
+    // Multiply-adds: q.k and p.v over headDim for every (query, key) pair and q head.
+    const chunks = this.numChunks(2 * m.pairs * Hq * D, numItems);
+    if (this.pool === null || chunks < 2) {
+      run(0, numItems);
+      return;
+    }
+    const args = [...ref(qkv), ...ref(kv), ...ref(out), ...ref(qsl), ...ref(sl), ...ref(bt)];
+    args.push(m.maxBlocksPerReq, numReqs, Hq, Hkv, D, blockSize, numItems);
+    this.pool.run(JOB_ATTENTION, args, chunks, (c) => run(...chunkRange(numItems, c, chunks, 1)));
+  }
+}
