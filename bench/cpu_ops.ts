@@ -14,8 +14,8 @@ import { argmaxRow, CpuBackend } from "../src/backends/cpu/index.js";
 import { CpuThreadPool } from "../src/backends/cpu/thread_pool.js";
 import { loadModelConfig } from "../src/config/model_config.js";
 import { LlamaForCausalLM } from "../src/models/llama.js";
+import { SafetensorsCheckpoint } from "../src/models/safetensors.js";
 import { buildMetadata, makeRand, randF32 } from "../test/unit/backends/cpu/helpers.js";
-import { readSafetensorsDir } from "../test/unit/backends/cpu/safetensors_min.js";
 
 const quick = process.argv.includes("--quick");
 const REPS = quick ? 3 : 5;
@@ -129,7 +129,7 @@ function modelRates(numThreads: number): void {
   const b = new CpuBackend({ numThreads });
   const bs = 16;
   const maxPos = 4096 + 64;
-  const model = LlamaForCausalLM.load(cfg, readSafetensorsDir(dir), b, maxPos);
+  const model = LlamaForCausalLM.load(cfg, SafetensorsCheckpoint.open(dir), b, maxPos);
   const numBlocks = maxPos / bs;
   const kvCaches: Tensor[] = b.allocateKvCache({
     numLayers: cfg.numHiddenLayers,

@@ -173,6 +173,13 @@ export class LlamaForCausalLM {
    *   row needs logits (every request is in the middle of a chunked prefill)
    * @returns logits f32 [B, vocabSize], or null when logitsIndices is null
    */
+  forward(inputIds: Tensor, positions: Tensor, ctx: ForwardContext, logitsIndices: Tensor): Tensor;
+  forward(
+    inputIds: Tensor,
+    positions: Tensor,
+    ctx: ForwardContext,
+    logitsIndices: Tensor | null,
+  ): Tensor | null;
   forward(
     inputIds: Tensor,
     positions: Tensor,
@@ -185,36 +192,55 @@ export class LlamaForCausalLM {
     return this.backend.linear(selected, this.lmHead, null, "f32");
   }
 
-  /** Runs embedding and every decoder layer; returns the final-normed hidden states [T, H]. */
+  /**
+   * Runs embedding and every decoder layer; returns the final-normed hidden states [T, H].
+   * vLLM's residual scheme: the embedding output is the residual stream, updated in place by
+   * each fused "residual += x; x = norm(residual)". Each layer runs in a workspace scope when the
+   * backend has one, so a step's workspace holds about one layer's activations.
+   */
   private forwardHidden(inputIds: Tensor, positions: Tensor, ctx: ForwardContext): Tensor {
     const b = this.backend;
     const eps = this.config.rmsNormEps;
-    let h = b.embedding(inputIds, this.embedTokens);
-    // vLLM's residual scheme: the first layer keeps the embedding as the residual stream;
-    // later norms fuse "residual += x; x = norm(residual)".
-    let residual: Tensor | null = null;
+    const residual = b.embedding(inputIds, this.embedTokens);
+    let h: Tensor | null = null;
     for (let l = 0; l < this.layers.length; l++) {
-      const w = this.layers[l]!;
-      let x: Tensor;
-      if (residual === null) {
-        residual = h;
-        x = b.rmsNorm(h, w.inputLayernorm, eps);
-      } else {
-        b.fusedAddRmsNorm(h, residual, w.inputLayernorm, eps);
-        x = h;
-      }
-      const qkv = b.linear(x, w.qkvProj, w.qkvBias);
-      if (w.qNorm !== null && w.kNorm !== null) b.qkNorm(qkv, this.layout, w.qNorm, w.kNorm, eps);
-      b.rotaryEmbedding(qkv, this.layout, positions, this.cosSinCache);
-      const attnOut = ctx.attention.forward(l, qkv, ctx.kvCaches[l]!, ctx.meta);
-      h = b.linear(attnOut, w.oProj, w.oBias);
-      b.fusedAddRmsNorm(h, residual, w.postAttentionLayernorm, eps);
-      const gateUp = b.linear(h, w.gateUpProj, w.gateUpBias);
-      h = b.linear(b.siluAndMul(gateUp), w.downProj, w.downBias);
+      const prev: Tensor | null = h;
+      const run = (): Tensor => this.decoderLayer(l, prev, residual, positions, ctx);
+      h = b.workspaceScope !== undefined ? b.workspaceScope(run) : run();
     }
-    if (residual === null) return b.rmsNorm(h, this.norm, eps);
+    if (h === null) return b.rmsNorm(residual, this.norm, eps);
     b.fusedAddRmsNorm(h, residual, this.norm, eps);
     return h;
+  }
+
+  /**
+   * One decoder layer. `h` is the previous layer's output (null for layer 0, whose input is the
+   * residual itself); returns this layer's MLP output, to be added to the residual next.
+   */
+  private decoderLayer(
+    l: number,
+    h: Tensor | null,
+    residual: Tensor,
+    positions: Tensor,
+    ctx: ForwardContext,
+  ): Tensor {
+    const b = this.backend;
+    const eps = this.config.rmsNormEps;
+    const w = this.layers[l]!;
+    let x: Tensor;
+    if (h === null) x = b.rmsNorm(residual, w.inputLayernorm, eps);
+    else {
+      b.fusedAddRmsNorm(h, residual, w.inputLayernorm, eps);
+      x = h;
+    }
+    const qkv = b.linear(x, w.qkvProj, w.qkvBias);
+    if (w.qNorm !== null && w.kNorm !== null) b.qkNorm(qkv, this.layout, w.qNorm, w.kNorm, eps);
+    b.rotaryEmbedding(qkv, this.layout, positions, this.cosSinCache);
+    const attnOut = ctx.attention.forward(l, qkv, ctx.kvCaches[l]!, ctx.meta);
+    const o = b.linear(attnOut, w.oProj, w.oBias);
+    b.fusedAddRmsNorm(o, residual, w.postAttentionLayernorm, eps);
+    const gateUp = b.linear(o, w.gateUpProj, w.gateUpBias);
+    return b.linear(b.siluAndMul(gateUp), w.downProj, w.downBias);
   }
 
   /** Frees every weight. */

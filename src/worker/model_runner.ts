@@ -26,7 +26,7 @@ export class ModelRunner {
     seed: number,
   ) {
     this.attention = new DensePagedAttention(backend, model.layout, blockSize);
-    this.sampler = new RequestSampler(backend, model.config.vocabSize, seed);
+    this.sampler = new RequestSampler(backend, model.config.vocabSize, model.config.eosTokenIds, seed);
   }
 
   /** Number of requests whose state the runner holds. */

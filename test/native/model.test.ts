@@ -19,8 +19,8 @@ import { loadAddon } from "../../src/backends/cuda/addon.js";
 import type { CudaBackend } from "../../src/backends/cuda/cuda_backend.js";
 import { loadModelConfig } from "../../src/config/model_config.js";
 import { LlamaForCausalLM } from "../../src/models/llama.js";
+import { SafetensorsCheckpoint } from "../../src/models/safetensors.js";
 import { gpuSkip, makeBackend, relErr } from "./helpers.js";
-import { readSafetensorsDir } from "./safetensors_min.js";
 
 function repoRoot(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
@@ -70,7 +70,7 @@ describe("ref-small on CUDA vs HF transformers", { skip: skipReason() }, () => {
   before(() => {
     be = makeBackend();
     const cfg = loadModelConfig(modelDir);
-    model = LlamaForCausalLM.load(cfg, readSafetensorsDir(modelDir), be, MAX_POS);
+    model = LlamaForCausalLM.load(cfg, SafetensorsCheckpoint.open(modelDir), be, MAX_POS);
     attention = new DensePagedAttention(be, model.layout, BLOCK);
     kvCaches = be.allocateKvCache({
       numLayers: cfg.numHiddenLayers,

@@ -52,6 +52,7 @@ export interface CpuBackendOptions {
 export class CpuBackend implements Backend {
   readonly name = "cpu" as const;
   readonly activationDtype: DType = "f32";
+  readonly deviceName: string;
   /** Threads per big kernel, the calling thread included. */
   readonly numThreads: number;
   private readonly pool: CpuThreadPool | null;
@@ -64,6 +65,7 @@ export class CpuBackend implements Backend {
     const n = options.numThreads ?? Math.min(2, availableParallelism());
     if (!Number.isInteger(n) || n < 1) throw new Error(`numThreads must be a positive integer, got ${n}`);
     this.numThreads = n;
+    this.deviceName = `CPU (${n} thread${n === 1 ? "" : "s"})`;
     this.pool = n > 1 ? new CpuThreadPool(n) : null;
     this.mem = new CpuMemory(this.pool);
     this.kernels = new KernelDispatcher(this.pool, Math.max(1, options.chunkMacs ?? CHUNK_MACS));
@@ -112,6 +114,12 @@ export class CpuBackend implements Backend {
     const out: Tensor[] = [];
     for (let l = 0; l < spec.numLayers; l++) out.push(this.mem.allocPersistent(shape, "f32"));
     return out;
+  }
+
+  /** Copies host data into an existing tensor of the same length and dtype class. @throws Error on a mismatch. */
+  writeTensor(t: Tensor, data: Float32Array | Int32Array): void {
+    const c = cpu(t, this.mem, "writeTensor", false, "any");
+    copyInto(c, data, c.dtype === "i32" ? "i32" : "f32", "writeTensor");
   }
 
   /** A copy of the tensor's values (Float32Array for f32, Int32Array for i32). */

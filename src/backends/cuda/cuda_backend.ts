@@ -69,6 +69,10 @@ export class CudaBackend implements Backend {
   readonly addon: HisparseNative;
   readonly device: number;
   readonly properties: DeviceProperties;
+  /** Human-readable device name (from cudaGetDeviceProperties). */
+  get deviceName(): string {
+    return this.properties.name;
+  }
   readonly graphs: CudaGraphs;
   readonly blas: NativeBlas;
   private readonly allocator: NativeDeviceAllocator;

@@ -38,6 +38,9 @@ export class HostBackend implements Backend {
   stage(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor {
     return this.upload(data, shape, dtype);
   }
+  writeTensor(t: Tensor, data: Float32Array | Int32Array): void {
+    (t as HostTensor).data.set(data as never);
+  }
   allocateKvCache(_spec: KvCacheSpec): Tensor[] {
     throw new Error("HostBackend has no KV cache");
   }

@@ -1,0 +1,68 @@
+import type { Backend, Tensor } from "../backends/backend.js";
+import type { RequestId } from "../core/ids.js";
+import type { TokenLogprobs } from "../core/sched/output.js";
+import { Generator } from "./generator.js";
+import type { CachedRequestState } from "./input_batch.js";
+import { needsHostSampling, Sampler, type SamplerRow } from "./sampler.js";
+
+/** Sampled ids and optional logprobs, one entry per logits row. */
+export interface SampledRows {
+  tokenIds: Int32Array;
+  logprobs: (TokenLogprobs | null)[];
+}
+
+/**
+ * Samples one token per logits row for the ModelRunner: keeps each seeded request's generator,
+ * and uses the backend's device sampler when every row allows it (no penalties, min_tokens or
+ * logprobs), else reads the logits back and uses the host {@link Sampler}. Both paths draw the
+ * same uniforms, so they pick the same tokens.
+ */
+export class RequestSampler {
+  private readonly sampler: Sampler;
+  private readonly generators = new Map<RequestId, Generator>();
+
+  constructor(
+    private readonly backend: Backend,
+    private readonly vocabSize: number,
+    private readonly eosTokenIds: readonly number[],
+    engineSeed: number,
+  ) {
+    this.sampler = new Sampler(engineSeed);
+  }
+
+  /** Drops a finished request's generator. */
+  forget(reqId: RequestId): void {
+    this.generators.delete(reqId);
+  }
+
+  /**
+   * Samples one token for each request of `rows` from logits [rows.length, V].
+   * @throws Error from the backend when the logits tensor is smaller than rows × V.
+   */
+  sample(logits: Tensor, rows: readonly CachedRequestState[]): SampledRows {
+    const samplerRows = rows.map((r) => this.samplerRow(r));
+    if (this.backend.sampleOnDevice !== undefined && !samplerRows.some(needsHostSampling)) {
+      const ids = this.backend.sampleOnDevice(logits, this.sampler.deviceRows(samplerRows));
+      if (ids !== null) return { tokenIds: ids, logprobs: rows.map(() => null) };
+    }
+    const host = this.backend.toHost(logits) as Float32Array;
+    const out = this.sampler.sample(host, this.vocabSize, samplerRows);
+    return { tokenIds: out.sampledTokenIds, logprobs: out.logprobs };
+  }
+
+  private samplerRow(r: CachedRequestState): SamplerRow {
+    const seed = r.samplingParams.seed;
+    let generator: Generator | null = null;
+    if (seed !== null) {
+      generator = this.generators.get(r.reqId) ?? new Generator(seed);
+      this.generators.set(r.reqId, generator);
+    }
+    return {
+      params: r.samplingParams,
+      promptTokenIds: r.promptTokenIds,
+      outputTokenIds: r.outputTokenIds,
+      eosTokenIds: this.eosTokenIds,
+      generator,
+    };
+  }
+}
