@@ -34,6 +34,13 @@ export interface SamplingParams {
   logprobs: number | null;
   /** Skip special tokens when detokenizing. */
   skipSpecialTokens: boolean;
+  /**
+   * hisparse extension for evaluation (not an OpenAI field): the tokens to emit, one per step,
+   * instead of sampling ("teacher forcing"). Each step reports the forced token's logprob, so a
+   * continuation is scored through the real decode path (sparse attention included). Generation
+   * ends after the last forced token. null = sample normally.
+   */
+  forcedTokenIds: readonly number[] | null;
 }
 
 /** Largest accepted `logprobs` (vLLM's default max_logprobs). */
@@ -57,6 +64,7 @@ export function defaultSamplingParams(): SamplingParams {
     frequencyPenalty: 0.0,
     logprobs: null,
     skipSpecialTokens: true,
+    forcedTokenIds: null,
   };
 }
 
@@ -96,6 +104,14 @@ export function validateSamplingParams(p: SamplingParams): string[] {
   if (p.stop.some((s) => typeof s !== "string" || s.length === 0))
     r.push("stop strings must be non-empty strings");
   if (p.stopTokenIds.some((t) => !isInt(t) || t < 0)) r.push("stop_token_ids must be non-negative integers");
+  if (p.forcedTokenIds !== null) {
+    if (p.forcedTokenIds.length === 0 || p.forcedTokenIds.some((t) => !isInt(t) || t < 0))
+      r.push("forced_token_ids must be a non-empty list of non-negative integers");
+    else if (p.forcedTokenIds.length !== p.maxTokens)
+      r.push(
+        `max_tokens (${p.maxTokens}) must equal the number of forced tokens (${p.forcedTokenIds.length})`,
+      );
+  }
   return r;
 }
 

@@ -3,7 +3,7 @@ import type { RequestId } from "../core/ids.js";
 import type { TokenLogprobs } from "../core/sched/output.js";
 import { Generator } from "./generator.js";
 import type { CachedRequestState } from "./input_batch.js";
-import { needsHostSampling, Sampler, type SamplerRow } from "./sampler.js";
+import { logSoftmax, needsHostSampling, Sampler, type SamplerRow, tokenLogprobs } from "./sampler.js";
 
 /** Sampled ids and optional logprobs, one entry per logits row. */
 export interface SampledRows {
@@ -20,6 +20,7 @@ export interface SampledRows {
 export class RequestSampler {
   private readonly sampler: Sampler;
   private readonly generators = new Map<RequestId, Generator>();
+  private scratch = new Float64Array(0);
 
   constructor(
     private readonly backend: Backend,
@@ -41,13 +42,39 @@ export class RequestSampler {
    */
   sample(logits: Tensor, rows: readonly CachedRequestState[]): SampledRows {
     const samplerRows = rows.map((r) => this.samplerRow(r));
-    if (this.backend.sampleOnDevice !== undefined && !samplerRows.some(needsHostSampling)) {
+    const forced = rows.some((r) => r.samplingParams.forcedTokenIds !== null);
+    if (this.backend.sampleOnDevice !== undefined && !forced && !samplerRows.some(needsHostSampling)) {
       const ids = this.backend.sampleOnDevice(logits, this.sampler.deviceRows(samplerRows));
       if (ids !== null) return { tokenIds: ids, logprobs: rows.map(() => null) };
     }
     const host = this.backend.toHost(logits) as Float32Array;
     const out = this.sampler.sample(host, this.vocabSize, samplerRows);
+    if (forced) this.applyForcedTokens(host, rows, out.sampledTokenIds, out.logprobs);
     return { tokenIds: out.sampledTokenIds, logprobs: out.logprobs };
+  }
+
+  /**
+   * Teacher forcing (SamplingParams.forcedTokenIds): replaces the sampled token of each forced
+   * row by its next forced token and reports that token's logprob under the raw logits.
+   */
+  private applyForcedTokens(
+    logits: Float32Array,
+    rows: readonly CachedRequestState[],
+    tokenIds: Int32Array,
+    logprobs: (TokenLogprobs | null)[],
+  ): void {
+    const V = this.vocabSize;
+    for (let b = 0; b < rows.length; b++) {
+      const r = rows[b]!;
+      const forcedIds = r.samplingParams.forcedTokenIds;
+      if (forcedIds === null) continue;
+      const token = forcedIds[r.outputTokenIds.length];
+      if (token === undefined) throw new Error(`request ${r.reqId} ran past its forced tokens`);
+      if (this.scratch.length < V) this.scratch = new Float64Array(V);
+      const lp = logSoftmax(logits.subarray(b * V, (b + 1) * V), this.scratch);
+      tokenIds[b] = token;
+      logprobs[b] = tokenLogprobs(lp, V, token, r.samplingParams.logprobs ?? 0);
+    }
   }
 
   private samplerRow(r: CachedRequestState): SamplerRow {
