@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { makeSamplingParams } from "../core/sampling_params.js";
+import { makeSamplingParams, validateSamplingParams } from "../core/sampling_params.js";
 import { AsyncLLM } from "../engine/async_llm.js";
 import { EngineInputError } from "../engine/llm_engine.js";
 import { addEngineFlags, engineArgsFromOptions, parseFloatArg, parseIntArg } from "./engine_flags.js";
@@ -45,6 +45,9 @@ async function runGenerate(prompt: string, o: GenerateOptions): Promise<void> {
     stop: o.stop ?? [],
     ignoreEos: o.ignoreEos,
   });
+  // Refuse bad sampling flags before spending time on loading the model.
+  const reasons = validateSamplingParams(params);
+  if (reasons.length > 0) throw new EngineInputError(reasons[0]!);
   const bar = loadProgressBar();
   let llm: AsyncLLM;
   try {

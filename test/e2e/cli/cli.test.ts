@@ -1,0 +1,138 @@
+/**
+ * `hisparse` as a user runs it (a child process through bin/hisparse.js): a continuation is
+ * printed, and every bad input ends with one line on stderr, no stack trace, a non-zero exit.
+ */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { chmodSync, cpSync, mkdirSync, mkdtempSync, rmSync, truncateSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
+import { repoRoot } from "../../helpers/reference.js";
+
+const bin = join(repoRoot, "bin", "hisparse.js");
+const run = (...args: string[]) =>
+  spawnSync(process.execPath, [bin, ...args], {
+    encoding: "utf8",
+    env: { ...process.env, HISPARSE_DEBUG: "" },
+  });
+
+/** Asserts a failed run printed exactly one line to stderr, prefixed "hisparse:", with no stack. */
+function assertOneLineError(r: ReturnType<typeof run>, pattern: RegExp): void {
+  assert.notEqual(r.status, 0, `exit code should be non-zero; stdout: ${r.stdout}`);
+  const lines = r.stderr.trim().split("\n");
+  assert.equal(lines.length, 1, `one line expected, got:\n${r.stderr}`);
+  assert.match(lines[0]!, /^hisparse: /);
+  assert.match(lines[0]!, pattern);
+  assert.doesNotMatch(r.stderr, /\n\s+at /, "no stack trace");
+}
+
+describe("hisparse generate", () => {
+  const tmp = mkdtempSync(join(tmpdir(), "hisparse-cli-"));
+  after(() => rmSync(tmp, { recursive: true, force: true }));
+
+  it("prints a continuation with the bundled model", () => {
+    const r = run(
+      "generate",
+      "--device",
+      "cpu",
+      "--temperature",
+      "0",
+      "--max-tokens",
+      "12",
+      "The Linux kernel",
+    );
+    assert.equal(r.status, 0, r.stderr);
+    assert.ok(r.stdout.trim().length > 0, "some text is printed");
+  });
+
+  it("greedy output is deterministic", () => {
+    const a = run(
+      "generate",
+      "--device",
+      "cpu",
+      "--temperature",
+      "0",
+      "--max-tokens",
+      "12",
+      "int main(void) {",
+    );
+    const b = run(
+      "generate",
+      "--device",
+      "cpu",
+      "--temperature",
+      "0",
+      "--max-tokens",
+      "12",
+      "int main(void) {",
+    );
+    assert.equal(a.status, 0, a.stderr);
+    assert.equal(a.stdout, b.stdout);
+  });
+
+  it("a missing model directory", () => {
+    assertOneLineError(run("generate", "--model", join(tmp, "nope"), "x"), /does not exist/);
+  });
+
+  it("a corrupt config.json", () => {
+    const dir = join(tmp, "corrupt");
+    mkdirSync(dir);
+    writeFileSync(join(dir, "config.json"), "{not json");
+    assertOneLineError(run("generate", "--model", dir, "x"), /config\.json is not valid JSON/);
+  });
+
+  it("an unsupported architecture", () => {
+    const dir = join(tmp, "gpt2");
+    mkdirSync(dir);
+    writeFileSync(join(dir, "config.json"), JSON.stringify({ architectures: ["GPT2LMHeadModel"] }));
+    assertOneLineError(run("generate", "--model", dir, "x"), /GPT2LMHeadModel is not supported/);
+  });
+
+  it("a truncated safetensors file", () => {
+    const dir = join(tmp, "truncated");
+    cpSync(join(repoRoot, "models", "ref-small"), dir, { recursive: true });
+    const shard = join(dir, "model-00001-of-00002.safetensors");
+    chmodSync(shard, 0o644);
+    truncateSync(shard, 5_000_000);
+    assertOneLineError(run("generate", "--device", "cpu", "--model", dir, "x"), /truncated/);
+  });
+
+  it("a prompt longer than --max-model-len", () => {
+    const r = run(
+      "generate",
+      "--device",
+      "cpu",
+      "--max-model-len",
+      "8",
+      "a prompt that is certainly longer than eight tokens",
+    );
+    assertOneLineError(r, /maximum model length is 8/);
+  });
+
+  it("--max-tokens 0", () => {
+    assertOneLineError(run("generate", "--max-tokens", "0", "hi"), /max_tokens must be an integer >= 1/);
+  });
+
+  it("a negative temperature", () => {
+    assertOneLineError(run("generate", "--temperature", "-1", "hi"), /temperature must be >= 0/);
+  });
+
+  it("a non-numeric flag value and an unknown flag (usage errors, exit 2)", () => {
+    const a = run("generate", "--max-tokens", "abc", "hi");
+    assertOneLineError(a, /must be an integer/);
+    assert.equal(a.status, 2);
+    const b = run("generate", "--bogus", "hi");
+    assertOneLineError(b, /unknown option '--bogus'/);
+    assert.equal(b.status, 2);
+  });
+});
+
+describe("hisparse info", () => {
+  it("summarises the bundled model", () => {
+    const r = run("info");
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /LlamaForCausalLM, 7\.34 M parameters, 4 layers, hidden 256/);
+    assert.match(r.stdout, /backend: (cpu|cuda)/);
+  });
+});
