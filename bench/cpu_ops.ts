@@ -1,5 +1,6 @@
 /**
- * Micro-benchmark of the CPU backend (run: `npx tsx bench/cpu_ops.ts [--quick]`): per-op timings
+ * Micro-benchmark of the CPU backend (run: `npx tsx bench/cpu_ops.ts [--quick] [--only ops|model]`):
+ * per-op timings
  * at ref-small shapes (hidden 256, 4 heads / 2 kv heads, head_dim 64, ffn 768, vocab 16384) on 1
  * and 2 threads, then whole-model decode and prefill rates of ref-small (real weights from
  * models/ref-small) through LlamaForCausalLM and the paged cache. Each figure is the median of
@@ -18,6 +19,8 @@ import { buildMetadata, makeRand, randF32 } from "../test/unit/backends/cpu/help
 import { readSafetensorsDir } from "../test/unit/backends/cpu/safetensors_min.js";
 
 const quick = process.argv.includes("--quick");
+/** `--only ops` or `--only model` runs one of the two tables. */
+const only = process.argv[process.argv.indexOf("--only") + 1];
 const REPS = quick ? 3 : 5;
 const rand = makeRand(1);
 const lines: string[] = [];
@@ -209,13 +212,17 @@ out(
     .join(" ")})`,
 );
 out("");
-opTable();
-out("");
-out("| threads | ref-small step | time | rate | other processes' CPU share |");
-out("|---|---|---|---|---|");
-modelRates(1);
-modelRates(2);
-out("");
+if (only !== "model") {
+  opTable();
+  out("");
+}
+if (only !== "ops") {
+  out("| threads | ref-small step | time | rate | other processes' CPU share |");
+  out("|---|---|---|---|---|");
+  modelRates(1);
+  modelRates(2);
+  out("");
+}
 out(
   `load average after: ${loadavg()
     .map((x) => x.toFixed(2))
