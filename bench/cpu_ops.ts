@@ -1,8 +1,7 @@
 /**
  * Micro-benchmark of the CPU backend (run: `npx tsx bench/cpu_ops.ts [--quick] [--only ops|model]`):
- * per-op timings
- * at ref-small shapes (hidden 256, 4 heads / 2 kv heads, head_dim 64, ffn 768, vocab 16384) on 1
- * and 2 threads, then whole-model decode and prefill rates of ref-small (real weights from
+ * per-op timings at ref-small shapes (hidden 256, 4 heads / 2 kv heads, head_dim 64, ffn 768,
+ * vocab 16384) on 1 and 2 threads, then whole-model decode and prefill rates of ref-small (real weights from
  * models/ref-small) through LlamaForCausalLM and the paged cache. Each figure is the median of
  * several timed repetitions. Other processes may share the cores: the last column gives the
  * largest share of the machine's CPU time they used during the row's measurement (machine busy
