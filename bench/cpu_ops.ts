@@ -1,23 +1,25 @@
 /**
- * Micro-benchmark of the CPU backend (run: `npx tsx bench/cpu_ops.ts [--quick]`): per-op timings
- * at ref-small shapes (hidden 256, 4 heads / 2 kv heads, head_dim 64, ffn 768, vocab 16384) on 1
- * and 2 threads, then whole-model decode and prefill rates of ref-small (real weights from
+ * Micro-benchmark of the CPU backend (run: `npx tsx bench/cpu_ops.ts [--quick] [--only ops|model]`):
+ * per-op timings at ref-small shapes (hidden 256, 4 heads / 2 kv heads, head_dim 64, ffn 768,
+ * vocab 16384) on 1 and 2 threads, then whole-model decode and prefill rates of ref-small (real weights from
  * models/ref-small) through LlamaForCausalLM and the paged cache. Each figure is the median of
- * several timed repetitions; the machine's load average is printed because other processes
- * share its cores.
+ * several timed repetitions. Other processes may share the cores: the last column gives the
+ * largest share of the machine's CPU time they used during the row's measurement (machine busy
+ * time minus this process's own), so contended rows can be told apart.
  */
-import { loadavg } from "node:os";
+import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { DensePagedAttention } from "../src/attention/backend.js";
 import type { QkvLayout, Tensor } from "../src/backends/backend.js";
 import { argmaxRow, CpuBackend } from "../src/backends/cpu/index.js";
-import { CpuThreadPool } from "../src/backends/cpu/thread_pool.js";
 import { loadModelConfig } from "../src/config/model_config.js";
 import { LlamaForCausalLM } from "../src/models/llama.js";
 import { SafetensorsCheckpoint } from "../src/models/safetensors.js";
 import { buildMetadata, makeRand, randF32 } from "../test/unit/backends/cpu/helpers.js";
 
 const quick = process.argv.includes("--quick");
+/** `--only ops` or `--only model` runs one of the two tables. */
+const only = process.argv[process.argv.indexOf("--only") + 1];
 const REPS = quick ? 3 : 5;
 const rand = makeRand(1);
 const lines: string[] = [];
@@ -26,6 +28,32 @@ const out = (s: string) => {
   console.log(s);
 };
 
+/** Busy CPU time of the whole machine in ms (all cores), from os.cpus(). */
+function machineBusyMs(): number {
+  let busy = 0;
+  for (const c of cpus()) busy += c.times.user + c.times.nice + c.times.sys + c.times.irq;
+  return busy;
+}
+
+/** Largest share of the machine (0..1) that other processes used during a measurement so far. */
+let othersMax = 0;
+
+/**
+ * Runs fn and records how much of the machine other processes used meanwhile: machine busy time
+ * minus this process's CPU time (all threads), over wall time x cores.
+ */
+function watchOthers<T>(fn: () => T): T {
+  const busy0 = machineBusyMs();
+  const own0 = process.cpuUsage();
+  const t0 = performance.now();
+  const r = fn();
+  const wall = performance.now() - t0;
+  const own = process.cpuUsage(own0);
+  const others = machineBusyMs() - busy0 - (own.user + own.system) / 1000;
+  if (wall > 50) othersMax = Math.max(othersMax, others / (wall * cpus().length));
+  return r;
+}
+
 /**
  * Median milliseconds per call of fn, over `reps` timed batches of `inner` calls each, after one
  * untimed batch (JIT warm-up of the calling thread and of the worker threads).
@@ -33,23 +61,27 @@ const out = (s: string) => {
 function median(fn: () => void, inner: number, reps = REPS): number {
   for (let i = 0; i < Math.max(inner, 3); i++) fn();
   const times: number[] = [];
-  for (let r = 0; r < reps; r++) {
-    const t0 = performance.now();
-    for (let i = 0; i < inner; i++) fn();
-    times.push((performance.now() - t0) / inner);
-  }
+  watchOthers(() => {
+    for (let r = 0; r < reps; r++) {
+      const t0 = performance.now();
+      for (let i = 0; i < inner; i++) fn();
+      times.push((performance.now() - t0) / inner);
+    }
+  });
   times.sort((a, b) => a - b);
   return times[Math.floor(times.length / 2)]!;
 }
 
+const pct = (x: number) => `${Math.max(0, Math.round(x * 100))}%`;
 const fmt = (ms: number) => (ms < 1 ? `${(ms * 1000).toFixed(0)} us` : `${ms.toFixed(2)} ms`);
 
 function opTable(): void {
   const b1 = new CpuBackend({ numThreads: 1 });
   const b2 = new CpuBackend({ numThreads: 2 });
-  out("| op | shape | 1 thread | 2 threads |");
-  out("|---|---|---|---|");
+  out("| op | shape | 1 thread | 2 threads | other processes' CPU share |");
+  out("|---|---|---|---|---|");
   const row = (name: string, shape: string, make: (b: CpuBackend) => () => void, inner: number) => {
+    othersMax = 0;
     const t = [b1, b2].map((b) => {
       const fn = make(b);
       return median(() => {
@@ -57,7 +89,7 @@ function opTable(): void {
         b.resetWorkspace();
       }, inner);
     });
-    out(`| ${name} | ${shape} | ${fmt(t[0]!)} | ${fmt(t[1]!)} |`);
+    out(`| ${name} | ${shape} | ${fmt(t[0]!)} | ${fmt(t[1]!)} | ${pct(othersMax)} |`);
   };
   const linear = (T: number, N: number, K: number) => (b: CpuBackend) => {
     const w = b.upload(randF32(rand, N * K, 0.05), [N, K], "f32");
@@ -116,10 +148,6 @@ function opTable(): void {
   row("siluAndMul", "[64,1536]", silu, 100);
   b1.dispose();
   b2.dispose();
-  const pool = new CpuThreadPool(2);
-  const t = median(() => pool.run(0, [], 2, () => {}), 2000);
-  out(`| thread pool round trip | empty job | - | ${fmt(t)} |`);
-  pool.dispose();
 }
 
 /** ref-small decode and prefill through the model, on `numThreads` threads. */
@@ -153,22 +181,25 @@ function modelRates(numThreads: number): void {
   };
   const prompt = Array.from({ length: 4096 }, () => 1 + Math.floor(rand() * (cfg.vocabSize - 1)));
   for (const T of quick ? [512] : [512, 2048]) {
+    othersMax = 0;
     const ms = median(() => void forward(prompt.slice(0, T), 0), 1, 3);
+    const rate = `${((T / ms) * 1000).toFixed(0)} tokens/s`;
     out(
-      `| ${numThreads} | prefill ${T} tokens (one step) | ${(ms / 1000).toFixed(2)} s | ${((T / ms) * 1000).toFixed(0)} tokens/s |`,
+      `| ${numThreads} | prefill ${T} tokens (one step) | ${(ms / 1000).toFixed(2)} s | ${rate} | ${pct(othersMax)} |`,
     );
   }
   for (const ctx of quick ? [128] : [128, 1024, 4000]) {
     forward(prompt.slice(0, ctx), 0);
     let next = 1;
+    othersMax = 0;
     const ms = median(() => {
       // Rewrites position ctx - 1 each time, so every step attends over exactly ctx tokens.
       const logits = forward([next], ctx - 1);
       next = argmaxRow(logits, 0, cfg.vocabSize);
     }, 20);
-    out(
-      `| ${numThreads} | decode at context ${ctx} (batch 1, incl. lm_head) | ${ms.toFixed(2)} ms/step | ${(1000 / ms).toFixed(0)} tokens/s |`,
-    );
+    const rate = `${(1000 / ms).toFixed(0)} tokens/s`;
+    const what = `decode at context ${ctx} (batch 1, incl. lm_head)`;
+    out(`| ${numThreads} | ${what} | ${ms.toFixed(2)} ms/step | ${rate} | ${pct(othersMax)} |`);
   }
   model.dispose();
   b.dispose();
@@ -180,13 +211,17 @@ out(
     .join(" ")})`,
 );
 out("");
-opTable();
-out("");
-out("| threads | ref-small step | time | rate |");
-out("|---|---|---|---|");
-modelRates(1);
-modelRates(2);
-out("");
+if (only !== "model") {
+  opTable();
+  out("");
+}
+if (only !== "ops") {
+  out("| threads | ref-small step | time | rate | other processes' CPU share |");
+  out("|---|---|---|---|---|");
+  modelRates(1);
+  modelRates(2);
+  out("");
+}
 out(
   `load average after: ${loadavg()
     .map((x) => x.toFixed(2))
