@@ -3,8 +3,19 @@ import type { AttentionMetadata, Backend, Tensor } from "../backends/backend.js"
 import type { RequestId } from "../core/ids.js";
 import type { ModelRunnerOutput, SchedulerOutput, TokenLogprobs } from "../core/sched/output.js";
 import type { LlamaForCausalLM } from "../models/llama.js";
+import { CudaGraphRunner } from "./cuda_graph_runner.js";
 import { type CachedRequestState, type PreparedInputs, prepareInputs, updateStates } from "./input_batch.js";
 import { RequestSampler } from "./request_sampler.js";
+
+/** Settings of a ModelRunner. */
+export interface ModelRunnerOptions {
+  /** Seed of the engine-level sampling generator. */
+  seed: number;
+  /** Disable CUDA graphs. */
+  enforceEager: boolean;
+  maxModelLen: number;
+  maxNumSeqs: number;
+}
 
 /**
  * Turns a SchedulerOutput into one model forward and sampled tokens
@@ -18,15 +29,36 @@ export class ModelRunner {
   /** How attention uses the KV cache; replaceable by optional features (HiSparse). */
   attention: AttentionBackend;
 
+  /** Replays decode steps from CUDA graphs (null: eager, e.g. CPU or --enforce-eager). */
+  private readonly graphRunner: CudaGraphRunner | null;
+
   constructor(
     private readonly backend: Backend,
     private readonly model: LlamaForCausalLM,
     private readonly kvCaches: readonly Tensor[],
     readonly blockSize: number,
-    seed: number,
+    opts: ModelRunnerOptions,
   ) {
     this.attention = new DensePagedAttention(backend, model.layout, blockSize);
-    this.sampler = new RequestSampler(backend, model.config.vocabSize, model.config.eosTokenIds, seed);
+    this.sampler = new RequestSampler(backend, model.config.vocabSize, model.config.eosTokenIds, opts.seed);
+    this.graphRunner =
+      backend.graphs === undefined || opts.enforceEager
+        ? null
+        : new CudaGraphRunner(
+            backend,
+            backend.graphs,
+            model,
+            kvCaches,
+            () => this.attention,
+            blockSize,
+            opts.maxModelLen,
+            opts.maxNumSeqs,
+          );
+  }
+
+  /** Frees graph resources. */
+  dispose(): void {
+    this.graphRunner?.dispose();
   }
 
   /** Number of requests whose state the runner holds. */
@@ -63,8 +95,12 @@ export class ModelRunner {
     return out;
   }
 
-  /** Stages inputs, runs the model; returns logits [B, V] (null when no row samples). */
+  /**
+   * Runs the model: a captured graph for pure decode batches, else eagerly.
+   * @returns logits [>= B, V] (a graph's padded rows follow the B real ones); null when no row samples
+   */
   private forward(inputs: PreparedInputs): Tensor | null {
+    if (this.graphRunner?.canRun(inputs)) return this.graphRunner.run(inputs);
     const b = this.backend;
     b.resetWorkspace();
     const T = inputs.inputIds.length;

@@ -1,9 +1,30 @@
-import type { Backend, Tensor } from "../backends/backend.js";
+import type { Backend, DeviceSamplingRows, Tensor } from "../backends/backend.js";
 import type { RequestId } from "../core/ids.js";
 import type { TokenLogprobs } from "../core/sched/output.js";
 import { Generator } from "./generator.js";
 import type { CachedRequestState } from "./input_batch.js";
 import { logSoftmax, needsHostSampling, Sampler, type SamplerRow, tokenLogprobs } from "./sampler.js";
+
+/**
+ * Pads device sampling rows to `B` logits rows (a CUDA graph's padded batch) with greedy rows,
+ * which draw no random numbers and whose ids are dropped.
+ */
+function padRows(r: DeviceSamplingRows, B: number): DeviceSamplingRows {
+  const n = r.temperature.length;
+  if (B <= n) return r;
+  const grow = <T extends Float32Array | Int32Array>(a: T, make: (k: number) => T): T => {
+    const out = make(B);
+    out.set(a);
+    return out;
+  };
+  return {
+    temperature: grow(r.temperature, (k) => new Float32Array(k)),
+    topK: grow(r.topK, (k) => new Int32Array(k)),
+    topP: grow(r.topP, (k) => new Float32Array(k).fill(1)),
+    minP: grow(r.minP, (k) => new Float32Array(k)),
+    uniform: grow(r.uniform, (k) => new Float32Array(k)),
+  };
+}
 
 /** Sampled ids and optional logprobs, one entry per logits row. */
 export interface SampledRows {
@@ -44,8 +65,11 @@ export class RequestSampler {
     const samplerRows = rows.map((r) => this.samplerRow(r));
     const forced = rows.some((r) => r.samplingParams.forcedTokenIds !== null);
     if (this.backend.sampleOnDevice !== undefined && !forced && !samplerRows.some(needsHostSampling)) {
-      const ids = this.backend.sampleOnDevice(logits, this.sampler.deviceRows(samplerRows));
-      if (ids !== null) return { tokenIds: ids, logprobs: rows.map(() => null) };
+      const ids = this.backend.sampleOnDevice(
+        logits,
+        padRows(this.sampler.deviceRows(samplerRows), logits.shape[0]!),
+      );
+      if (ids !== null) return { tokenIds: ids.slice(0, rows.length), logprobs: rows.map(() => null) };
     }
     const host = this.backend.toHost(logits) as Float32Array;
     const out = this.sampler.sample(host, this.vocabSize, samplerRows);

@@ -67,7 +67,12 @@ export class Worker {
         headDim: config.headDim,
         dtype: kvCacheDtype,
       });
-      const runner = new ModelRunner(backend, model, kvCaches, args.blockSize, args.seed);
+      const runner = new ModelRunner(backend, model, kvCaches, args.blockSize, {
+        seed: args.seed,
+        enforceEager: args.enforceEager,
+        maxModelLen,
+        maxNumSeqs: args.maxNumSeqs,
+      });
       const info: WorkerInfo = {
         backend: backend.name,
         deviceName: backend.deviceName,
@@ -92,6 +97,7 @@ export class Worker {
 
   /** Frees the KV cache, the weights and the backend. */
   shutdown(): void {
+    this.modelRunner.dispose();
     for (const t of this.kvCaches) this.backend.free(t);
     this.disposeModel();
     this.backend.dispose();

@@ -1,0 +1,259 @@
+/**
+ * Dense-path speed of the CUDA backend (issue 4's benchmark), GPU machine:
+ *   node dist/bench/cuda_bench.js [--config configs/llama-3.1-8b] [--json FILE]
+ * With seeded dummy weights of the config (bf16):
+ * 1. decode step time (captured CUDA graph of one decode step, median-free mean of 20 back-to-back
+ *    replays after warm-up) at batch {1, 16, 64} × context {1K, 8K, 32K}, against the HBM
+ *    roofline: (weight bytes + KV bytes read) / 4.3 TB/s (the device copy bandwidth measured on
+ *    this H200, shared/device/README.md). The KV cache holds zeros (a full-context prefill of
+ *    every grid point would take minutes); the attention kernels read every byte regardless.
+ * 2. prefill tokens/s for one 8K and one 32K prompt (chunks of 8192 tokens, as the engine runs it
+ *    with --max-num-batched-tokens 8192), and model FLOP/s against the cuBLAS bf16 GEMM rate
+ *    measured here on an 8192 × 4096 × 28672 GEMM (the gate/up projection's shape).
+ * Prints markdown tables; --json writes the figures.
+ */
+import { writeFileSync } from "node:fs";
+import { performance } from "node:perf_hooks";
+import { DensePagedAttention } from "../src/attention/backend.js";
+import type { AttentionMetadata, Tensor } from "../src/backends/backend.js";
+import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
+import { countParameters } from "../src/cli/info.js";
+import { kvBytesPerToken } from "../src/config/model_config.js";
+import { asRequestId, type RequestId } from "../src/core/ids.js";
+import { loadModel } from "../src/models/registry.js";
+import { CudaGraphRunner } from "../src/worker/cuda_graph_runner.js";
+import type { PreparedInputs } from "../src/worker/input_batch.js";
+
+const arg = (name: string, d: string) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1]! : d;
+};
+const HBM_BPS = 4.3e12;
+const BLOCK = 16;
+const batches = arg("batches", "1,16,64").split(",").map(Number);
+const contexts = arg("contexts", "1024,8192,32768").split(",").map(Number);
+const maxCtx = Math.max(...contexts);
+const memBudget = Number(arg("kv-gib", "72")) * 2 ** 30;
+
+const backend = new CudaBackend({ workspaceBytes: 8 * 2 ** 30 });
+const t0 = performance.now();
+const { config, model } = loadModel({
+  modelDir: arg("config", "configs/llama-3.1-8b"),
+  backend,
+  loadFormat: "dummy",
+  seed: 0,
+  maxModelLen: maxCtx + BLOCK,
+});
+console.log(`loaded ${config.architecture} (dummy) in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+const kvPerTok = kvBytesPerToken(config, 2);
+const numBlocks = Math.floor(memBudget / (kvPerTok * BLOCK));
+const kvCaches = backend.allocateKvCache({
+  numLayers: config.numHiddenLayers,
+  numBlocks,
+  blockSize: BLOCK,
+  numKvHeads: config.numKeyValueHeads,
+  headDim: config.headDim,
+  dtype: "bf16",
+});
+const params = countParameters(config);
+// Bytes a decode step must read: every weight once (the embedding table only for B rows, ignored).
+const embedBytes = config.vocabSize * config.hiddenSize * 2;
+const weightBytes = params * 2 - (config.tieWordEmbeddings ? 0 : embedBytes);
+const attention = new DensePagedAttention(backend, model.layout, BLOCK);
+const runner = new CudaGraphRunner(
+  backend,
+  backend.graphs,
+  model,
+  kvCaches,
+  () => attention,
+  BLOCK,
+  maxCtx + BLOCK,
+  Math.max(...batches),
+);
+const probe = backend.upload(new Int32Array(1), [1], "i32");
+const sync = () => backend.toHost(probe);
+
+function decodeInputs(B: number, C: number): PreparedInputs {
+  const nb = Math.ceil(C / BLOCK);
+  const reqIds: RequestId[] = [];
+  const blockTables = new Int32Array(B * nb);
+  const slotMapping = new Int32Array(B);
+  for (let r = 0; r < B; r++) {
+    reqIds.push(asRequestId(`r${r}`));
+    for (let j = 0; j < nb; j++) blockTables[r * nb + j] = r * nb + j;
+    slotMapping[r] = (r * nb + Math.floor((C - 1) / BLOCK)) * BLOCK + ((C - 1) % BLOCK);
+  }
+  return {
+    reqIds,
+    inputIds: Int32Array.from({ length: B }, (_, i) => (i * 7919) % config.vocabSize),
+    positions: new Int32Array(B).fill(C - 1),
+    slotMapping,
+    queryStartLoc: Int32Array.from({ length: B + 1 }, (_, i) => i),
+    seqLens: new Int32Array(B).fill(C),
+    blockTables,
+    maxBlocksPerReq: nb,
+    maxQueryLen: 1,
+    maxSeqLen: C,
+    logitsIndices: Int32Array.from({ length: B }, (_, i) => i),
+    logitsReqIdx: Int32Array.from({ length: B }, (_, i) => i),
+  };
+}
+
+interface DecodeRow {
+  batch: number;
+  context: number;
+  stepMs: number | null;
+  rooflineMs: number;
+  pctRoofline: number | null;
+  tokPerS: number | null;
+}
+const decodeRows: DecodeRow[] = [];
+for (const C of contexts) {
+  for (const B of batches) {
+    const kvRead = B * C * kvPerTok;
+    const rooflineMs = ((weightBytes + kvRead) / HBM_BPS) * 1e3;
+    if (B * Math.ceil(C / BLOCK) > numBlocks) {
+      decodeRows.push({ batch: B, context: C, stepMs: null, rooflineMs, pctRoofline: null, tokPerS: null });
+      continue;
+    }
+    const inputs = decodeInputs(B, C);
+    for (let i = 0; i < 3; i++) runner.run(inputs);
+    sync();
+    const N = 20;
+    const t = performance.now();
+    for (let i = 0; i < N; i++) runner.run(inputs);
+    sync();
+    const stepMs = (performance.now() - t) / N;
+    decodeRows.push({
+      batch: B,
+      context: C,
+      stepMs,
+      rooflineMs,
+      pctRoofline: (100 * rooflineMs) / stepMs,
+      tokPerS: (B * 1000) / stepMs,
+    });
+  }
+}
+runner.dispose();
+
+// cuBLAS GEMM rate on the gate/up shape, through the backend's linear.
+const M = 8192;
+const K = config.hiddenSize;
+const Nn = 2 * config.intermediateSize;
+const w = backend.uploadWeight({ data: randomBf16(Nn * K), dtype: "bf16", shape: [Nn, K] });
+backend.resetWorkspace();
+const x = backend.stage(randomF32(M * K), [M, K], "bf16");
+backend.linear(x, w, null);
+sync();
+const G = 10;
+const tg = performance.now();
+for (let i = 0; i < G; i++) backend.linear(x, w, null);
+sync();
+const gemmTflops = (2 * M * K * Nn * G) / ((performance.now() - tg) / 1e3) / 1e12;
+backend.free(w);
+backend.resetWorkspace();
+
+// Prefill: one request, chunks of 8192 tokens.
+const prefillRows: { tokens: number; seconds: number; tokPerS: number; tflops: number; pctGemm: number }[] =
+  [];
+for (const T of [8192, 32768].filter((t) => t <= maxCtx)) {
+  const run = () => {
+    const CH = 8192;
+    const nb = Math.ceil(T / BLOCK);
+    const table = Int32Array.from({ length: nb }, (_, i) => i);
+    let logits: Tensor | null = null;
+    for (let start = 0; start < T; start += CH) {
+      const n = Math.min(CH, T - start);
+      backend.resetWorkspace();
+      const positions = Int32Array.from({ length: n }, (_, i) => start + i);
+      const slots = Int32Array.from(positions, (p) => table[Math.floor(p / BLOCK)]! * BLOCK + (p % BLOCK));
+      const meta: AttentionMetadata = {
+        numReqs: 1,
+        numTokens: n,
+        queryStartLoc: backend.stage(Int32Array.from([0, n]), [2], "i32"),
+        seqLens: backend.stage(Int32Array.from([start + n]), [1], "i32"),
+        blockTables: backend.stage(table, [1, nb], "i32"),
+        slotMapping: backend.stage(slots, [n], "i32"),
+        maxQueryLen: n,
+        maxSeqLen: start + n,
+        host: {
+          queryStartLoc: new Int32Array(0),
+          seqLens: new Int32Array(0),
+          blockTables: table,
+          maxBlocksPerReq: nb,
+          slotMapping: slots,
+          positions,
+        },
+      };
+      const ids = backend.stage(
+        Int32Array.from(positions, (p) => (p * 31) % config.vocabSize),
+        [n],
+        "i32",
+      );
+      const last = start + n >= T ? backend.stage(Int32Array.from([n - 1]), [1], "i32") : null;
+      logits = model.forward(ids, backend.stage(positions, [n], "i32"), { meta, attention, kvCaches }, last);
+    }
+    backend.toHost(logits!);
+  };
+  run(); // warm-up
+  const t = performance.now();
+  run();
+  const seconds = (performance.now() - t) / 1e3;
+  const L = config.numHiddenLayers;
+  // Embedding lookups cost no FLOPs and lm_head runs for the last row only.
+  const vh = config.vocabSize * config.hiddenSize;
+  const linearFlops = 2 * (params - vh * (config.tieWordEmbeddings ? 1 : 2)) * T;
+  const attnFlops = 2 * L * config.numAttentionHeads * config.headDim * T * T; // causal: 4·T²/2·H·D
+  const tflops = (linearFlops + attnFlops) / seconds / 1e12;
+  prefillRows.push({
+    tokens: T,
+    seconds,
+    tokPerS: T / seconds,
+    tflops,
+    pctGemm: (100 * tflops) / gemmTflops,
+  });
+}
+
+console.log(
+  `\nweights ${(weightBytes / 1e9).toFixed(2)} GB read per step; KV ${kvPerTok} B/token; roofline at ${HBM_BPS / 1e12} TB/s`,
+);
+console.log(
+  "\n| batch | context | step ms | roofline ms | % of roofline | tokens/s |\n|---|---|---|---|---|---|",
+);
+for (const r of decodeRows) {
+  console.log(
+    r.stepMs === null
+      ? `| ${r.batch} | ${r.context} | does not fit (${((r.batch * r.context * kvPerTok) / 2 ** 30).toFixed(0)} GiB of KV) | ${r.rooflineMs.toFixed(2)} | - | - |`
+      : `| ${r.batch} | ${r.context} | ${r.stepMs.toFixed(2)} | ${r.rooflineMs.toFixed(2)} | ${r.pctRoofline!.toFixed(1)}% | ${r.tokPerS!.toFixed(0)} |`,
+  );
+}
+console.log(`\ncuBLAS bf16 GEMM ${M}x${K}x${Nn} through linear(): ${gemmTflops.toFixed(0)} TFLOP/s`);
+console.log(
+  "\n| prompt tokens | seconds | tokens/s | model TFLOP/s | % of GEMM rate |\n|---|---|---|---|---|",
+);
+for (const r of prefillRows) {
+  console.log(
+    `| ${r.tokens} | ${r.seconds.toFixed(3)} | ${r.tokPerS.toFixed(0)} | ${r.tflops.toFixed(0)} | ${r.pctGemm.toFixed(1)}% |`,
+  );
+}
+const json = arg("json", "");
+if (json !== "")
+  writeFileSync(
+    json,
+    JSON.stringify({ config: config.architecture, decodeRows, gemmTflops, prefillRows }, null, 2),
+  );
+backend.dispose();
+
+function randomF32(n: number): Float32Array {
+  const a = new Float32Array(n);
+  let s = 12345;
+  for (let i = 0; i < n; i++) {
+    s = (s * 1103515245 + 12345) >>> 0;
+    a[i] = (s / 2 ** 32 - 0.5) * 0.1;
+  }
+  return a;
+}
+function randomBf16(n: number): Uint16Array {
+  const f = randomF32(n);
+  return new Uint16Array(f.buffer).filter((_, i) => i % 2 === 1);
+}
