@@ -254,6 +254,8 @@ function randomF32(n: number): Float32Array {
   return a;
 }
 function randomBf16(n: number): Uint16Array {
-  const f = randomF32(n);
-  return new Uint16Array(f.buffer).filter((_, i) => i % 2 === 1);
+  const f = new Uint32Array(randomF32(n).buffer);
+  const out = new Uint16Array(n);
+  for (let i = 0; i < n; i++) out[i] = f[i]! >>> 16; // truncate f32 to bf16
+  return out;
 }
