@@ -18,9 +18,10 @@ constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = kDecodeWarps * 32;
 static_assert(kDecodeWarps * 16 == kTileKeys, "each decode warp owns 16 keys of a tile");
 
-// Pipeline depth per head dim (the benchmark builds variants with other values).
+// Pipeline depth per head dim (the benchmark builds variants with other values). D=128: 2 stages
+// measured 1-6% faster than 3 on the H200 (bench/results/cuda_kernels_h200.md).
 #ifndef HS_DECODE_STAGES_128
-#define HS_DECODE_STAGES_128 3
+#define HS_DECODE_STAGES_128 2
 #endif
 #ifndef HS_DECODE_STAGES_64
 #define HS_DECODE_STAGES_64 4

@@ -11,14 +11,15 @@
 // online softmax and accumulates P V, all in registers. Rows with no key write zeros.
 #include "attention_launch.cuh"
 
-// Tile shape knobs (keys per K/V tile, pipeline stages) per head dim; the defaults come from the
-// register report in ATTENTION.md (D=128 with 64-key tiles needs > 255 registers and spills).
-// The benchmark builds a second copy with other values to compare them on the GPU.
+// Tile shape knobs (keys per K/V tile, pipeline stages) per head dim. D=128: 64-key tiles with 2
+// stages spill a few registers (ATTENTION.md) yet ran 7-10% faster than 32 keys / 3 stages on the
+// H200 (301 vs 280 TFLOP/s at 8K, 320 vs 290 at 32K: bench/results/cuda_kernels_h200.md), so they
+// are the default. The benchmark builds a second copy with other values to compare them.
 #ifndef HS_PREFILL_KEYS_128
-#define HS_PREFILL_KEYS_128 32
+#define HS_PREFILL_KEYS_128 64
 #endif
 #ifndef HS_PREFILL_STAGES_128
-#define HS_PREFILL_STAGES_128 3
+#define HS_PREFILL_STAGES_128 2
 #endif
 #ifndef HS_PREFILL_KEYS_64
 #define HS_PREFILL_KEYS_64 64

@@ -160,8 +160,8 @@ void benchDecode(int batch, int ctx, bool quick, std::vector<Row>& rows) {
     WsFn ws;
   };
   const Variant variants[] = {
-      {"default (3 stages)", hsPagedDecodeAttention, hsPagedDecodeNumSplits, hsPagedAttentionWorkspaceBytes},
-      {"2 stages", hsPagedDecodeAttention_s2, hsPagedDecodeNumSplits_s2, hsPagedAttentionWorkspaceBytes_s2},
+      {"default (2 stages)", hsPagedDecodeAttention, hsPagedDecodeNumSplits, hsPagedAttentionWorkspaceBytes},
+      {"3 stages", hsPagedDecodeAttention_s2, hsPagedDecodeNumSplits_s2, hsPagedAttentionWorkspaceBytes_s2},
       {"4 stages", hsPagedDecodeAttention_s4, hsPagedDecodeNumSplits_s4, hsPagedAttentionWorkspaceBytes_s4},
   };
   size_t ws = 0;
@@ -192,8 +192,8 @@ void benchPrefill(int T, bool quick, std::vector<Row>& rows) {
     const char* name;
     cudaError_t (*fn)(const HsPagedAttentionParams*, int, cudaStream_t);
   };
-  const Variant variants[] = {{"default (32 keys, 3 st)", hsPagedPrefillAttention},
-                              {"64 keys, 2 stages", hsPagedPrefillAttention_k64}};
+  const Variant variants[] = {{"default (64 keys, 2 st)", hsPagedPrefillAttention},
+                              {"32 keys, 3 stages", hsPagedPrefillAttention_k64}};
   for (const auto& v : variants) {
     const float ms = medianMs(2, quick ? 3 : (T > 16384 ? 5 : 15), [&](int) {
       const HsPagedAttentionParams p = prob.params(0, T);
