@@ -37,6 +37,9 @@ export function buildApp(ctx: ServingContext, o: AppOptions): FastifyInstance {
     // prints its ready line and errors itself.
     loggerInstance: o.logger.child({}, { level: maxLevel(o.logger.level, "warn") }),
     bodyLimit: o.maxRequestBodyBytes ?? DEFAULT_MAX_REQUEST_BODY_BYTES,
+    // close() drops every connection, including opened-but-unused ones that would otherwise
+    // hold shutdown until the client's keep-alive timeout; requests are aborted and drained first.
+    forceCloseConnections: true,
   });
   installBodyParser(app);
   const auth = o.apiKey == null ? null : new ApiKeyAuth(o.apiKey);

@@ -111,4 +111,13 @@ export class ServingContext {
   abortAll(): void {
     for (const g of this.groups) g.abort();
   }
+
+  /**
+   * Waits until every HTTP request has finished replying (after {@link abortAll}: their last
+   * events are written), or `timeoutMs` passed.
+   */
+  async drain(timeoutMs: number): Promise<void> {
+    const end = Date.now() + timeoutMs;
+    while (this.groups.size > 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 5));
+  }
 }

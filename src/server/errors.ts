@@ -60,15 +60,29 @@ export function badRequest(message: string, param: string | null = null): OpenAI
 
 /**
  * Turns a zod validation failure into a 400 naming the first bad field, e.g.
- * "max_tokens: Invalid input: expected int, received string". Union failures are resolved to
- * the branch that matched the input's type (so a bad content part is reported as such).
+ * "max_tokens: Invalid input: expected int, received string", or "prompt is required" when the
+ * field is absent from `input`. Union failures are resolved to the branch that matched the
+ * input's type (so a bad content part is reported as such).
  */
-export function fromZodError(err: z.ZodError): OpenAIError {
+export function fromZodError(err: z.ZodError, input?: unknown): OpenAIError {
   const issue = err.issues[0];
   if (issue === undefined) return badRequest("the request body is invalid");
   const { path, message } = describeIssue(issue, []);
   const param = path.length > 0 ? formatPath(path) : null;
+  if (param !== null && input !== undefined && valueAt(input, path) === undefined) {
+    return badRequest(`${param} is required`, param);
+  }
   return badRequest(`${param ?? "request body"}: ${message}`, param);
+}
+
+/** The value at a zod path inside a parsed JSON value (undefined when absent). */
+function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+  let v: unknown = input;
+  for (const p of path) {
+    if (v === null || typeof v !== "object") return undefined;
+    v = (v as Record<PropertyKey, unknown>)[p];
+  }
+  return v;
 }
 
 /** The deepest useful (path, message) of one zod issue. */

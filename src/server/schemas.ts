@@ -182,7 +182,7 @@ export function parseBody<S extends z.ZodType>(
   }
   checkUnsupported(body as Record<string, unknown>, unsupported);
   const r = schema.safeParse(body);
-  if (!r.success) throw fromZodError(r.error) satisfies OpenAIError;
+  if (!r.success) throw fromZodError(r.error, body) satisfies OpenAIError;
   return r.data;
 }
 

@@ -14,6 +14,9 @@ export const DEFAULT_STATS_INTERVAL_S = 10;
 /** Default waiting-queue limit as a multiple of max-num-seqs. */
 export const WAITING_REQUESTS_PER_SEQ = 4;
 
+/** How long shutdown waits for aborted requests to send their last event, in ms. */
+export const SHUTDOWN_DRAIN_MS = 1000;
+
 /** Options of {@link startServer}; engine settings are EngineArgs. */
 export interface ServerOptions {
   engineArgs: EngineArgs;
@@ -96,6 +99,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       closing ??= (async () => {
         stats.stop();
         context.abortAll();
+        await context.drain(SHUTDOWN_DRAIN_MS);
         await app.close();
         await llm.shutdown();
       })();
