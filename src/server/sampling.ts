@@ -74,7 +74,7 @@ export function checkRequestFields(r: SamplingFields): void {
     throw badRequest("stream_options can only be given when stream is true", "stream_options");
   }
   const n = r.n ?? 1;
-  if (r.seed != null && !Number.isSafeInteger(r.seed + n - 1)) {
+  if (r.seed != null && !Number.isSafeInteger(r.seed + (n - 1))) {
     throw badRequest(`seed must leave room for seed + n - 1 within the safe integer range`, "seed");
   }
 }
