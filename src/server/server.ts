@@ -40,6 +40,11 @@ export interface ServerOptions {
   version?: string;
   /** Passed to the engine (load progress, HiSparse scheduler hooks). */
   engineOptions?: EngineCreateOptions;
+  /**
+   * Called once the engine is loaded, before the server listens: optional features register
+   * their own series on `metrics.registry` (and collectors) and stats lines on `stats`.
+   */
+  extendMetrics?: (metrics: MetricsRegistry, stats: StatsLogger, llm: AsyncLLM) => void;
 }
 
 /** A running server (see {@link startServer}). */
@@ -91,8 +96,9 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       logger,
       version: o.version ?? "unknown",
     });
-    const address = await app.listen({ host: o.host ?? "127.0.0.1", port: o.port ?? 8000 });
     const stats = new StatsLogger(metrics, logger, o.statsIntervalSeconds ?? DEFAULT_STATS_INTERVAL_S);
+    o.extendMetrics?.(metrics, stats, llm);
+    const address = await app.listen({ host: o.host ?? "127.0.0.1", port: o.port ?? 8000 });
     stats.start();
     let closing: Promise<void> | null = null;
     const close = () => {

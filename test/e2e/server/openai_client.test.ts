@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import OpenAI from "openai";
+import { Gauge } from "prom-client";
 import type { RunningServer } from "../../../src/server/server.js";
 import { Tokenizer } from "../../../src/tokenizer/tokenizer.js";
 import { repoRoot } from "../../helpers/reference.js";
@@ -51,7 +52,16 @@ describe("OpenAI client against hisparse serve (ref-small, CPU)", () => {
   let tok: Tokenizer;
 
   before(async () => {
-    server = await startTestServer({ maxModelLen: MAX_MODEL_LEN });
+    server = await startTestServer(
+      { maxModelLen: MAX_MODEL_LEN },
+      {
+        // An extension's own series, refreshed before each scrape (the HiSparse hook).
+        extendMetrics: (metrics) => {
+          const g = new Gauge({ name: "test_extension_gauge", help: "test", registers: [metrics.registry] });
+          metrics.addCollector(() => g.set(server.context.numActiveGroups + 42));
+        },
+      },
+    );
     client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
     tok = Tokenizer.fromDir(join(repoRoot, "models", "ref-small"));
   });
@@ -303,6 +313,7 @@ describe("OpenAI client against hisparse serve (ref-small, CPU)", () => {
     assert.equal(d("vllm:e2e_request_latency_seconds_count"), 1);
     assert.equal(d("vllm:time_to_first_token_seconds_count"), 1);
     assert.equal(d("vllm:inter_token_latency_seconds_count"), r.usage!.completion_tokens - 1);
+    assert.equal(m.get("test_extension_gauge"), 42, "an extension's series is served");
     await assertPoolFullyFree(server.url);
   });
 
