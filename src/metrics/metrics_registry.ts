@@ -195,7 +195,7 @@ export class MetricsRegistry {
     return new RequestTracker(this);
   }
 
-  /** @internal per-request observations, called by RequestTracker. */
+  /** @internal Prompt tokens, TTFT and queue time (s) of a request's first output (RequestTracker). */
   recordFirstToken(numPromptTokens: number, ttft: number, queueTime: number | null): void {
     this.numPromptTokens += numPromptTokens;
     this.promptTokens.inc(this.labels, numPromptTokens);
@@ -203,14 +203,14 @@ export class MetricsRegistry {
     if (queueTime !== null) this.queueTime.observe(this.labels, queueTime);
   }
 
-  /** @internal */
+  /** @internal Adds `n` generated tokens and, after the first output, one inter-token latency (s). */
   recordTokens(n: number, itl: number | null): void {
     this.numGenerationTokens += n;
     this.generationTokens.inc(this.labels, n);
     if (itl !== null) this.itl.observe(this.labels, itl);
   }
 
-  /** @internal */
+  /** @internal Counts a finished request by reason; E2E latency (s) and token counts when known. */
   recordFinished(reason: string, e2e: number | null, numPromptTokens: number, numOutputTokens: number): void {
     this.requestSuccess.inc({ ...this.labels, finished_reason: reason });
     if (e2e === null) return;

@@ -58,6 +58,7 @@ export class StatsLogger {
     this.timer.unref();
   }
 
+  /** Stops the periodic timer (idempotent). */
   stop(): void {
     if (this.timer !== null) clearInterval(this.timer);
     this.timer = null;

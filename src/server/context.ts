@@ -36,6 +36,7 @@ export class ServingContext {
     });
   }
 
+  /** Longest prompt + output in tokens (the engine's max_model_len). */
   get maxModelLen(): number {
     return this.llm.engine.maxModelLen;
   }

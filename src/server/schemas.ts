@@ -55,6 +55,7 @@ export const completionRequestSchema = z.object({
   best_of: z.int().min(1).nullish(),
   add_special_tokens: bool,
 });
+/** A parsed /v1/completions body. */
 export type CompletionRequest = z.infer<typeof completionRequestSchema>;
 
 /** Roles OpenAI defines for chat messages (legacy "function" is not accepted). */
@@ -71,6 +72,7 @@ const chatMessage = z.object({
   name: z.string().nullish(),
   tool_call_id: z.string().nullish(),
 });
+/** One parsed chat message. */
 export type ChatRequestMessage = z.infer<typeof chatMessage>;
 
 /** POST /v1/chat/completions body. */
@@ -84,6 +86,7 @@ export const chatCompletionRequestSchema = z.object({
   add_special_tokens: bool,
   chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
 });
+/** A parsed /v1/chat/completions body. */
 export type ChatCompletionRequest = z.infer<typeof chatCompletionRequestSchema>;
 
 /** A field that is accepted only with a value that keeps the default semantics. */
