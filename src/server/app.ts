@@ -59,20 +59,20 @@ export function buildApp(ctx: ServingContext, o: AppOptions): FastifyInstance {
     return reply.code(200).send();
   });
   app.get("/version", async () => ({ version: o.version }));
-  app.get("/v1/models", async () => ({
-    object: "list",
-    data: [
-      {
-        id: ctx.modelName,
-        object: "model",
-        created: ctx.created(),
-        owned_by: "hisparse",
-        root: ctx.llm.engine.info.modelDir,
-        parent: null,
-        max_model_len: ctx.maxModelLen,
-      },
-    ],
-  }));
+  const modelCard = () => ({
+    id: ctx.modelName,
+    object: "model",
+    created: ctx.created(),
+    owned_by: "hisparse",
+    root: ctx.llm.engine.info.modelDir,
+    parent: null,
+    max_model_len: ctx.maxModelLen,
+  });
+  app.get("/v1/models", async () => ({ object: "list", data: [modelCard()] }));
+  app.get<{ Params: { model: string } }>("/v1/models/:model", async (req) => {
+    ctx.checkModel(req.params.model);
+    return modelCard();
+  });
   app.get("/metrics", async (_req, reply) => {
     if (ctx.metrics === null) throw new OpenAIError(404, "metrics are disabled on this server");
     return reply.type(ctx.metrics.contentType).send(await ctx.metrics.metrics());

@@ -73,6 +73,9 @@ describe("OpenAI client against hisparse serve (ref-small, CPU)", () => {
       models.data.map((m) => [m.id, m.object, (m as unknown as { max_model_len: number }).max_model_len]),
       [["ref-small", "model", MAX_MODEL_LEN]],
     );
+    const card = await client.models.retrieve("ref-small");
+    assert.equal(card.id, "ref-small");
+    await assert.rejects(client.models.retrieve("gpt-4"), (e: unknown) => e instanceof OpenAI.NotFoundError);
     const v = await request(`${server.url}/version`);
     assert.deepEqual(v.json, { version: "test" });
     const h = await request(`${server.url}/health`);
@@ -278,6 +281,25 @@ describe("OpenAI client against hisparse serve (ref-small, CPU)", () => {
       assert.equal(e.top_logprobs[0]!.logprob, e.logprob);
       assert.deepEqual(e.bytes, [...Buffer.from(e.token, "utf8")]);
     }
+  });
+
+  it("the client raises its typed errors from the server's OpenAI-style bodies", async () => {
+    await assert.rejects(
+      client.completions.create({ model: "ref-small", prompt: "x", max_tokens: 1000 }),
+      (e: unknown) =>
+        e instanceof OpenAI.BadRequestError &&
+        e.status === 400 &&
+        e.param === "max_tokens" &&
+        /^This model's maximum context length is 512 tokens\. However, you requested 1001 tokens/.test(
+          (e.error as { message: string }).message,
+        ),
+    );
+    await assert.rejects(
+      client.chat.completions.create({ model: "nope", messages: [{ role: "user", content: "x" }] }),
+      (e: unknown) =>
+        e instanceof OpenAI.NotFoundError &&
+        (e.error as { message: string }).message === "The model `nope` does not exist.",
+    );
   });
 
   it("stop strings end the text before the stop; stop_reason names it", async () => {
