@@ -6,6 +6,7 @@
 import { Command, CommanderError } from "commander";
 import { registerGenerate } from "./generate.js";
 import { packageVersion, registerInfo } from "./info.js";
+import { registerServe } from "./serve.js";
 
 /** Builds the program with every sub-command registered. */
 export function buildProgram(): Command {
@@ -19,6 +20,7 @@ export function buildProgram(): Command {
     });
   registerGenerate(program);
   registerInfo(program);
+  registerServe(program);
   for (const c of program.commands) {
     c.exitOverride();
     c.configureOutput({

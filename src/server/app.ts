@@ -1,0 +1,132 @@
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyError,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+} from "fastify";
+import { ApiKeyAuth } from "./auth.js";
+import type { ServingContext } from "./context.js";
+import { badRequest, OpenAIError, toOpenAIError } from "./errors.js";
+import { serveChat } from "./serving_chat.js";
+import { serveCompletion } from "./serving_completion.js";
+
+/** Default request-body limit in bytes (4 MiB: a 16K-token prompt is well under 100 KiB). */
+export const DEFAULT_MAX_REQUEST_BODY_BYTES = 4 * 2 ** 20;
+
+/** Options of {@link buildApp}. */
+export interface AppOptions {
+  /** Bearer key required on /v1 routes; null or undefined = no authentication. */
+  apiKey?: string | null;
+  /** Largest accepted request body in bytes (larger ones get 413). */
+  maxRequestBodyBytes?: number;
+  logger: FastifyBaseLogger;
+  /** Reported by GET /version. */
+  version: string;
+}
+
+/**
+ * The OpenAI-compatible HTTP app (fastify): /v1/completions, /v1/chat/completions, /v1/models,
+ * /health, /version, /metrics. Every error is sent in OpenAI's shape ({@link OpenAIError}).
+ * Bodies are read as bytes, must be UTF-8 and JSON (any content type is accepted, so
+ * `curl -d` works); larger than the limit -> 413.
+ */
+export function buildApp(ctx: ServingContext, o: AppOptions): FastifyInstance {
+  const app = Fastify({
+    // fastify's own lines (one per request, "Server listening") only from warn up; the server
+    // prints its ready line and errors itself.
+    loggerInstance: o.logger.child({}, { level: maxLevel(o.logger.level, "warn") }),
+    bodyLimit: o.maxRequestBodyBytes ?? DEFAULT_MAX_REQUEST_BODY_BYTES,
+    // close() drops every connection, including opened-but-unused ones that would otherwise
+    // hold shutdown until the client's keep-alive timeout; requests are aborted and drained first.
+    forceCloseConnections: true,
+  });
+  installBodyParser(app);
+  const auth = o.apiKey == null ? null : new ApiKeyAuth(o.apiKey);
+  if (auth !== null) {
+    app.addHook("onRequest", async (req) => auth.check(req.url, req.headers.authorization));
+  }
+  app.setErrorHandler((err: FastifyError | OpenAIError, req, reply) => sendError(err, req, reply));
+  app.setNotFoundHandler((req, reply) => {
+    const e = new OpenAIError(404, `There is no route ${req.method} ${req.url.split("?")[0]}.`);
+    return reply.code(404).send(e.toBody());
+  });
+
+  app.get("/health", async (_req, reply) => {
+    if (ctx.engineError !== null) {
+      throw new OpenAIError(503, `the engine failed: ${ctx.engineError.message}`);
+    }
+    return reply.code(200).send();
+  });
+  app.get("/version", async () => ({ version: o.version }));
+  const modelCard = () => ({
+    id: ctx.modelName,
+    object: "model",
+    created: ctx.created(),
+    owned_by: "hisparse",
+    root: ctx.llm.engine.info.modelDir,
+    parent: null,
+    max_model_len: ctx.maxModelLen,
+  });
+  app.get("/v1/models", async () => ({ object: "list", data: [modelCard()] }));
+  app.get<{ Params: { model: string } }>("/v1/models/:model", async (req) => {
+    ctx.checkModel(req.params.model);
+    return modelCard();
+  });
+  app.get("/metrics", async (_req, reply) => {
+    if (ctx.metrics === null) throw new OpenAIError(404, "metrics are disabled on this server");
+    return reply.type(ctx.metrics.contentType).send(await ctx.metrics.metrics());
+  });
+  app.post("/v1/completions", (req, reply) => serveCompletion(ctx, req.body, reply));
+  app.post("/v1/chat/completions", (req, reply) => serveChat(ctx, req.body, reply));
+  return app;
+}
+
+/** The stricter (higher) of two pino level names. */
+function maxLevel(a: string, b: string): string {
+  const order = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
+  return order.indexOf(a) > order.indexOf(b) ? a : b;
+}
+
+/**
+ * Replaces fastify's parsers with one for every content type: bytes -> UTF-8 (fatal on bad
+ * bytes) -> JSON through fastify's own parser (which rejects prototype poisoning).
+ */
+function installBodyParser(app: FastifyInstance): void {
+  const json = app.getDefaultJsonParser("error", "error");
+  const utf8 = new TextDecoder("utf-8", { fatal: true });
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("*", { parseAs: "buffer" }, (req, body, done) => {
+    let text: string;
+    try {
+      text = utf8.decode(body as Buffer);
+    } catch {
+      done(badRequest("the request body is not valid UTF-8"), undefined);
+      return;
+    }
+    if (text.trim().length === 0) {
+      done(badRequest("the request body is empty; send a JSON object"), undefined);
+      return;
+    }
+    json(req, text, (err, value) => {
+      if (err !== null) done(badRequest(`the request body is not valid JSON (${err.message})`), undefined);
+      else done(null, value);
+    });
+  });
+}
+
+/** Sends any error in OpenAI's shape: OpenAIError as is, fastify's 4xx with their status, else 500. */
+function sendError(err: FastifyError | OpenAIError, req: FastifyRequest, reply: FastifyReply): FastifyReply {
+  let e: OpenAIError;
+  if (err instanceof OpenAIError) e = err;
+  else if (err.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
+    e = new OpenAIError(
+      413,
+      "the request body is larger than this server accepts (--max-request-body-bytes)",
+    );
+  } else if (typeof err.statusCode === "number" && err.statusCode >= 400 && err.statusCode < 500) {
+    e = new OpenAIError(err.statusCode, err.message);
+  } else e = toOpenAIError(err);
+  if (e.status >= 500) req.log.error({ err }, `${req.method} ${req.url} failed: ${e.message}`);
+  return reply.code(e.status).send(e.toBody());
+}

@@ -1,0 +1,124 @@
+import { randomUUID } from "node:crypto";
+import type { AsyncLLM } from "../engine/async_llm.js";
+import type { MetricsRegistry } from "../metrics/metrics_registry.js";
+import type { Tokenizer } from "../tokenizer/tokenizer.js";
+import { badRequest, OpenAIError } from "./errors.js";
+import { type ChildRequest, RequestGroup } from "./request_group.js";
+
+/** Admission limits of the server. */
+export interface ServingLimits {
+  /**
+   * Engine requests allowed to wait in the scheduler's queue; a request whose sequences would
+   * push the queue past this gets 503. (`--max-waiting-requests`, default 4 × max-num-seqs.)
+   */
+  maxWaitingRequests: number;
+}
+
+/**
+ * What the OpenAI routes share (vllm/entrypoints/openai/serving_engine.py OpenAIServing): the
+ * engine, the served model name, limits, metrics, and the live request groups (aborted
+ * together on shutdown).
+ */
+export class ServingContext {
+  /** Set when the engine failed: /health answers 503 and new requests are refused. */
+  engineError: Error | null = null;
+  private readonly groups = new Set<RequestGroup>();
+
+  constructor(
+    readonly llm: AsyncLLM,
+    /** The name clients put in `model` (`--served-model-name`). */
+    readonly modelName: string,
+    readonly limits: ServingLimits,
+    readonly metrics: MetricsRegistry | null,
+  ) {
+    llm.on("engineError", (e: Error) => {
+      this.engineError = e;
+    });
+  }
+
+  /** Longest prompt + output in tokens (the engine's max_model_len). */
+  get maxModelLen(): number {
+    return this.llm.engine.maxModelLen;
+  }
+
+  /**
+   * The tokenizer, for text prompts and chat.
+   * @throws OpenAIError 400 when the model has none (only token-id prompts work then).
+   */
+  tokenizer(param: string): Tokenizer {
+    const tok = this.llm.engine.tokenizer;
+    if (tok === null) throw badRequest("this model has no tokenizer, so prompts must be token ids", param);
+    return tok;
+  }
+
+  /**
+   * Checks the request's `model` (absent means the served model, as in vLLM).
+   * @throws OpenAIError 404 "The model `x` does not exist." (vLLM's message).
+   */
+  checkModel(model: string | null | undefined): void {
+    if (model === null || model === undefined || model === this.modelName) return;
+    throw new OpenAIError(404, `The model \`${model}\` does not exist.`, "model");
+  }
+
+  /** A response id: `<prefix>-<uuid without dashes>` (cmpl-..., chatcmpl-...). */
+  newResponseId(prefix: "cmpl" | "chatcmpl"): string {
+    return `${prefix}-${randomUUID().replaceAll("-", "")}`;
+  }
+
+  /** Unix time in seconds (the `created` field). */
+  created(): number {
+    return Math.floor(Date.now() / 1000);
+  }
+
+  /**
+   * Admits and submits the engine requests of one HTTP request.
+   * @throws OpenAIError 503 when the engine failed or the waiting queue is full; 400 when the
+   *   request alone asks for more sequences than the queue holds; the engine's refusal (400).
+   */
+  submit(children: readonly ChildRequest[]): RequestGroup {
+    if (this.engineError !== null) {
+      throw new OpenAIError(503, `the engine failed and cannot serve requests (${this.engineError.message})`);
+    }
+    const limit = this.limits.maxWaitingRequests;
+    if (children.length > limit) {
+      throw badRequest(
+        `this request asks for ${children.length} sequences, more than this server queues at once (${limit}); lower n or send fewer prompts`,
+        "n",
+      );
+    }
+    const waiting = this.llm.engine.scheduler.numWaiting;
+    if (waiting + children.length > limit) {
+      throw new OpenAIError(
+        503,
+        `the server is overloaded: ${waiting} requests are waiting (limit ${limit}); retry later`,
+      );
+    }
+    const group = RequestGroup.submit(this.llm, children, this.metrics);
+    this.groups.add(group);
+    return group;
+  }
+
+  /** Forgets a group whose HTTP request ended. */
+  release(group: RequestGroup): void {
+    this.groups.delete(group);
+  }
+
+  /** Number of HTTP requests being served. */
+  get numActiveGroups(): number {
+    return this.groups.size;
+  }
+
+  /** Aborts every live request (shutdown). */
+  abortAll(): void {
+    for (const g of this.groups) g.abort();
+  }
+
+  /**
+   * Waits until every HTTP request has finished replying (after {@link abortAll}: their last
+   * events are written), or `timeoutMs` passed.
+   */
+  async drain(timeoutMs: number): Promise<void> {
+    const end = Date.now() + timeoutMs;
+    while (this.groups.size > 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 5));
+  }
+}

@@ -1,0 +1,190 @@
+/**
+ * POST /v1/completions (vllm/entrypoints/openai/serving_completion.py): prompts as text, a batch
+ * of texts, token ids or a batch of token id lists; `n` choices per prompt (choice index =
+ * prompt index × n + i); streamed as SSE or returned whole with `usage`.
+ */
+import type { FastifyReply } from "fastify";
+import type { ServingContext } from "./context.js";
+import { badRequest } from "./errors.js";
+import {
+  appendCompletionLogprobs,
+  type CompletionLogprobs,
+  emptyCompletionLogprobs,
+  extendCompletionLogprobs,
+  type TokenText,
+} from "./logprobs.js";
+import type { ChildRequest, GroupOutput, TokenizedPrompt } from "./request_group.js";
+import { checkRequestFields, resolveMaxTokens, toSamplingParams } from "./sampling.js";
+import {
+  COMPLETION_UNSUPPORTED,
+  type CompletionRequest,
+  completionRequestSchema,
+  parseBody,
+} from "./schemas.js";
+import {
+  type ChoiceState,
+  newChoice,
+  type ReplyFormat,
+  sendReply,
+  tokenTextOf,
+  usage,
+} from "./serving_common.js";
+
+/** vLLM's (and OpenAI's) default max_tokens of /v1/completions; an explicit null means "the rest of the context". */
+export const COMPLETION_DEFAULT_MAX_TOKENS = 16;
+
+/**
+ * Handles one completions request.
+ * @throws OpenAIError 400 (bad body or parameters), 404 (unknown model), 503 (overloaded).
+ */
+export async function serveCompletion(
+  ctx: ServingContext,
+  body: unknown,
+  reply: FastifyReply,
+): Promise<FastifyReply> {
+  const r = parseBody(body, completionRequestSchema, COMPLETION_UNSUPPORTED);
+  ctx.checkModel(r.model);
+  checkRequestFields(r);
+  const n = r.n ?? 1;
+  if (r.best_of != null && r.best_of !== n) {
+    throw badRequest(`best_of is not supported by this server (it must equal n, ${n})`, "best_of");
+  }
+  const prompts = tokenizePrompts(ctx, r);
+  const id = ctx.newResponseId("cmpl");
+  const children: ChildRequest[] = [];
+  for (const [p, prompt] of prompts.entries()) {
+    const requested = r.max_tokens === undefined ? COMPLETION_DEFAULT_MAX_TOKENS : r.max_tokens;
+    const maxTokens = resolveMaxTokens(requested, prompt.promptTokenIds.length, ctx.maxModelLen, "prompt");
+    for (let i = 0; i < n; i++) {
+      const index = p * n + i;
+      const params = toSamplingParams(r, maxTokens, r.logprobs ?? null, i);
+      children.push({ index, requestId: `${id}-${index}`, prompt, params });
+    }
+  }
+  const group = ctx.submit(children);
+  const format = new CompletionFormat(id, ctx.created(), ctx.modelName, children, r, tokenTextOf(ctx));
+  return sendReply(ctx, reply, group, format, {
+    stream: r.stream === true,
+    includeUsage: r.stream_options?.include_usage === true,
+  });
+}
+
+/**
+ * The request's prompts as token ids. Text is encoded with the tokenizer's special tokens
+ * unless `add_special_tokens: false` (vLLM's default is true).
+ * @throws OpenAIError 400 for an empty prompt or a text prompt on a model without tokenizer.
+ */
+export function tokenizePrompts(ctx: ServingContext, r: CompletionRequest): TokenizedPrompt[] {
+  const addSpecialTokens = r.add_special_tokens ?? true;
+  const list: (string | number[])[] =
+    typeof r.prompt === "string"
+      ? [r.prompt]
+      : typeof r.prompt[0] === "number"
+        ? [r.prompt as number[]]
+        : (r.prompt as string[] | number[][]);
+  return list.map((p, i) => {
+    const param = list.length > 1 ? `prompt[${i}]` : "prompt";
+    const tokens = typeof p === "string" ? ctx.tokenizer(param).encode(p, { addSpecialTokens }) : p;
+    if (tokens.length === 0) throw badRequest("the prompt must contain at least one token", param);
+    return typeof p === "string" ? { prompt: p, promptTokenIds: tokens } : { promptTokenIds: tokens };
+  });
+}
+
+interface CompletionChoice extends ChoiceState {
+  logprobs: CompletionLogprobs | null;
+  textOffset: number;
+}
+
+/** Formats completions chunks and bodies (object "text_completion"). */
+class CompletionFormat implements ReplyFormat {
+  private readonly choices: CompletionChoice[];
+  private readonly numPromptTokens: number;
+
+  constructor(
+    private readonly id: string,
+    private readonly created: number,
+    private readonly model: string,
+    children: readonly ChildRequest[],
+    private readonly r: CompletionRequest,
+    private readonly tokenText: TokenText,
+  ) {
+    const wantLogprobs = r.logprobs !== null && r.logprobs !== undefined;
+    this.choices = children.map((c) => ({
+      ...newChoice(c.index, c.prompt.promptTokenIds.length),
+      logprobs: wantLogprobs ? emptyCompletionLogprobs() : null,
+      textOffset: 0,
+    }));
+    // Each prompt counts once however many choices it has (vLLM's usage).
+    const n = r.n ?? 1;
+    this.numPromptTokens = children.reduce(
+      (a, c, i) => a + (i % n === 0 ? c.prompt.promptTokenIds.length : 0),
+      0,
+    );
+  }
+
+  startChunks(): unknown[] {
+    return [];
+  }
+
+  onOutput({ index, output }: GroupOutput): unknown[] {
+    const c = this.choices[index]!;
+    const o = output.outputs[0]!;
+    c.text += o.text;
+    c.numTokens += o.tokenIds.length;
+    let logprobs: CompletionLogprobs | null = null;
+    if (c.logprobs !== null && o.logprobs !== null) {
+      logprobs = emptyCompletionLogprobs();
+      c.textOffset = appendCompletionLogprobs(logprobs, o.tokenIds, o.logprobs, this.tokenText, c.textOffset);
+      extendCompletionLogprobs(c.logprobs, logprobs);
+    }
+    if (output.finished) {
+      c.finishReason = o.finishReason;
+      c.stopReason = o.stopReason;
+    }
+    if (o.text.length === 0 && !output.finished && logprobs === null) return [];
+    const chunk: Record<string, unknown> = {
+      ...this.header(),
+      choices: [
+        {
+          index,
+          text: o.text,
+          logprobs,
+          finish_reason: output.finished ? c.finishReason : null,
+          stop_reason: output.finished ? c.stopReason : null,
+        },
+      ],
+    };
+    if (this.r.stream_options?.continuous_usage_stats === true)
+      chunk.usage = usage(c.numPromptTokens, c.numTokens);
+    return [chunk];
+  }
+
+  usageChunk(): unknown {
+    return { ...this.header(), choices: [], usage: this.usage() };
+  }
+
+  body(): unknown {
+    return {
+      ...this.header(),
+      choices: this.choices.map((c) => ({
+        index: c.index,
+        text: c.text,
+        logprobs: c.logprobs,
+        finish_reason: c.finishReason,
+        stop_reason: c.stopReason,
+      })),
+      usage: this.usage(),
+    };
+  }
+
+  private header() {
+    return { id: this.id, object: "text_completion", created: this.created, model: this.model };
+  }
+
+  private usage() {
+    return usage(
+      this.numPromptTokens,
+      this.choices.reduce((a, c) => a + c.numTokens, 0),
+    );
+  }
+}

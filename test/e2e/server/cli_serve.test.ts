@@ -1,0 +1,126 @@
+/**
+ * `hisparse serve` as users run it (a child process, ref-small on the CPU, ephemeral port):
+ * it prints one ready line with its URL; the API key can come from $HISPARSE_API_KEY; /health
+ * answers in under 100 ms while a prefill of about 2,000 tokens runs (the forward runs on a
+ * worker thread, so the event loop stays free); the periodic stats line is logged; SIGTERM
+ * shuts it down with exit code 0.
+ */
+import assert from "node:assert/strict";
+import { type ChildProcess, spawn } from "node:child_process";
+import { join } from "node:path";
+import { performance } from "node:perf_hooks";
+import { after, before, describe, it } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
+import { Tokenizer } from "../../../src/tokenizer/tokenizer.js";
+import { repoRoot } from "../../helpers/reference.js";
+import { assertOpenAIError, postJson, request } from "./helpers.js";
+
+const KEY = "sk-from-env";
+/** /health must answer within this while the engine computes (issue 3's acceptance bound). */
+const HEALTH_LATENCY_BOUND_MS = 100;
+const PROMPT_TOKENS_AT_LEAST = 2000;
+
+/** Starts `hisparse serve` and resolves with its URL once the ready line appears. */
+function spawnServe(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ proc: ChildProcess; url: string; log: () => string }> {
+  const proc = spawn(process.execPath, [join(repoRoot, "bin", "hisparse.js"), "serve", ...args], {
+    cwd: repoRoot,
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  proc.stdout!.on("data", (d: Buffer) => {
+    out += d.toString();
+  });
+  proc.stderr!.on("data", (d: Buffer) => {
+    out += d.toString();
+  });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`serve did not become ready:\n${out}`)), 60_000);
+    const check = () => {
+      const m = /hisparse serving ref-small on (http:\/\/127\.0\.0\.1:\d+) /.exec(out);
+      if (m !== null) {
+        clearTimeout(timer);
+        proc.stdout!.off("data", check);
+        resolve({ proc, url: m[1]!, log: () => out });
+      }
+    };
+    proc.stdout!.on("data", check);
+    proc.on("exit", (code) => reject(new Error(`serve exited with ${code} before it was ready:\n${out}`)));
+  });
+}
+
+describe("hisparse serve (child process, ref-small, CPU)", () => {
+  let proc: ChildProcess;
+  let url: string;
+  let log: () => string;
+
+  before(async () => {
+    ({ proc, url, log } = await spawnServe(
+      ["--device", "cpu", "--port", "0", "--max-model-len", "4096", "--stats-interval", "1"],
+      { HISPARSE_API_KEY: KEY },
+    ));
+  });
+  after(() => {
+    if (proc.exitCode === null) proc.kill("SIGKILL");
+  });
+
+  it("prints exactly one ready line with its URL; /v1 needs the key from $HISPARSE_API_KEY", async () => {
+    assert.equal(log().match(/hisparse serving ref-small on http:\/\/127\.0\.0\.1:\d+ /g)?.length, 1);
+    assertOpenAIError(await request(`${url}/v1/models`), 401, "no key");
+    const ok = await request(`${url}/v1/models`, { headers: { authorization: `Bearer ${KEY}` } });
+    assert.equal(ok.status, 200);
+  });
+
+  it(`/health answers in < ${HEALTH_LATENCY_BOUND_MS} ms while a ${PROMPT_TOKENS_AT_LEAST}-token prefill runs`, async () => {
+    const tok = Tokenizer.fromDir(join(repoRoot, "models", "ref-small"));
+    const sentence = "The kernel schedules tasks across processors and manages memory for user programs. ";
+    let prompt = sentence;
+    while (tok.encode(prompt).length < PROMPT_TOKENS_AT_LEAST) prompt += sentence;
+    const numPromptTokens = tok.encode(prompt).length;
+
+    let finished = false;
+    const completion = postJson(
+      `${url}/v1/completions`,
+      { prompt, max_tokens: 1, temperature: 0 },
+      { authorization: `Bearer ${KEY}` },
+    ).finally(() => {
+      finished = true;
+    });
+    const latencies: number[] = [];
+    while (!finished) {
+      const t0 = performance.now();
+      const h = await request(`${url}/health`);
+      latencies.push(performance.now() - t0);
+      assert.equal(h.status, 200);
+      await sleep(20);
+    }
+    const r = await completion;
+    assert.equal(r.status, 200);
+    assert.equal((r.json as { usage: { prompt_tokens: number } }).usage.prompt_tokens, numPromptTokens);
+    // The prefill takes seconds on the CPU backend: many polls overlapped it.
+    assert.ok(latencies.length >= 10, `only ${latencies.length} health polls overlapped the prefill`);
+    const worst = Math.max(...latencies);
+    assert.ok(
+      worst < HEALTH_LATENCY_BOUND_MS,
+      `slowest /health: ${worst.toFixed(1)} ms over ${latencies.length} polls`,
+    );
+  });
+
+  it("logs the periodic stats line", async () => {
+    for (let i = 0; i < 40 && !/Avg prompt throughput: [\d.]+ tokens\/s/.test(log()); i++) await sleep(100);
+    assert.match(
+      log(),
+      /Avg prompt throughput: [\d.]+ tokens\/s, Avg generation throughput: [\d.]+ tokens\/s, Running: \d+ reqs, Waiting: \d+ reqs, GPU KV cache usage: [\d.]+%/,
+    );
+  });
+
+  it("SIGTERM shuts down gracefully with exit code 0", async () => {
+    const exited = new Promise<number | null>((r) => proc.once("exit", (code) => r(code)));
+    proc.kill("SIGTERM");
+    assert.equal(await exited, 0);
+    assert.match(log(), /SIGTERM received: shutting down/);
+  });
+});
