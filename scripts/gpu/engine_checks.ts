@@ -37,10 +37,17 @@ async function tokens(opts: LLMOptions, ps: string[], params: object): Promise<n
   return (await run(opts, ps, params)).map((o) => o.ids);
 }
 
-async function run(opts: LLMOptions, ps: string[], params: object): Promise<{ ids: number[]; lps: TokenLogprobs[] }[]> {
+async function run(
+  opts: LLMOptions,
+  ps: string[],
+  params: object,
+): Promise<{ ids: number[]; lps: TokenLogprobs[] }[]> {
   const llm = new LLM(opts);
   try {
-    return (await llm.generate(ps, params)).map((o) => ({ ids: o.outputs[0]!.tokenIds, lps: o.outputs[0]!.logprobs ?? [] }));
+    return (await llm.generate(ps, params)).map((o) => ({
+      ids: o.outputs[0]!.tokenIds,
+      lps: o.outputs[0]!.logprobs ?? [],
+    }));
   } finally {
     await llm.shutdown();
   }
@@ -67,10 +74,14 @@ function reportTieAware(
     const gap = top[0]! - top[1]!;
     if (gap < NEAR_TIE) ties++;
     else bad++;
-    console.log(`     prompt ${i}: diverges at token ${k} (${g[k]} vs ${r.ids[k]}), solo top-2 gap ${gap.toFixed(4)}`);
+    console.log(
+      `     prompt ${i}: diverges at token ${k} (${g[k]} vs ${r.ids[k]}), solo top-2 gap ${gap.toFixed(4)}`,
+    );
   }
   if (bad > 0) failed++;
-  console.log(`${bad === 0 ? "ok  " : "FAIL"} ${name}: ${exact}/${ref.length} identical, ${ties} part at a near-tie, ${bad} not ${extra}`);
+  console.log(
+    `${bad === 0 ? "ok  " : "FAIL"} ${name}: ${exact}/${ref.length} identical, ${ties} part at a near-tie, ${bad} not ${extra}`,
+  );
 }
 
 function report(name: string, a: number[][], b: number[][], extra = ""): void {
