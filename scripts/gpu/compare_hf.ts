@@ -4,11 +4,13 @@
  *   node dist/scripts/gpu/compare_hf.js /tmp/hfref/<name>.json ...
  * Per model and prompt:
  * - last-position logits: relative error of norms of our CUDA (bf16) logits against HF fp32,
- *   next to HF bf16's own error against HF fp32. Pass: ours <= max(1.5 × HF bf16's, 1e-2).
+ *   next to HF bf16's own error against HF fp32. Pass ("within bf16 tolerance"): ours <=
+ *   max(2 × HF bf16's, 1e-2) (METHOD.md: bf16 operands land between 1e-3 and 1e-2).
  * - CUDA vs CPU backend (fp32) logits on the same prompt, same criterion against CPU.
- * - greedy: the engine (CUDA, graphs on) generates N tokens; agreement with HF bf16's greedy
- *   run, reported; for trained models (--assert-greedy) a divergence must sit where HF's bf16
- *   top-2 gap is < 0.1 logit (a bf16 near-tie).
+ * - greedy: the engine (CUDA, graphs on) generates N tokens; agreement with HF's fp32 and bf16
+ *   greedy runs, reported. HF bf16 logits are rounded to bf16, so its greedy run breaks exact ties
+ *   arbitrarily; the fp32 run is the reference: for trained models (--assert-greedy) a divergence
+ *   from it must sit where HF fp32's top-2 gap is < 0.1 logit (within bf16 noise).
  * Prints a table; exit code 1 if any assertion fails.
  */
 import { readFileSync } from "node:fs";
@@ -24,6 +26,7 @@ interface RefCase {
   greedy_bf16: number[];
   gaps_bf16: number[];
   greedy_fp32: number[];
+  gaps_fp32: number[];
 }
 interface Ref {
   name: string;
@@ -67,19 +70,24 @@ for (const f of files) {
     const ours = cudaLogits[i]!;
     const eOurs = relErr(ours, c.last_logits_fp32);
     const eHf = relErr(c.last_logits_bf16, c.last_logits_fp32);
-    const okLogits = eOurs <= Math.max(1.5 * eHf, 1e-2);
+    const okLogits = eOurs <= Math.max(2 * eHf, 1e-2);
     let eCpu = Number.NaN;
     let okCpu = true;
     if (cpuLogits !== null) {
       const cpuVsHf = relErr(cpuLogits[i]!, c.last_logits_fp32);
       eCpu = relErr(ours, cpuLogits[i]!);
-      okCpu = eCpu <= Math.max(1.5 * eHf, 1e-2) && cpuVsHf < 1e-4;
+      okCpu = eCpu <= Math.max(2 * eHf, 1e-2) && cpuVsHf < 1e-4;
     }
     const got = outs[i]!.outputs[0]!.tokenIds;
-    let agree = 0;
-    while (agree < N && got[agree] === c.greedy_bf16[agree]) agree++;
-    const tieGap = agree < N ? c.gaps_bf16[agree]! : 0;
-    const okGreedy = !assertGreedy.has(ref.name) || agree === N || tieGap < NEAR_TIE;
+    const agreeWith = (ids: number[]) => {
+      let k = 0;
+      while (k < N && got[k] === ids[k]) k++;
+      return k;
+    };
+    const agree = agreeWith(c.greedy_bf16);
+    const agree32 = agreeWith(c.greedy_fp32);
+    const tieGap = agree32 < N ? c.gaps_fp32[agree32]! : 0;
+    const okGreedy = !assertGreedy.has(ref.name) || agree32 === N || tieGap < NEAR_TIE;
     if (!okLogits || !okCpu || !okGreedy) failures++;
     rows.push(
       [
@@ -89,13 +97,14 @@ for (const f of files) {
         eHf.toExponential(2).padStart(9),
         Number.isNaN(eCpu) ? "      -" : eCpu.toExponential(2).padStart(9),
         `${agree}/${N}`.padStart(6),
-        agree < N ? tieGap.toFixed(3).padStart(7) : "      -",
+        `${agree32}/${N}`.padStart(6),
+        agree32 < N ? tieGap.toFixed(3).padStart(7) : "      -",
         okLogits && okCpu && okGreedy ? "ok" : "FAIL",
       ].join("  "),
     );
   }
 }
-console.log("model            len  ours/fp32  hfbf16/fp32  ours/cpu  greedy  gap@div  result");
+console.log("model            len  ours/fp32  hfbf16/fp32  ours/cpu  =bf16   =fp32  fp32gap  result");
 for (const r of rows) console.log(r);
 console.log(failures === 0 ? "RESULT: PASS" : `RESULT: FAIL (${failures})`);
 process.exit(failures === 0 ? 0 : 1);
