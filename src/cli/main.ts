@@ -4,6 +4,7 @@
  * errors exit with code 2 and one line; runtime errors exit with code 1 and one line.
  */
 import { Command, CommanderError } from "commander";
+import { registerBench } from "./bench.js";
 import { registerGenerate } from "./generate.js";
 import { packageVersion, registerInfo } from "./info.js";
 
@@ -19,6 +20,7 @@ export function buildProgram(): Command {
     });
   registerGenerate(program);
   registerInfo(program);
+  registerBench(program);
   for (const c of program.commands) {
     c.exitOverride();
     c.configureOutput({
