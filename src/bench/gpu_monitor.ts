@@ -124,6 +124,11 @@ export class GpuMonitor {
   /** @param command the nvidia-smi executable (a path in tests). */
   constructor(private readonly command = "nvidia-smi") {}
 
+  /** Samples read so far. */
+  get numSamples(): number {
+    return this.samples.length;
+  }
+
   /** Starts nvidia-smi in loop mode. */
   start(): void {
     const child = spawn(this.command, NVIDIA_SMI_ARGS, { stdio: ["ignore", "pipe", "ignore"] });
