@@ -17,7 +17,9 @@ import { Tokenizer } from "../../../src/tokenizer/tokenizer.js";
 import { repoRoot } from "../../helpers/reference.js";
 
 const BIN = join(repoRoot, "bin", "hisparse.js");
-const hasServe = spawnSync(process.execPath, [BIN, "serve", "--help"], { encoding: "utf8" }).status === 0;
+const hasServe = spawnSync(process.execPath, [BIN, "serve", "--help"], { encoding: "utf8" }).stdout.includes(
+  "Usage: hisparse serve",
+);
 
 /** Seconds to wait for the server to load and listen. */
 const STARTUP_TIMEOUT_S = 120;
@@ -57,19 +59,22 @@ function startServe(args: string[]): Promise<{ url: string; child: ChildProcess 
 describe("bench serve against a live hisparse serve", {
   skip: !hasServe && "this checkout has no `hisparse serve` command yet (wip/server)",
 }, () => {
-  let server: { url: string; child: ChildProcess };
+  let server: { url: string; child: ChildProcess } | null = null;
   before(async () => {
     server = await startServe(["--max-model-len", "256", "--stats-interval", "0"]);
   });
   after(async () => {
-    const exited = new Promise((r) => server?.child.once("exit", r));
-    server?.child.kill("SIGTERM");
+    if (server === null) return;
+    const child = server.child;
+    const exited = new Promise((r) => child.once("exit", r));
+    child.kill("SIGTERM");
     await exited;
   });
 
   it("6 random prompts, 3 at a time: counts from usage, metrics consistent per request", async () => {
     const tok = Tokenizer.fromDir(join(repoRoot, "models", "ref-small"));
-    const model = await fetchFirstModel(server.url);
+    const url = server!.url;
+    const model = await fetchFirstModel(url);
     assert.equal(typeof model, "string");
     const requests = getSamples(
       tok,
@@ -78,7 +83,7 @@ describe("bench serve against a live hisparse serve", {
     );
     const cfg = {
       kind: "openai" as const,
-      apiUrl: `${server.url}/v1/completions`,
+      apiUrl: `${url}/v1/completions`,
       model: model!,
       requests,
       requestRate: Number.POSITIVE_INFINITY,
