@@ -5,6 +5,7 @@
  */
 import { Command, CommanderError } from "commander";
 import { registerBench } from "./bench.js";
+import { expandCompareArgs, registerEval } from "./eval.js";
 import { registerGenerate } from "./generate.js";
 import { packageVersion, registerInfo } from "./info.js";
 
@@ -21,6 +22,7 @@ export function buildProgram(): Command {
   registerGenerate(program);
   registerInfo(program);
   registerBench(program);
+  registerEval(program);
   for (const c of program.commands) {
     c.exitOverride();
     c.configureOutput({
@@ -32,7 +34,7 @@ export function buildProgram(): Command {
 
 export async function main(argv: string[]): Promise<void> {
   try {
-    await buildProgram().parseAsync(argv);
+    await buildProgram().parseAsync(expandCompareArgs(argv));
   } catch (e) {
     if (e instanceof CommanderError) process.exit(e.exitCode === 0 ? 0 : 2);
     throw e;
