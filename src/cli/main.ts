@@ -8,6 +8,7 @@ import { registerBench } from "./bench.js";
 import { expandCompareArgs, registerEval } from "./eval.js";
 import { registerGenerate } from "./generate.js";
 import { packageVersion, registerInfo } from "./info.js";
+import { registerPlan } from "./plan.js";
 
 /** Builds the program with every sub-command registered. */
 export function buildProgram(): Command {
@@ -23,6 +24,7 @@ export function buildProgram(): Command {
   registerInfo(program);
   registerBench(program);
   registerEval(program);
+  registerPlan(program);
   for (const c of program.commands) {
     c.exitOverride();
     c.configureOutput({
