@@ -35,7 +35,7 @@ interface Box {
 
 const PANEL_W = 360;
 const PANEL_H = 260;
-const MARGIN = { left: 64, right: 16, top: 40, bottom: 48 };
+const MARGIN = { left: 64, right: 16, top: 44, bottom: 48 };
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
 
 /** Escapes text for SVG content and attributes. */
@@ -93,7 +93,7 @@ export function panel(
     const y = r2(yAt(t));
     parts.push(
       `<line x1="${plot.x}" y1="${y}" x2="${plot.x + plot.w}" y2="${y}" stroke="#ddd"/>`,
-      `<text x="${plot.x - 6}" y="${y + 4}" text-anchor="end">${t}</text>`,
+      `<text x="${plot.x - 6}" y="${r2(y + 4)}" text-anchor="end">${t}</text>`,
     );
   }
   xLabels.forEach((label, i) => {
@@ -112,10 +112,12 @@ export function panel(
       const [x, y] = p.split(",");
       parts.push(`<circle cx="${x}" cy="${y}" r="3" fill="${s.color}"/>`);
     }
-    const ly = plot.y + 14 + k * 14;
+    // Legend in a row between the title and the plot area.
+    const lx = plot.x + k * 110;
+    const ly = plot.y - 8;
     parts.push(
-      `<line x1="${plot.x + 8}" y1="${ly - 4}" x2="${plot.x + 24}" y2="${ly - 4}" stroke="${s.color}" stroke-width="2"/>`,
-      `<text x="${plot.x + 28}" y="${ly}">${esc(s.name)}</text>`,
+      `<line x1="${lx}" y1="${ly - 4}" x2="${lx + 16}" y2="${ly - 4}" stroke="${s.color}" stroke-width="2"/>`,
+      `<text x="${lx + 20}" y="${ly}">${esc(s.name)}</text>`,
     );
   });
   return parts.join("\n");

@@ -46,11 +46,11 @@ describe("sweep SVG", () => {
     );
     assert.ok(svg.startsWith('<svg xmlns="http://www.w3.org/2000/svg"'));
     assert.ok(svg.includes("ref-small &lt;random&gt;"), "title escaped");
-    // Throughput panel: plot area x 64..344 (w 280), y 70..242 (h 172), axis top 100:
-    // points (64, 242 − 50/100 × 172 = 156), (204, 104.4), (344, 70).
-    assert.ok(svg.includes('points="64,156 204,104.4 344,70"'), svg);
-    // TTFT panel (x offset 360, top 40): median 10, 15, 25 → y 199, 177.5, 134.5; P99 too.
-    assert.ok(svg.includes('points="424,199 564,177.5 704,134.5"'));
+    // Throughput panel: plot area x 64..344 (w 280), y 74..242 (h 168), axis top 100:
+    // points (64, 242 − 50/100 × 168 = 158), (204, 107.6), (344, 74).
+    assert.ok(svg.includes('points="64,158 204,107.6 344,74"'), svg);
+    // TTFT panel (x offset 360, axis top 40): median 10, 15, 25 → y 200, 179, 137; P99 too.
+    assert.ok(svg.includes('points="424,200 564,179 704,137"'));
     assert.ok(svg.includes(">P99 TTFT<"));
     // TPOT has no P99 (not selected): only the median line.
     assert.ok(svg.includes(">median TPOT<") && !svg.includes(">P99 TPOT<"));
