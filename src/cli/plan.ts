@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { isAbsolute, relative } from "node:path";
 import { type Command, Option } from "commander";
 import { loadModelConfig, type ModelConfig, parseModelConfig } from "../config/model_config.js";
 import { resolveModelDir } from "../models/registry.js";
@@ -157,8 +158,10 @@ async function runPlan(o: PlanOptions): Promise<void> {
     );
     return;
   }
+  const rel = relative(process.cwd(), source);
+  const shown = rel.startsWith("..") || isAbsolute(rel) ? source : rel;
   console.log(
-    `Model ${source}: ${config.architecture}, ${(numParameters / 1e9).toFixed(2)} B parameters, ${config.numHiddenLayers} layers, ` +
+    `Model ${shown}: ${config.architecture}, ${(numParameters / 1e9).toFixed(2)} B parameters, ${config.numHiddenLayers} layers, ` +
       `${config.numKeyValueHeads} KV heads × ${config.headDim} head_dim; context ${o.context} tokens, blocks of ${o.blockSize}, KV ${o.kvCacheDtype}`,
   );
   for (const l of [
