@@ -84,6 +84,15 @@ class Semaphore {
     if (w !== undefined) w();
     else this.free++;
   }
+  /** Runs `fn` holding one unit. */
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    await this.acquire();
+    try {
+      return await fn();
+    } finally {
+      this.release();
+    }
+  }
 }
 
 const sleep = (seconds: number) => new Promise<void>((r) => setTimeout(r, seconds * 1000));
@@ -118,20 +127,11 @@ export async function runBenchmark(cfg: BenchmarkConfig, deps: BenchmarkDeps = {
       agents,
     );
   try {
-    if (cfg.numWarmups > 0) {
-      const sem = new Semaphore(cfg.maxConcurrency ?? cfg.numWarmups);
-      const first = cfg.requests[0]!;
-      await Promise.all(
-        Array.from({ length: cfg.numWarmups }, async (_, i) => {
-          await sem.acquire();
-          try {
-            await send(first, `warmup-${i}`);
-          } finally {
-            sem.release();
-          }
-        }),
-      );
-    }
+    const warm = new Semaphore(cfg.maxConcurrency ?? Math.max(1, cfg.numWarmups));
+    const first = cfg.requests[0]!;
+    await Promise.all(
+      Array.from({ length: cfg.numWarmups }, (_, i) => warm.run(() => send(first, `warmup-${i}`))),
+    );
     const sem = new Semaphore(cfg.maxConcurrency ?? cfg.requests.length);
     deps.progress?.start(cfg.requests.length);
     deps.gpuMonitor?.start();
@@ -140,17 +140,7 @@ export async function runBenchmark(cfg: BenchmarkConfig, deps: BenchmarkDeps = {
     for (const [i, r] of cfg.requests.entries()) {
       const wait = start + offsets[i]! - clock.now();
       if (wait > 0) await sleep(wait);
-      tasks.push(
-        (async () => {
-          await sem.acquire();
-          try {
-            return await send(r, `${prefix}-${i}`);
-          } finally {
-            sem.release();
-            deps.progress?.tick();
-          }
-        })(),
-      );
+      tasks.push(sem.run(() => send(r, `${prefix}-${i}`)).finally(() => deps.progress?.tick()));
     }
     const outputs = await Promise.all(tasks);
     const durationS = clock.now() - start;

@@ -143,6 +143,24 @@ describe("bench serve metrics on a scripted server", () => {
     }
   });
 
+  it("a finite request rate spaces the sends (real sleeps) without changing the server-side timeline", async () => {
+    const server = new FakeOpenAIServer(SCRIPT);
+    const base = await server.listen();
+    try {
+      // 1000 req/s: Poisson gaps rescaled so the 4th request leaves 4 ms after the start.
+      const cfg = config(`${base}/v1/completions`, { requestRate: 1000, seed: 3 });
+      const r = await runBenchmark(cfg, { clock: server.clock, countTokens: countWords });
+      const j = resultJson(r, { ...info(), requestRate: 1000 }, cfg, false);
+      assert.equal(j.request_rate, 1000);
+      assert.equal(j.completed, 4);
+      assert.equal(j.total_output_tokens, 10);
+      assert.equal(j.duration, 2.0);
+      assert.equal(j.ttfts, undefined, "per-request arrays only with --save-detailed");
+    } finally {
+      await server.close();
+    }
+  });
+
   it("max concurrency 1 serialises the requests: each starts when the previous one ends", async () => {
     // Same chunk gaps as above, each request shifted to start at the previous one's end.
     const script: ScriptedRequest[] = [
