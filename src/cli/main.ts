@@ -4,8 +4,11 @@
  * errors exit with code 2 and one line; runtime errors exit with code 1 and one line.
  */
 import { Command, CommanderError } from "commander";
+import { registerBench } from "./bench.js";
+import { expandCompareArgs, registerEval } from "./eval.js";
 import { registerGenerate } from "./generate.js";
 import { packageVersion, registerInfo } from "./info.js";
+import { registerPlan } from "./plan.js";
 import { registerServe } from "./serve.js";
 
 /** Builds the program with every sub-command registered. */
@@ -21,6 +24,9 @@ export function buildProgram(): Command {
   registerGenerate(program);
   registerInfo(program);
   registerServe(program);
+  registerBench(program);
+  registerEval(program);
+  registerPlan(program);
   for (const c of program.commands) {
     c.exitOverride();
     c.configureOutput({
@@ -32,7 +38,7 @@ export function buildProgram(): Command {
 
 export async function main(argv: string[]): Promise<void> {
   try {
-    await buildProgram().parseAsync(argv);
+    await buildProgram().parseAsync(expandCompareArgs(argv));
   } catch (e) {
     if (e instanceof CommanderError) process.exit(e.exitCode === 0 ? 0 : 2);
     throw e;

@@ -1,0 +1,264 @@
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname } from "node:path";
+import { Command, CommanderError, InvalidArgumentError } from "commander";
+import type { EngineArgs } from "../config/engine_args.js";
+import { LLM } from "../engine/llm.js";
+import { loadFiller } from "../eval/filler.js";
+import {
+  buildNeedleDocs,
+  evenDepths,
+  type NeedleOptions,
+  runNeedleTrials,
+  summarizeNeedle,
+} from "../eval/needle.js";
+import { type PplOptions, pplWindows, runPpl } from "../eval/ppl.js";
+import { needleTable, pplTable } from "../eval/table.js";
+import { parseVariantSpecs, type VariantSpec } from "../eval/variants.js";
+import { resolveModelDir } from "../models/registry.js";
+import { Tokenizer } from "../tokenizer/tokenizer.js";
+import { parseIntList } from "./bench.js";
+import { addEngineFlags, engineArgsFromOptions, parseIntArg } from "./engine_flags.js";
+import { action } from "./errors.js";
+
+interface EvalCommon extends Record<string, unknown> {
+  compare?: string[];
+  json?: string;
+}
+
+interface PplCliOptions extends EvalCommon {
+  file: string;
+  ctx: number;
+  prefixTokens?: number;
+  maxWindows?: number;
+}
+
+interface NeedleCliOptions extends EvalCommon {
+  lengths: number[];
+  depths: number[];
+  trials: number;
+  needles: [number, number];
+  seed: number;
+  fillerFile?: string[];
+  maxTokens: number;
+}
+
+/** Parses `--depths`: a count N (N even depths from 0% to 100%) or a list of percentages "10,50,90". */
+export function parseDepths(v: string): number[] {
+  const s = v.trim();
+  if (/^\d+$/.test(s)) {
+    const n = Number(s);
+    if (n < 1) throw new InvalidArgumentError("must be a count >= 1 or a list of percentages.");
+    return evenDepths(n);
+  }
+  const xs = s.split(",").map((x) => Number(x.trim().replace(/%$/, "")));
+  if (xs.some((x) => !(x >= 0 && x <= 100)))
+    throw new InvalidArgumentError(
+      "must be a count >= 1 or a list of percentages in [0, 100] (e.g. 10,50,90).",
+    );
+  return xs.map((x) => x / 100);
+}
+
+/** Parses `--needles`: "2" or a range "1-4" within [1, 4]... any positive range. */
+export function parseNeedleRange(v: string): [number, number] {
+  const m = /^(\d+)(?:-(\d+))?$/.exec(v.trim());
+  const lo = m === null ? 0 : Number(m[1]);
+  const hi = m === null ? 0 : Number(m[2] ?? m[1]);
+  if (m === null || lo < 1 || hi < lo)
+    throw new InvalidArgumentError('must be a count or a range like "1-4".');
+  return [lo, hi];
+}
+
+/**
+ * Rewrites `--compare A "--x 1 --y" B` as `--compare=A --compare=--x 1 --y --compare=B` so that
+ * variant specs may start with "--" (commander would take them for options). Values after
+ * `--compare` are collected up to the first argument that looks like one option (starts with "-"
+ * and has no whitespace) or "--"; other arguments are left alone.
+ */
+export function expandCompareArgs(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a !== "--compare") {
+      out.push(a);
+      continue;
+    }
+    let j = i + 1;
+    const isSpec = (x: string) => x !== "--" && (!x.startsWith("-") || /\s/.test(x));
+    while (j < argv.length && isSpec(argv[j]!)) out.push(`--compare=${argv[j++]}`);
+    if (j === i + 1) out.push(a);
+    i = j - 1;
+  }
+  return out;
+}
+
+const COMPARE_HELP =
+  'engine variants side by side: "NAME: FLAGS", "FLAGS" or "NAME" (no extra flags), e.g. dense "topk256: --enable-hybrid-sparse on --hybrid-sparse-topk 256"';
+
+/** `hisparse eval ppl|needle`: quality of the engine's attention, variants side by side. */
+export function registerEval(program: Command): void {
+  const ev = program
+    .command("eval")
+    .description("long-context quality checks (perplexity, passkey), variants side by side");
+  const ppl = ev
+    .command("ppl")
+    .description("perplexity of a text, scored token by token through the decode path")
+    .requiredOption("--file <path>", "text file to score")
+    .option("--ctx <n>", "tokens per window", parseIntArg, 1024)
+    .option(
+      "--prefix-tokens <n>",
+      "prompt tokens of each window; the rest are scored (default: ctx / 2)",
+      parseIntArg,
+    )
+    .option("--max-windows <n>", "windows at most (default: every whole window of the file)", parseIntArg)
+    .option("--compare <spec...>", COMPARE_HELP)
+    .option("--json <file>", "also write the results as JSON");
+  addEngineFlags(ppl).action(action(runEvalPpl));
+  const needle = ev
+    .command("needle")
+    .description("passkey retrieval accuracy by document length and needle depth")
+    .option("--lengths <list>", "document lengths in tokens", parseIntList, [1024, 2048])
+    .option(
+      "--depths <n|list>",
+      "depth count (even, 0%..100%) or percentages, e.g. 5 or 10,50,90",
+      parseDepths,
+      evenDepths(5),
+    )
+    .option("--trials <n>", "documents per length and depth", parseIntArg, 4)
+    .option("--needles <n|range>", "needles per document, e.g. 1 or 1-4", parseNeedleRange, [1, 4])
+    .option(
+      "--filler-file <path...>",
+      "filler text (default: the licence texts in /usr/share/common-licenses)",
+    )
+    .option("--max-tokens <n>", "tokens decoded per document", parseIntArg, 8)
+    .option("--compare <spec...>", COMPARE_HELP)
+    .option("--json <file>", "also write the results as JSON");
+  addEngineFlags(needle).action(action(runEvalNeedle));
+}
+
+/**
+ * Engine args of one variant: the command line's options, overridden by the flags the variant
+ * gives explicitly (parsed with the same engine flag definitions).
+ * @throws Error naming the variant for an unknown or malformed flag, or a --model/--tokenizer.
+ */
+export function variantEngineArgs(base: Record<string, unknown>, spec: VariantSpec): EngineArgs {
+  const cmd = addEngineFlags(new Command(spec.name))
+    .exitOverride()
+    .configureOutput({ writeErr: () => {}, writeOut: () => {} });
+  try {
+    cmd.parse(spec.argv, { from: "user" });
+  } catch (e) {
+    const msg = e instanceof CommanderError ? e.message.replace(/^error: /, "") : (e as Error).message;
+    throw new Error(`--compare variant "${spec.name}": ${msg}`);
+  }
+  const opts = cmd.opts();
+  const given = Object.keys(opts).filter((k) => cmd.getOptionValueSource(k) === "cli");
+  if (given.includes("model") || given.includes("tokenizer"))
+    throw new Error(
+      `--compare variant "${spec.name}": variants compare engine settings of one model; give --model outside --compare`,
+    );
+  const merged: Record<string, unknown> = { ...base };
+  for (const k of given) merged[k] = opts[k];
+  return engineArgsFromOptions(merged);
+}
+
+/** The variants with their engine args (all parsed before anything runs). */
+function resolveVariants(o: EvalCommon): { spec: VariantSpec; args: EngineArgs }[] {
+  return parseVariantSpecs(o.compare).map((spec) => ({ spec, args: variantEngineArgs(o, spec) }));
+}
+
+/** Runs `fn` with an engine for each variant in turn (one at a time; each is shut down after). */
+async function forEachVariant<T>(
+  variants: { spec: VariantSpec; args: EngineArgs }[],
+  fn: (llm: LLM) => Promise<T>,
+): Promise<{ name: string; flags: string[]; result: T; seconds: number }[]> {
+  const out: { name: string; flags: string[]; result: T; seconds: number }[] = [];
+  for (const { spec, args } of variants) {
+    const t0 = performance.now();
+    console.error(
+      `[eval] variant ${spec.name}${spec.argv.length > 0 ? ` (${spec.argv.join(" ")})` : ""} ...`,
+    );
+    const llm = new LLM(args);
+    try {
+      const result = await fn(llm);
+      const seconds = (performance.now() - t0) / 1000;
+      console.error(`[eval] variant ${spec.name} done in ${seconds.toFixed(1)} s`);
+      out.push({ name: spec.name, flags: spec.argv, result, seconds });
+    } finally {
+      await llm.shutdown();
+    }
+  }
+  return out;
+}
+
+function tokenizerOf(args: EngineArgs): Tokenizer {
+  return Tokenizer.fromDir(args.tokenizer ?? resolveModelDir(args.model));
+}
+
+function writeJson(path: string | undefined, value: unknown): void {
+  if (path === undefined) return;
+  mkdirSync(dirname(path), { recursive: true });
+  writeFileSync(path, `${JSON.stringify(value, null, 2)}\n`);
+  console.error(`[eval] results written to ${path}`);
+}
+
+async function runEvalPpl(o: PplCliOptions): Promise<void> {
+  const variants = resolveVariants(o);
+  const base = variants[0]!.args;
+  const opts: PplOptions = {
+    ctx: o.ctx,
+    prefixTokens: o.prefixTokens ?? Math.floor(o.ctx / 2),
+    maxWindows: o.maxWindows ?? null,
+  };
+  let text: string;
+  try {
+    text = readFileSync(o.file, "utf8");
+  } catch (e) {
+    throw new Error(`cannot read ${o.file} (${(e as NodeJS.ErrnoException).code ?? "error"})`);
+  }
+  const windows = pplWindows(tokenizerOf(base).encode(text, { addSpecialTokens: false }), opts);
+  const results = await forEachVariant(variants, (llm) => runPpl(llm, windows, opts.prefixTokens));
+  console.log(
+    `Perplexity of ${o.file}: ${windows.length} windows of ${opts.ctx} tokens, ${opts.prefixTokens} prefilled, ` +
+      `${opts.ctx - opts.prefixTokens} scored by forced decoding`,
+  );
+  for (const l of pplTable(results)) console.log(l);
+  writeJson(o.json, {
+    task: "ppl",
+    model: resolveModelDir(base.model),
+    file: o.file,
+    ...opts,
+    variants: results.map((r) => ({ name: r.name, flags: r.flags, seconds: r.seconds, ...r.result })),
+  });
+}
+
+async function runEvalNeedle(o: NeedleCliOptions): Promise<void> {
+  const variants = resolveVariants(o);
+  const base = variants[0]!.args;
+  const tok = tokenizerOf(base);
+  const filler = loadFiller(o.fillerFile);
+  const opts: NeedleOptions = {
+    lengths: o.lengths,
+    depths: o.depths,
+    trials: o.trials,
+    needles: o.needles,
+    seed: base.seed,
+    maxTokens: o.maxTokens,
+  };
+  const docs = buildNeedleDocs(tok, tok.encode(filler.text, { addSpecialTokens: false }), opts);
+  const results = await forEachVariant(variants, async (llm) => {
+    const trials = await runNeedleTrials(llm, docs, opts.maxTokens);
+    return { trials, cells: summarizeNeedle(trials, opts) };
+  });
+  console.log(
+    `Passkey retrieval: ${opts.trials} documents per cell, ${opts.needles[0]}-${opts.needles[1]} needles each, ` +
+      `greedy, filler: ${filler.files.join(", ")}`,
+  );
+  for (const l of needleTable(results.map((r) => ({ name: r.name, cells: r.result.cells })))) console.log(l);
+  writeJson(o.json, {
+    task: "needle",
+    model: resolveModelDir(base.model),
+    fillerFiles: filler.files,
+    ...opts,
+    variants: results.map((r) => ({ name: r.name, flags: r.flags, seconds: r.seconds, ...r.result })),
+  });
+}

@@ -1,0 +1,173 @@
+import { readFileSync } from "node:fs";
+import { isAbsolute, relative } from "node:path";
+import { type Command, Option } from "commander";
+import { loadModelConfig, type ModelConfig, parseModelConfig } from "../config/model_config.js";
+import { resolveModelDir } from "../models/registry.js";
+import { type BudgetSource, budgetLines, denseLines, hisparseLines } from "../plan/format.js";
+import { planHiSparseKnobs } from "../plan/hisparse_knobs.js";
+import { kvBudgetFromGpu, type PlanInput, planDense, planHiSparse } from "../plan/plan.js";
+import { parseFloatArg, parseGibArg, parseIntArg } from "./engine_flags.js";
+import { action } from "./errors.js";
+import { countParameters } from "./info.js";
+
+/** Bytes per element of the dtypes `plan` accepts. */
+const DTYPE_BYTES = { bf16: 2, f16: 2, f32: 4 } as const;
+type PlanDtype = keyof typeof DTYPE_BYTES;
+
+/** Default reserve for activations, CUDA graphs and allocator slack, GiB (an estimate; see README). */
+export const DEFAULT_RESERVE_GIB = 2;
+
+interface PlanOptions {
+  model?: string;
+  config?: string;
+  gpuMemGib?: number;
+  kvCacheGib?: number;
+  gpuMemoryUtilization: number;
+  reserveGib: number;
+  context: number;
+  blockSize: number;
+  kvCacheDtype: PlanDtype;
+  weightsDtype: PlanDtype;
+  hybridSparseTopk?: number;
+  hisparseConfig?: string;
+  hostPoolGib?: number;
+  json: boolean;
+}
+
+/** `hisparse plan`: how many requests of a context fit, dense vs HiSparse, with the arithmetic. */
+export function registerPlan(program: Command): void {
+  program
+    .command("plan")
+    .description(
+      "how many requests of a given context fit on one GPU, dense vs HiSparse (shows the arithmetic)",
+    )
+    .option(
+      "--model <dir>",
+      "model directory or bundled name, e.g. llama-3.1-8b (default: the bundled ref-small)",
+    )
+    .option("--config <file>", "an HF config.json instead of --model")
+    .option("--gpu-mem-gib <g>", "GPU memory in GiB (e.g. 141 for an H200)", parseGibArg)
+    .option(
+      "--kv-cache-gib <g>",
+      "KV cache budget in GiB, instead of deriving it from --gpu-mem-gib",
+      parseGibArg,
+    )
+    .option("--gpu-memory-utilization <f>", "fraction of GPU memory the engine may use", parseFloatArg, 0.9)
+    .option(
+      "--reserve-gib <g>",
+      "GPU memory kept for activations and CUDA graphs",
+      parseFloatArg,
+      DEFAULT_RESERVE_GIB,
+    )
+    .requiredOption("--context <n>", "tokens per request (prompt + output)", parseIntArg)
+    .option("--block-size <n>", "tokens per KV block", parseIntArg, 16)
+    .addOption(
+      new Option("--kv-cache-dtype <dtype>", "KV cache dtype")
+        .choices(Object.keys(DTYPE_BYTES))
+        .default("bf16"),
+    )
+    .addOption(
+      new Option("--weights-dtype <dtype>", "weight dtype on the GPU")
+        .choices(Object.keys(DTYPE_BYTES))
+        .default("bf16"),
+    )
+    .option(
+      "--hybrid-sparse-topk <n>",
+      "tokens each sparse decode step attends to (default 2048)",
+      parseIntArg,
+    )
+    .option(
+      "--hisparse-config <json>",
+      "HiSparse knobs: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers",
+    )
+    .option("--host-pool-gib <g>", "host KV pool in GiB (default: 2 × the GPU pool's pages)", parseGibArg)
+    .option("--json", "print JSON", false)
+    .action(action(runPlan));
+}
+
+/** The model config from --config FILE or --model DIR. */
+function modelConfigOf(o: PlanOptions): { config: ModelConfig; source: string } {
+  if (o.config !== undefined && o.model !== undefined)
+    throw new Error("give either --model or --config, not both");
+  if (o.config === undefined) {
+    const dir = resolveModelDir(o.model);
+    return { config: loadModelConfig(dir), source: dir };
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(o.config, "utf8"));
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    throw new Error(
+      code === undefined ? `${o.config} is not valid JSON` : `cannot read ${o.config} (${code})`,
+    );
+  }
+  if (raw === null || typeof raw !== "object" || Array.isArray(raw))
+    throw new Error(`${o.config} must hold a JSON object`);
+  return { config: parseModelConfig(raw as Record<string, unknown>), source: o.config };
+}
+
+async function runPlan(o: PlanOptions): Promise<void> {
+  const { config, source } = modelConfigOf(o);
+  if (o.gpuMemGib === undefined && o.kvCacheGib === undefined)
+    throw new Error("give the GPU's memory (--gpu-mem-gib G) or the KV cache budget (--kv-cache-gib G)");
+  if (!(o.gpuMemoryUtilization > 0 && o.gpuMemoryUtilization <= 1))
+    throw new Error(`--gpu-memory-utilization must be in (0, 1], got ${o.gpuMemoryUtilization}`);
+  const numParameters = countParameters(config);
+  const weightElementBytes = DTYPE_BYTES[o.weightsDtype];
+  const budget: BudgetSource =
+    o.kvCacheGib !== undefined
+      ? {}
+      : {
+          gpuMemBytes: o.gpuMemGib!,
+          gpuMemoryUtilization: o.gpuMemoryUtilization,
+          numParameters,
+          weightElementBytes,
+          weightBytes: numParameters * weightElementBytes,
+          reserveBytes: Math.round(o.reserveGib * 2 ** 30),
+        };
+  const kvBudgetBytes =
+    o.kvCacheGib ??
+    kvBudgetFromGpu({
+      gpuMemBytes: budget.gpuMemBytes!,
+      gpuMemoryUtilization: budget.gpuMemoryUtilization!,
+      weightBytes: budget.weightBytes!,
+      reserveBytes: budget.reserveBytes!,
+    });
+  const input: PlanInput = {
+    model: config,
+    kvBudgetBytes,
+    contextTokens: o.context,
+    blockSize: o.blockSize,
+    kvElementBytes: DTYPE_BYTES[o.kvCacheDtype],
+    hisparse: planHiSparseKnobs({
+      json: o.hisparseConfig,
+      topk: o.hybridSparseTopk,
+      hostPoolBytes: o.hostPoolGib,
+    }),
+  };
+  const dense = planDense(input);
+  const sparse = planHiSparse(input);
+  if (o.json) {
+    console.log(
+      JSON.stringify(
+        { model: source, input: { ...input, model: undefined }, budget, dense, hisparse: sparse },
+        null,
+        2,
+      ),
+    );
+    return;
+  }
+  const rel = relative(process.cwd(), source);
+  const shown = rel.startsWith("..") || isAbsolute(rel) ? source : rel;
+  console.log(
+    `Model ${shown}: ${config.architecture}, ${(numParameters / 1e9).toFixed(2)} B parameters, ${config.numHiddenLayers} layers, ` +
+      `${config.numKeyValueHeads} KV heads × ${config.headDim} head_dim; context ${o.context} tokens, blocks of ${o.blockSize}, KV ${o.kvCacheDtype}`,
+  );
+  for (const l of [
+    ...budgetLines(kvBudgetBytes, budget),
+    ...denseLines(input, dense),
+    ...hisparseLines(input, sparse, dense),
+  ])
+    console.log(l);
+}

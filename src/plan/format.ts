@@ -1,0 +1,97 @@
+/**
+ * The text of `hisparse plan`: every term of the arithmetic with its value, so the figures can
+ * be checked by hand.
+ */
+import type { DensePlan, HiSparsePlan, HiSparsePoolPlan, PlanInput } from "./plan.js";
+
+const GIB = 2 ** 30;
+
+/** Bytes as "12.34 GiB" / "1.50 MiB" / "512 KiB" / "96 B". */
+export function formatBytes(b: number): string {
+  if (b >= GIB) return `${(b / GIB).toFixed(2)} GiB`;
+  if (b >= 2 ** 20) return `${(b / 2 ** 20).toFixed(2)} MiB`;
+  if (b >= 1024) return `${(b / 1024).toFixed(2)} KiB`;
+  return `${b} B`;
+}
+
+/** An integer with thousands separators ("131,072"). */
+export function formatInt(n: number): string {
+  return Math.round(n).toLocaleString("en-US");
+}
+
+/** Where the KV budget came from (GPU size minus weights and reserve, or given). */
+export interface BudgetSource {
+  gpuMemBytes?: number;
+  gpuMemoryUtilization?: number;
+  weightBytes?: number;
+  numParameters?: number;
+  weightElementBytes?: number;
+  reserveBytes?: number;
+}
+
+/** Lines of the budget section. */
+export function budgetLines(kvBudgetBytes: number, s: BudgetSource): string[] {
+  if (s.gpuMemBytes === undefined) return [`KV cache budget (given)        ${formatBytes(kvBudgetBytes)}`];
+  return [
+    "GPU memory",
+    `  ${formatBytes(s.gpuMemBytes)} × ${s.gpuMemoryUtilization} utilization = ${formatBytes(s.gpuMemBytes * (s.gpuMemoryUtilization ?? 1))}`,
+    `  − weights ${formatInt(s.numParameters ?? 0)} parameters × ${s.weightElementBytes} B = ${formatBytes(s.weightBytes ?? 0)}`,
+    `  − reserve (activations, CUDA graphs, allocator) = ${formatBytes(s.reserveBytes ?? 0)}`,
+    `  = KV cache budget ${formatBytes(kvBudgetBytes)} (${formatInt(kvBudgetBytes)} B)`,
+  ];
+}
+
+/** Lines of the dense section. */
+export function denseLines(p: PlanInput, d: DensePlan): string[] {
+  const m = p.model;
+  return [
+    "Dense (every page of every request on the GPU)",
+    `  KV per token   = 2 (K, V) × ${m.numHiddenLayers} layers × ${m.numKeyValueHeads} KV heads × ${m.headDim} head_dim × ${p.kvElementBytes} B = ${formatInt(d.kvBytesPerToken)} B`,
+    `  KV per block   = ${p.blockSize} tokens × ${formatInt(d.kvBytesPerToken)} B = ${formatBytes(d.kvBytesPerBlock)}`,
+    `  GPU blocks     = floor(${formatInt(p.kvBudgetBytes)} B / ${formatInt(d.kvBytesPerBlock)} B) = ${formatInt(d.numGpuBlocks)}`,
+    `  per request    = ceil(${formatInt(p.contextTokens)} / ${p.blockSize}) = ${formatInt(d.pagesPerRequest)} blocks = ${formatBytes(d.pagesPerRequest * d.kvBytesPerBlock)}`,
+    `  max requests   = floor(${formatInt(d.numGpuBlocks)} / ${formatInt(d.pagesPerRequest)}) = ${formatInt(d.maxConcurrent)}` +
+      `   (without paging: floor(budget / (${formatInt(p.contextTokens)} × ${formatInt(d.kvBytesPerToken)} B)) = ${formatInt(d.maxConcurrentUnpaged)})`,
+  ];
+}
+
+function poolLines(title: string, pool: HiSparsePoolPlan, h: HiSparsePlan, suffix: string): string[] {
+  const lines = [
+    title,
+    `    host pool      ${formatBytes(pool.hostPoolBytes)} = ${formatInt(pool.numHostBlocks)} pages; their dense layers + digests on the GPU: ${formatBytes(pool.numHostBlocks * h.deviceBytesPerHostBlock)}`,
+    `    GPU blocks     = floor((budget − ${formatBytes(pool.numHostBlocks * h.deviceBytesPerHostBlock)}) / ${formatBytes(h.mainBytesPerBlock)}) = ${formatInt(pool.numGpuBlocks)}`,
+    `    by host pool   = floor(${formatInt(pool.numHostBlocks)} / ${formatInt(h.pagesPerRequest)}) = ${formatInt(pool.maxByHost)}`,
+    `    by GPU pool    = floor(${formatInt(pool.numGpuBlocks)} / ${formatInt(h.devicePagesPerRequest)}) = ${formatInt(pool.maxByDevice)}`,
+  ];
+  for (const r of pool.refusals) lines.push(`    the engine would refuse this: ${r}`);
+  lines.push(`    max requests   = ${formatInt(pool.maxConcurrent)}${suffix}`);
+  return lines;
+}
+
+/** Lines of the HiSparse section. */
+export function hisparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan): string[] {
+  const c = p.hisparse;
+  const m = p.model;
+  const ratio = (n: number) =>
+    dense.maxConcurrent > 0 ? ` (${(n / dense.maxConcurrent).toFixed(1)}× dense)` : "";
+  const given =
+    c.hostPoolBytes === null
+      ? "  with the default host pool (2 × the GPU pool's pages; set --host-pool-gib):"
+      : "  with --host-pool-gib:";
+  return [
+    `HiSparse (topk ${c.topk}, hot buffer ${c.deviceBufferTokens}, sink ${c.sinkTokens}, window ${c.windowTokens}, dense layers [${c.denseLayers.join(", ")}])`,
+    `  sparse layers  = ${m.numHiddenLayers} − ${h.numDenseLayers} dense = ${h.numSparseLayers}`,
+    `  GPU block      = ${h.numSparseLayers} sparse layers × 2 × ${p.blockSize} × ${m.numKeyValueHeads} × ${m.headDim} × ${p.kvElementBytes} B = ${formatBytes(h.mainBytesPerBlock)}`,
+    `  host page      = the same sparse-layer K and V = ${formatBytes(h.hostBytesPerBlock)}`,
+    `  GPU per page   = dense layers ${h.numDenseLayers} × 2 × ${p.blockSize} × ${m.numKeyValueHeads} × ${m.headDim} × ${p.kvElementBytes} B + digests ${h.numSparseLayers} × 2 × ${m.numKeyValueHeads} × ${m.headDim} × 4 B = ${formatBytes(h.deviceBytesPerHostBlock)} (digests ${formatBytes(h.digestBytesPerPage)})`,
+    `  per request    = ${formatInt(h.pagesPerRequest)} pages; on the GPU ceil((${c.sinkTokens} + ${c.windowTokens} + ${c.deviceBufferTokens}) / ${p.blockSize}) + 1 = ${formatInt(h.devicePagesPerRequest)} blocks`,
+    `                 = ${formatInt(h.devicePagesPerRequest)} × ${formatBytes(h.mainBytesPerBlock)} + ${formatInt(h.pagesPerRequest)} × ${formatBytes(h.deviceBytesPerHostBlock)} = ${formatBytes(h.deviceBytesPerRequest)} of GPU memory (dense: ${formatBytes(dense.pagesPerRequest * dense.kvBytesPerBlock)})`,
+    ...poolLines(given, h.given, h, ratio(h.given.maxConcurrent)),
+    ...poolLines(
+      `  with the best host pool for this context: --host-pool-gib ${(h.best.hostPoolBytes / GIB).toFixed(2)}`,
+      h.best,
+      h,
+      ratio(h.best.maxConcurrent),
+    ),
+  ];
+}

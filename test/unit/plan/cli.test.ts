@@ -1,0 +1,78 @@
+/** `hisparse plan` as users run it: the arithmetic printed, JSON, one-line errors. */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { repoRoot } from "../../helpers/reference.js";
+
+function hisparse(args: string[]) {
+  const r = spawnSync(process.execPath, [join(repoRoot, "bin", "hisparse.js"), "plan", ...args], {
+    encoding: "utf8",
+  });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+describe("hisparse plan (CLI)", () => {
+  it("prints each term for Llama-3.1-8B at 128K on an H200", () => {
+    const r = hisparse(["--model", "llama-3.1-8b", "--gpu-mem-gib", "141", "--context", "131072"]);
+    assert.equal(r.status, 0, r.stderr);
+    for (const line of [
+      "  = KV cache budget 109.94 GiB (118,049,831,321 B)",
+      "  KV per token   = 2 (K, V) × 32 layers × 8 KV heads × 128 head_dim × 2 B = 131,072 B",
+      "  max requests   = floor(56,290 / 8,192) = 6   (without paging: floor(budget / (131,072 × 131,072 B)) = 6)",
+      "  per request    = 8,192 pages; on the GPU ceil((64 + 256 + 4096) / 16) + 1 = 277 blocks",
+      "    max requests   = 10 (1.7× dense)",
+      "  with the best host pool for this context: --host-pool-gib 480.00",
+      "    max requests   = 32 (5.3× dense)",
+    ])
+      assert.ok(r.stdout.includes(`${line}\n`), `missing: ${line}\n${r.stdout}`);
+  });
+
+  it("--config FILE reads the same model as --model DIR; --json gives the numbers", () => {
+    const a = hisparse(["--model", "llama-3.1-8b", "--kv-cache-gib", "40", "--context", "32768", "--json"]);
+    const b = hisparse([
+      "--config",
+      join(repoRoot, "configs", "llama-3.1-8b", "config.json"),
+      "--kv-cache-gib",
+      "40",
+      "--context",
+      "32768",
+      "--json",
+    ]);
+    assert.equal(a.status, 0, a.stderr);
+    const ja = JSON.parse(a.stdout);
+    const jb = JSON.parse(b.stdout);
+    assert.deepEqual(ja.dense, jb.dense);
+    assert.deepEqual(ja.hisparse, jb.hisparse);
+    // 40 GiB / 2 MiB = 20,480 blocks; 32K tokens = 2,048 blocks: 10 requests.
+    assert.equal(ja.dense.numGpuBlocks, 20480);
+    assert.equal(ja.dense.maxConcurrent, 10);
+  });
+
+  it("bad arguments give one line", () => {
+    for (const [args, re] of [
+      [
+        ["--context", "100"],
+        /^hisparse: give the GPU's memory \(--gpu-mem-gib G\) or the KV cache budget \(--kv-cache-gib G\)$/,
+      ],
+      [["--gpu-mem-gib", "80"], /^hisparse: required option '--context <n>' not specified$/],
+      [
+        ["--context", "100", "--gpu-mem-gib", "8", "--model", "qwen3-8b"],
+        /^hisparse: no GPU memory is left for the KV cache after the weights and reserve$/,
+      ],
+      [
+        ["--context", "100", "--kv-cache-gib", "1", "--hisparse-config", "{bad"],
+        /^hisparse: --hisparse-config is not valid JSON/,
+      ],
+      [
+        ["--context", "100", "--kv-cache-gib", "1", "--model", "/nowhere"],
+        /^hisparse: model path \/nowhere does not exist$/,
+      ],
+    ] as const) {
+      const r = hisparse([...args]);
+      assert.notEqual(r.status, 0);
+      assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+      assert.match(r.stderr.trim(), re);
+    }
+  });
+});

@@ -1,0 +1,121 @@
+/**
+ * `hisparse plan` arithmetic for Llama-3.1-8B (configs/llama-3.1-8b: 32 layers, 8 KV heads,
+ * head_dim 128) at 128K tokens, every figure worked out by hand in the comments.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+import { countParameters } from "../../../src/cli/info.js";
+import { loadModelConfig } from "../../../src/config/model_config.js";
+import { denseLines } from "../../../src/plan/format.js";
+import { planHiSparseKnobs } from "../../../src/plan/hisparse_knobs.js";
+import { kvBudgetFromGpu, type PlanInput, planDense, planHiSparse } from "../../../src/plan/plan.js";
+import { repoRoot } from "../../helpers/reference.js";
+
+const llama = loadModelConfig(join(repoRoot, "configs", "llama-3.1-8b"));
+const GIB = 2 ** 30;
+
+/** H200 141 GiB × 0.9 − 8,030,261,248 params × 2 B − 2 GiB reserve = 118,049,831,321 B. */
+const BUDGET = 118_049_831_321;
+
+function input(over: Partial<PlanInput> = {}): PlanInput {
+  return {
+    model: llama,
+    kvBudgetBytes: BUDGET,
+    contextTokens: 131072,
+    blockSize: 16,
+    kvElementBytes: 2,
+    hisparse: planHiSparseKnobs({}),
+    ...over,
+  };
+}
+
+describe("plan arithmetic", () => {
+  it("KV budget = GPU × utilization − weights − reserve", () => {
+    assert.equal(countParameters(llama), 8_030_261_248);
+    const b = kvBudgetFromGpu({
+      gpuMemBytes: 141 * GIB,
+      gpuMemoryUtilization: 0.9,
+      weightBytes: 2 * 8_030_261_248,
+      reserveBytes: 2 * GIB,
+    });
+    assert.equal(b, BUDGET);
+  });
+
+  it("dense: 128 KiB per token, 8192 blocks per request, 6 requests", () => {
+    const d = planDense(input());
+    assert.equal(d.kvBytesPerToken, 2 * 32 * 8 * 128 * 2); // 131,072 B
+    assert.equal(d.kvBytesPerBlock, 16 * 131072); // 2 MiB
+    assert.equal(d.numGpuBlocks, Math.floor(BUDGET / 2097152)); // 56,290
+    assert.equal(d.numGpuBlocks, 56290);
+    assert.equal(d.pagesPerRequest, 8192);
+    assert.equal(d.maxConcurrent, 6); // floor(56,290 / 8,192)
+    assert.equal(d.maxConcurrentUnpaged, 6);
+    assert.match(denseLines(input(), d).at(-1)!, /max requests {3}= floor\(56,290 \/ 8,192\) = 6/);
+  });
+
+  it("HiSparse per-page and per-request costs (topk 2048, buffer 4096, sink 64, window 256, dense [0, 1])", () => {
+    const h = planHiSparse(input());
+    assert.equal(h.numSparseLayers, 30);
+    // One layer's page: 2 × 16 × 8 × 128 × 2 B = 65,536 B.
+    assert.equal(h.mainBytesPerBlock, 30 * 65536);
+    assert.equal(h.hostBytesPerBlock, 30 * 65536);
+    // Digests: 30 layers × (min, max) × 8 heads × 128 × 4 B (f32) = 245,760 B.
+    assert.equal(h.digestBytesPerPage, 245760);
+    assert.equal(h.deviceBytesPerHostBlock, 2 * 65536 + 245760); // 376,832 B
+    // ceil((64 + 256 + 4096) / 16) + 1 = 276 + 1.
+    assert.equal(h.devicePagesPerRequest, 277);
+    assert.equal(h.deviceBytesPerRequest, 277 * 1966080 + 8192 * 376832);
+  });
+
+  it("HiSparse with the default host pool (2 × GPU pages) is limited by the host pool", () => {
+    const g = planHiSparse(input()).given;
+    // GPU blocks = floor(B / (1,966,080 + 2 × 376,832)) = 43,404; host = 86,808 pages.
+    assert.equal(g.numGpuBlocks, 43404);
+    assert.equal(g.numHostBlocks, 86808);
+    assert.equal(g.maxByHost, 10); // floor(86,808 / 8,192)
+    assert.equal(g.maxByDevice, 156); // floor(43,404 / 277)
+    assert.equal(g.maxConcurrent, 10);
+    assert.deepEqual(g.refusals, []);
+  });
+
+  it("the best host pool holds exactly N requests' pages: 32 requests (5.3× dense)", () => {
+    const b = planHiSparse(input()).best;
+    // N = floor(B / (8,192 × 376,832 + 277 × 1,966,080)) = 32; host pages 32 × 8,192.
+    assert.equal(b.numHostBlocks, 262144);
+    assert.equal(b.hostPoolBytes, 262144 * 1966080); // 480 GiB
+    assert.equal(b.numGpuBlocks, Math.floor((BUDGET - 262144 * 376832) / 1966080)); // 9,798
+    assert.equal(b.maxByHost, 32);
+    assert.equal(b.maxByDevice, 35);
+    assert.equal(b.maxConcurrent, 32);
+  });
+
+  it("a host pool too large for the device is what the engine refuses", () => {
+    const g = planHiSparse(input({ hisparse: planHiSparseKnobs({ hostPoolBytes: 1024 * GIB }) })).given;
+    assert.equal(g.numGpuBlocks, 0);
+    assert.equal(g.maxConcurrent, 0);
+    assert.match(g.refusals[0]!, /no device memory is left for the KV pool/);
+  });
+
+  it("knobs: JSON keys, the topk flag, defaults; bad JSON is refused", () => {
+    assert.deepEqual(planHiSparseKnobs({ topk: 256 }), {
+      topk: 256,
+      deviceBufferTokens: 512,
+      sinkTokens: 64,
+      windowTokens: 256,
+      denseLayers: [0, 1],
+      hostPoolBytes: null,
+    });
+    const k = planHiSparseKnobs({
+      json: '{"topk": 512, "device_buffer_tokens": 2048, "dense_layers": [0], "selector": "quest"}',
+    });
+    assert.equal(k.deviceBufferTokens, 2048);
+    assert.deepEqual(k.denseLayers, [0]);
+    assert.throws(() => planHiSparseKnobs({ json: '{"top_k": 1}' }), /unknown key "top_k"/);
+    assert.throws(() => planHiSparseKnobs({ json: '{"topk": 1}', topk: 2 }), /disagree/);
+    assert.throws(
+      () => planHiSparse(input({ hisparse: { ...planHiSparseKnobs({}), denseLayers: [40] } })),
+      /dense_layers must be distinct layers in \[0, 31\]/,
+    );
+  });
+});
