@@ -3,6 +3,7 @@ import type { AttentionMetadata, Backend, Tensor } from "../backends/backend.js"
 import type { RequestId } from "../core/ids.js";
 import type { ModelRunnerOutput, SchedulerOutput, TokenLogprobs } from "../core/sched/output.js";
 import type { LlamaForCausalLM } from "../models/llama.js";
+import type { WorkerExtension } from "./extension.js";
 import { type CachedRequestState, type PreparedInputs, prepareInputs, updateStates } from "./input_batch.js";
 import { RequestSampler } from "./request_sampler.js";
 
@@ -17,6 +18,8 @@ export class ModelRunner {
   private readonly sampler: RequestSampler;
   /** How attention uses the KV cache; replaceable by optional features (HiSparse). */
   attention: AttentionBackend;
+  /** The worker halves of optional features (HiSparse), called around each step. */
+  readonly extensions: WorkerExtension[] = [];
 
   constructor(
     private readonly backend: Backend,
@@ -41,10 +44,11 @@ export class ModelRunner {
   executeModel(so: SchedulerOutput): ModelRunnerOutput {
     updateStates(this.states, so);
     for (const id of so.finishedReqIds) this.sampler.forget(id);
+    for (const ext of this.extensions) ext.applySchedulerOutput?.(so);
     const out: ModelRunnerOutput = { reqIds: [], sampledTokenIds: [], logprobs: [], extensions: new Map() };
     if (so.totalNumScheduledTokens === 0) return out;
     const inputs = prepareInputs(this.states, so, this.blockSize);
-    const logits = this.forward(inputs);
+    const logits = this.forward(inputs, so);
     out.reqIds = inputs.reqIds;
     out.sampledTokenIds = inputs.reqIds.map(() => []);
     out.logprobs = inputs.reqIds.map(() => null);
@@ -60,11 +64,15 @@ export class ModelRunner {
         out.logprobs[r] = lp === null ? null : [lp];
       }
     }
+    for (const ext of this.extensions) {
+      const data = ext.afterForward?.(so);
+      if (data !== undefined) out.extensions.set(ext.name, data);
+    }
     return out;
   }
 
   /** Stages inputs, runs the model; returns logits [B, V] (null when no row samples). */
-  private forward(inputs: PreparedInputs): Tensor | null {
+  private forward(inputs: PreparedInputs, so: SchedulerOutput): Tensor | null {
     const b = this.backend;
     b.resetWorkspace();
     const T = inputs.inputIds.length;
@@ -87,6 +95,14 @@ export class ModelRunner {
         positions: inputs.positions,
       },
     };
+    if (this.extensions.length > 0) {
+      const perFeature = new Map<string, unknown>();
+      for (const ext of this.extensions) {
+        const data = ext.prepareForward?.(so, inputs, meta);
+        if (data !== undefined) perFeature.set(ext.name, data);
+      }
+      meta.extensions = perFeature;
+    }
     const ids = b.stage(inputs.inputIds, [T], "i32");
     const pos = b.stage(inputs.positions, [T], "i32");
     const B = inputs.logitsIndices.length;
