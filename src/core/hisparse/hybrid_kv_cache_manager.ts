@@ -196,13 +196,13 @@ export class HybridKVCacheManager extends KVCacheManager {
     const blocks = this.getBlocks(reqId);
     const numFull = Math.min(Math.floor(numTokens / this.blockSize), rp.numPages);
     const out: MirrorCopy[] = [];
-    for (let p = 0; p < numFull; p++) {
-      if (rp.mirroredStep[p] !== NOT_MIRRORED) continue; // mirrored in an earlier step
+    for (let p = rp.numMirrored; p < numFull; p++) {
       const blockId = blocks[p]!.blockId;
       if (blockId === NULL_BLOCK_ID) throw new Error(`page ${p} of request ${reqId} was released unmirrored`);
       rp.mirroredStep[p] = step;
       out.push({ blockId, hostBlockId: rp.hostBlockIds[p]! });
     }
+    rp.numMirrored = Math.max(rp.numMirrored, numFull);
     return out;
   }
 

@@ -60,6 +60,8 @@ export class RequestPages {
   readonly hostBlockIds: HostBlockId[] = [];
   /** [numPages] step whose forward copied the page to its host block, or NOT_MIRRORED. */
   readonly mirroredStep: number[] = [];
+  /** Pages [0, numMirrored) have their mirror issued (pages fill, and are mirrored, in order). */
+  numMirrored = 0;
   /** Pages holding a whitelisted token. */
   readonly pinned = new Set<number>();
   /** Tokens already scanned for whitelisted ids. */
