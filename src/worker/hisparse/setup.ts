@@ -33,6 +33,55 @@ export interface HiSparseSetup {
   info: HiSparseWorkerInfo;
 }
 
+/** Reasons the settings cannot work on this model and backend (empty when they can). */
+function modelReasons(backend: Backend, config: ModelConfig, args: EngineArgs, hs: HiSparseConfig): string[] {
+  const reasons = validateHiSparseConfig(hs, {
+    blockSize: args.blockSize,
+    enablePrefixCaching: args.enablePrefixCaching,
+    numLayers: config.numHiddenLayers,
+    vocabSize: config.vocabSize,
+  });
+  if (backend.hostView === undefined || backend.sparsePagedAttention === undefined)
+    reasons.push(
+      `--enable-hybrid-sparse ${hs.mode} needs HiSparse kernels, which the ${backend.name} backend does not have yet (use --device cpu, or --enable-hybrid-sparse off)`,
+    );
+  return reasons;
+}
+
+/**
+ * [numLayers] KV tensors: the main pool ([numGpuBlocks, 2, blockSize, Hkv, D]) for each sparse
+ * layer, a host-block-indexed one ([numHostBlocks, ...]) for each dense layer.
+ */
+function allocateKvCaches(
+  backend: Backend,
+  config: ModelConfig,
+  blockSize: number,
+  dtype: DType,
+  sparseLayers: readonly number[],
+  denseLayers: readonly number[],
+  plan: { numGpuBlocks: number; numHostBlocks: number },
+): Tensor[] {
+  const spec = { blockSize, numKvHeads: config.numKeyValueHeads, headDim: config.headDim, dtype };
+  const main = backend.allocateKvCache({
+    ...spec,
+    numLayers: sparseLayers.length,
+    numBlocks: plan.numGpuBlocks,
+  });
+  const dense = backend.allocateKvCache({
+    ...spec,
+    numLayers: denseLayers.length,
+    numBlocks: plan.numHostBlocks,
+  });
+  const kvCaches: Tensor[] = new Array(config.numHiddenLayers);
+  sparseLayers.forEach((l, i) => {
+    kvCaches[l] = main[i]!;
+  });
+  denseLayers.forEach((l, i) => {
+    kvCaches[l] = dense[i]!;
+  });
+  return kvCaches;
+}
+
 /**
  * Sizes and allocates HiSparse's memory and builds its worker parts: the main pool for the
  * sparse layers ([numGpuBlocks, 2, blockSize, Hkv, D] each), the dense layers' KV indexed by host
@@ -51,18 +100,9 @@ export function setupHiSparse(
 ): HiSparseSetup {
   const { config } = model;
   const bs = args.blockSize;
-  const reasons = validateHiSparseConfig(hs, {
-    blockSize: bs,
-    enablePrefixCaching: args.enablePrefixCaching,
-    numLayers: config.numHiddenLayers,
-    vocabSize: config.vocabSize,
-  });
   const hostView = backend.hostView?.bind(backend);
-  if (hostView === undefined || backend.sparsePagedAttention === undefined)
-    reasons.push(
-      `--enable-hybrid-sparse ${hs.mode} needs HiSparse kernels, which the ${backend.name} backend does not have yet (use --device cpu, or --enable-hybrid-sparse off)`,
-    );
-  if (reasons.length > 0) throw new ConfigError(reasons);
+  const reasons = modelReasons(backend, config, args, hs);
+  if (reasons.length > 0 || hostView === undefined) throw new ConfigError(reasons);
   const { numKeyValueHeads: Hkv, headDim: D, numHiddenLayers: L } = config;
   const plan = planHiSparseMemory({
     config: hs,
@@ -77,27 +117,12 @@ export function setupHiSparse(
   if (plan.reasons.length > 0) throw new ConfigError(plan.reasons);
   const sparseLayers = sparseLayersOf(hs, L);
   const denseLayers = [...hs.denseLayers].sort((a, b) => a - b);
-  const spec = { blockSize: bs, numKvHeads: Hkv, headDim: D, dtype: kvCacheDtype };
-  const main = backend.allocateKvCache({
-    ...spec,
-    numLayers: sparseLayers.length,
-    numBlocks: plan.numGpuBlocks,
-  });
-  const dense = backend.allocateKvCache({
-    ...spec,
-    numLayers: denseLayers.length,
-    numBlocks: plan.numHostBlocks,
-  });
-  const kvCaches: Tensor[] = new Array(L);
+  const kvCaches = allocateKvCaches(backend, config, bs, kvCacheDtype, sparseLayers, denseLayers, plan);
   const sparseIndex = new Array<number>(L).fill(-1);
   sparseLayers.forEach((l, i) => {
-    kvCaches[l] = main[i]!;
     sparseIndex[l] = i;
   });
-  denseLayers.forEach((l, i) => {
-    kvCaches[l] = dense[i]!;
-  });
-  const view = (t: Tensor) => hostView!(t) as Float32Array;
+  const view = (t: Tensor) => hostView(t) as Float32Array;
   const hostTier = new CpuHostKvCache(
     {
       numSparseLayers: sparseLayers.length,

@@ -14,6 +14,8 @@ import {
   type HiSparseStepResult,
   type PageTableRow,
 } from "../../../../src/core/hisparse/plan.js";
+import { PageState } from "../../../../src/core/hisparse/residency.js";
+import { asRequestId } from "../../../../src/core/ids.js";
 import type { EngineCoreOutput, SchedulerOutput } from "../../../../src/core/sched/output.js";
 import type { Scheduler } from "../../../../src/core/sched/scheduler.js";
 import { fakeRunnerOutput, makeScheduler } from "../helpers.js";
@@ -72,6 +74,15 @@ export function rows(plan: HiSparseStepPlan): Record<string, [number[], number[]
       r.reqId,
       [r.hostBlockIds, r.blockIds, r.pinnedPages, r.hotBlockIds],
     ]),
+  );
+}
+
+/** Core's view of a request's pages: ACTIVE (device block) or INACTIVE (host tier only). */
+export function pageStates(hs: HiSparseScheduling, reqId: string): PageState[] {
+  const id = asRequestId(reqId);
+  const n = hs.kvCacheManager.pagesOf(id)?.numPages ?? 0;
+  return Array.from({ length: n }, (_, p) =>
+    hs.kvCacheManager.isResident(id, p) ? PageState.ACTIVE : PageState.INACTIVE,
   );
 }
 

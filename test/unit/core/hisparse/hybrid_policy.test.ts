@@ -4,9 +4,12 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { PageState } from "../../../../src/core/hisparse/residency.js";
 import { RequestStatus } from "../../../../src/core/request.js";
 import { fakeRunnerOutput, req, tokens } from "../helpers.js";
-import { hisparseScheduler, hsStep, mirrors, rows } from "./helpers.js";
+import { hisparseScheduler, hsStep, mirrors, pageStates, rows } from "./helpers.js";
+
+const { ACTIVE: A_, INACTIVE: I_ } = PageState;
 
 test("eager mirror: a page is copied to its host block in the step that fills it", () => {
   const { s, hs } = hisparseScheduler({}, 10, 32);
@@ -71,6 +74,18 @@ test("auto: a failed allocation spills the best victim's pages (never sink, wind
   assert.deepEqual(
     [st.spilledPagesTotal, st.numActivePages, st.numInactivePages, st.numSparseRequests],
     [4, 3 + 4, 4, 1],
+  );
+  assert.deepEqual(pageStates(hs, "A"), [A_, A_, I_, I_, I_, I_, A_]);
+  assert.deepEqual(pageStates(hs, "B"), [A_, A_, A_, A_]);
+
+  // Step 3: the worker recalled A's pages 2 and 5 into its hot buffer (it reports 2 SPARSE
+  // pages): of A's 4 INACTIVE pages, 2 are SPARSE now. Nothing else changes.
+  ({ plan } = hsStep(s, { numSparsePages: 2, hits: 4, misses: 8, hostToDeviceBytes: 8 * 64 }));
+  assert.deepEqual(rows(plan), {});
+  const st3 = hs.stats();
+  assert.deepEqual(
+    [st3.numActivePages, st3.numSparsePages, st3.numInactivePages, st3.hitsTotal, st3.missesTotal],
+    [7, 2, 2, 4, 8],
   );
 });
 
