@@ -69,7 +69,8 @@ export class HybridPolicy implements KVPressureHandler {
    * it takes its hot buffer at once, and the requester takes its own with the retried
    * allocation: these are skipped unless that leaves a gain. The others take theirs with their
    * next allocation, so a victim without gain still helps the allocation at hand; it is spilled
-   * when nothing better exists (a spill costs copies, a preemption a recompute). A shortage of host blocks cannot be relieved by spilling: preemption frees them.
+   * when nothing better exists (a spill costs copies, a preemption a recompute). A shortage of
+   * host blocks cannot be relieved by spilling: preemption frees them.
    */
   relieveKVPressure(ctx: KVPressureContext): boolean {
     const kv = this.kv;

@@ -6,7 +6,7 @@
  * Block size 4 gives each request up to 16 pages, so spills, hot-buffer hits and misses occur.
  */
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { before, describe, it } from "node:test";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../../../src/config/hisparse_config.js";
 import type { HiSparseStats } from "../../../src/core/hisparse/plan.js";
 import { LLM, type LLMOptions } from "../../../src/engine/llm.js";
