@@ -56,7 +56,8 @@ function perHead(b: CpuBackend, rows: number[][][], seqLens: number[][]): PerHea
   const R = rows.length;
   const maxBlocks = Math.max(...rows.flat().map((r) => r.length));
   const bt = new Int32Array(R * Hkv * maxBlocks);
-  rows.forEach((heads, r) => heads.forEach((row, g) => bt.set(row, (r * Hkv + g) * maxBlocks)));
+  for (const [r, heads] of rows.entries())
+    for (const [g, row] of heads.entries()) bt.set(row, (r * Hkv + g) * maxBlocks);
   const sl = Int32Array.from(seqLens.flat());
   return {
     blockTables: b.stage(bt, [R, Hkv, maxBlocks], "i32"),
