@@ -75,6 +75,27 @@ export interface AttentionMetadata {
     /** [T] absolute position of each token. */
     positions: Int32Array;
   };
+  /**
+   * Per-step metadata of optional attention features, keyed by feature (e.g. "hisparse": page
+   * tables, host slot mapping); set by the worker's extensions, read by their AttentionBackend.
+   */
+  extensions?: ReadonlyMap<string, unknown>;
+}
+
+/**
+ * Block tables given per (request, kv head) instead of per request, for
+ * {@link Backend.sparsePagedAttention}: each GQA group of a request reads its own list of blocks
+ * (HiSparse: the pages its selector chose, resolved to device blocks, in position order, the
+ * partial tail page last). Row (r, g) holds `ceil(seqLens[r, g] / blockSize)` valid entries.
+ */
+export interface PerHeadBlockTables {
+  /** i32 [numReqs, numKvHeads, maxBlocks] device block ids (row-padded with 0). */
+  blockTables: Tensor;
+  /** i32 [numReqs, numKvHeads] tokens each (request, kv head) attends over, this step's included. */
+  seqLens: Tensor;
+  maxBlocks: number;
+  /** Host copies of the two tensors above. */
+  host: { blockTables: Int32Array; seqLens: Int32Array };
 }
 
 /** Geometry of the paged KV cache: one tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim]. */
@@ -184,6 +205,13 @@ export interface Backend {
   workspaceScope?<T extends Tensor>(fn: () => T): T;
   /** Optional capability: CUDA graph capture and replay (absent on CPU). */
   readonly graphs?: BackendGraphs;
+  /**
+   * Optional capability of backends whose tensors live in host memory (CPU): a live view of a
+   * tensor's elements (writes go to the tensor), valid while the tensor is. Lets host-side
+   * reference implementations (HiSparse's CPU selector, resolver and host tier) read and write
+   * tensors without copies. Absent on CUDA.
+   */
+  hostView?(t: Tensor): Float32Array | Int32Array;
   /** Releases everything the backend holds. */
   dispose(): void;
 
@@ -233,6 +261,23 @@ export interface Backend {
     layout: QkvLayout,
     kvCache: Tensor,
     meta: AttentionMetadata,
+    blockSize: number,
+  ): Tensor;
+  /**
+   * Optional (HiSparse): pagedAttention with per-(request, kv head) block tables and sequence
+   * lengths (`tables`) instead of `meta.blockTables` / `meta.seqLens`; `meta.queryStartLoc` gives
+   * the query tokens. Kv head g of request r attends over the first `tables.seqLens[r, g]` slots
+   * of its row; query token j of the request's qLen sits at slot seqLens[r, g] - qLen + j and
+   * attends to slots [0, that slot] (for a decode, qLen = 1: every listed slot). When every row
+   * equals the request's dense row and seqLen, the result equals pagedAttention's bit for bit.
+   * qkv: [T, (Hq+2Hkv)*D] -> [T, Hq*D].
+   */
+  sparsePagedAttention?(
+    qkv: Tensor,
+    layout: QkvLayout,
+    kvCache: Tensor,
+    meta: AttentionMetadata,
+    tables: PerHeadBlockTables,
     blockSize: number,
   ): Tensor;
   /** out[b] = x[indices[b]]. x: [T, H]; indices: i32 [B] -> [B, H]. */

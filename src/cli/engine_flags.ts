@@ -1,32 +1,16 @@
-import { type Command, InvalidArgumentError, Option } from "commander";
-import { type EngineArgs, makeEngineArgs } from "../config/engine_args.js";
+import { type Command, Option } from "commander";
+import { ConfigError, type EngineArgs, makeEngineArgs } from "../config/engine_args.js";
+import { addHiSparseFlags, hisparseConfigFromOptions } from "./hisparse_flags.js";
+import { parseFloatArg, parseGibArg, parseIntArg } from "./parse_args.js";
 
-/** Parses an integer flag value; commander reports the error as one line. */
-export function parseIntArg(v: string): number {
-  if (!/^-?\d+$/.test(v.trim())) throw new InvalidArgumentError("must be an integer.");
-  return Number.parseInt(v, 10);
-}
-
-/** Parses a number flag value. */
-export function parseFloatArg(v: string): number {
-  const n = Number(v);
-  if (v.trim() === "" || !Number.isFinite(n)) throw new InvalidArgumentError("must be a number.");
-  return n;
-}
-
-/** Parses a size in GiB (fractional allowed) into bytes. */
-export function parseGibArg(v: string): number {
-  const n = parseFloatArg(v);
-  if (n <= 0) throw new InvalidArgumentError("must be > 0.");
-  return Math.round(n * 2 ** 30);
-}
+export { parseFloatArg, parseGibArg, parseIntArg };
 
 /**
  * Adds the engine flags shared by `serve`, `generate`, `eval` (vLLM's names where vLLM has one).
  * Optional features add their own flags through `extraEngineFlags`.
  */
 export function addEngineFlags(cmd: Command): Command {
-  return cmd
+  cmd
     .option("--model <dir>", "model directory in Hugging Face format (default: the bundled ref-small)")
     .option("--tokenizer <dir>", "tokenizer directory (default: the model directory)")
     .addOption(
@@ -54,11 +38,18 @@ export function addEngineFlags(cmd: Command): Command {
     .option("--enable-prefix-caching", "reuse the KV of identical prompt prefixes", false)
     .option("--enforce-eager", "disable CUDA graphs", false)
     .option("--cpu-threads <n>", "threads of the CPU backend", parseIntArg);
+  return addHiSparseFlags(cmd);
 }
 
-/** Maps parsed commander options (camelCase) onto EngineArgs. */
+/**
+ * Maps parsed commander options (camelCase) onto EngineArgs (HiSparse settings go to
+ * `extensions.hisparse`).
+ * @throws ConfigError listing every problem of the HiSparse flags.
+ */
 export function engineArgsFromOptions(o: Record<string, unknown>): EngineArgs {
   const pick = <T>(k: string): T | undefined => o[k] as T | undefined;
+  const hs = hisparseConfigFromOptions(o);
+  if (hs.reasons.length > 0) throw new ConfigError(hs.reasons);
   return makeEngineArgs({
     model: pick<string>("model"),
     tokenizer: pick<string>("tokenizer"),
@@ -78,5 +69,6 @@ export function engineArgsFromOptions(o: Record<string, unknown>): EngineArgs {
     enablePrefixCaching: pick<boolean>("enablePrefixCaching") ?? false,
     enforceEager: pick<boolean>("enforceEager") ?? false,
     cpuThreads: pick<number>("cpuThreads"),
+    extensions: hs.config === null ? {} : { hisparse: hs.config },
   });
 }

@@ -1,5 +1,6 @@
 import type { CacheConfig, SchedulerConfig } from "./configs.js";
 import { validateCacheConfig, validateSchedulerConfig } from "./configs.js";
+import { type HiSparseConfig, validateHiSparseConfig } from "./hisparse_config.js";
 
 /** Compute device selection (`--device`): auto picks CUDA when a GPU and the addon load. */
 export type DeviceKind = "auto" | "cpu" | "cuda";
@@ -112,6 +113,11 @@ export function validateEngineArgs(a: EngineArgs): string[] {
   if (a.maxModelLen !== undefined && (!Number.isInteger(a.maxModelLen) || a.maxModelLen < 1))
     r.push(`--max-model-len must be >= 1, got ${a.maxModelLen}`);
   r.push(...validateCacheConfig(cacheConfigOf(a, a.numGpuBlocksOverride ?? 0)));
+  const hs = a.extensions["hisparse"] as HiSparseConfig | undefined;
+  if (hs !== undefined)
+    r.push(
+      ...validateHiSparseConfig(hs, { blockSize: a.blockSize, enablePrefixCaching: a.enablePrefixCaching }),
+    );
   return r;
 }
 

@@ -6,6 +6,9 @@ import {
   schedulerConfigOf,
   validateEngineArgs,
 } from "../config/engine_args.js";
+import { hisparseConfigOf } from "../config/hisparse_config.js";
+import { createHiSparseScheduling, type HiSparseScheduling } from "../core/hisparse/hisparse_scheduling.js";
+import type { HiSparseStats } from "../core/hisparse/plan.js";
 import { asRequestId, type RequestId } from "../core/ids.js";
 import { Request, RequestStatus } from "../core/request.js";
 import type { SamplingParams } from "../core/sampling_params.js";
@@ -47,6 +50,8 @@ export interface StepStats {
   numPromptTokens: number;
   numGenerationTokens: number;
   scheduler: SchedulerStats;
+  /** HiSparse pages, pools and counters (absent when HiSparse is off). */
+  hisparse?: HiSparseStats;
 }
 
 const now = () => performance.now() / 1000;
@@ -67,6 +72,8 @@ export class LLMEngine {
     readonly tokenizer: Tokenizer | null,
     readonly scheduler: Scheduler,
     private readonly executor: Executor,
+    /** The scheduler side of HiSparse, or null when it is off. */
+    readonly hisparse: HiSparseScheduling | null,
   ) {
     this.processor = new OutputProcessor(tokenizer);
   }
@@ -91,12 +98,17 @@ export class LLMEngine {
       const tokDir = args.tokenizer ?? info.modelDir;
       const tokenizer =
         args.tokenizer !== undefined || Tokenizer.existsIn(tokDir) ? Tokenizer.fromDir(tokDir) : null;
+      const hisparse = hisparseSchedulingFor(args, info);
+      if (hisparse !== null && opts.schedulerOptions !== undefined)
+        throw new ConfigError([
+          "custom scheduler options cannot be combined with --enable-hybrid-sparse on or auto",
+        ]);
       const scheduler = new Scheduler(
         schedulerConfigOf(args, info.maxModelLen),
         cacheConfigOf(args, info.numGpuBlocks),
-        opts.schedulerOptions?.(info) ?? {},
+        hisparse?.schedulerOptions ?? opts.schedulerOptions?.(info) ?? {},
       );
-      return new LLMEngine(args, info, tokenizer, scheduler, executor);
+      return new LLMEngine(args, info, tokenizer, scheduler, executor, hisparse);
     } catch (e) {
       await executor.shutdown();
       throw e;
@@ -243,6 +255,7 @@ export class LLMEngine {
       numPromptTokens,
       numGenerationTokens,
       scheduler: this.scheduler.makeStats(),
+      ...(this.hisparse === null ? {} : { hisparse: this.hisparse.stats() }),
     };
   }
 
@@ -250,6 +263,20 @@ export class LLMEngine {
   async shutdown(): Promise<void> {
     await this.executor.shutdown();
   }
+}
+
+/**
+ * The scheduler side of HiSparse for the pools the worker sized, or null when HiSparse is off
+ * (core/hisparse: HybridKVCacheManager, HybridPolicy, the "hisparse" extension).
+ */
+function hisparseSchedulingFor(args: EngineArgs, info: WorkerInfo): HiSparseScheduling | null {
+  const config = hisparseConfigOf(args.extensions);
+  if (config === null || info.hisparse === null) return null;
+  return createHiSparseScheduling(config, {
+    blockSize: info.blockSize,
+    numGpuBlocks: info.numGpuBlocks,
+    numHostBlocks: info.hisparse.numHostBlocks,
+  });
 }
 
 export type { RequestId };

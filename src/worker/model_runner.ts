@@ -4,6 +4,7 @@ import type { RequestId } from "../core/ids.js";
 import type { ModelRunnerOutput, SchedulerOutput, TokenLogprobs } from "../core/sched/output.js";
 import type { LlamaForCausalLM } from "../models/llama.js";
 import { CudaGraphRunner } from "./cuda_graph_runner.js";
+import type { WorkerExtension } from "./extension.js";
 import { type CachedRequestState, type PreparedInputs, prepareInputs, updateStates } from "./input_batch.js";
 import { RequestSampler } from "./request_sampler.js";
 
@@ -28,6 +29,8 @@ export class ModelRunner {
   private readonly sampler: RequestSampler;
   /** How attention uses the KV cache; replaceable by optional features (HiSparse). */
   attention: AttentionBackend;
+  /** The worker halves of optional features (HiSparse), called around each step. */
+  readonly extensions: WorkerExtension[] = [];
 
   /** Replays decode steps from CUDA graphs (null: eager, e.g. CPU or --enforce-eager). */
   private readonly graphRunner: CudaGraphRunner | null;
@@ -73,10 +76,11 @@ export class ModelRunner {
   executeModel(so: SchedulerOutput): ModelRunnerOutput {
     updateStates(this.states, so);
     for (const id of so.finishedReqIds) this.sampler.forget(id);
+    for (const ext of this.extensions) ext.applySchedulerOutput?.(so);
     const out: ModelRunnerOutput = { reqIds: [], sampledTokenIds: [], logprobs: [], extensions: new Map() };
     if (so.totalNumScheduledTokens === 0) return out;
     const inputs = prepareInputs(this.states, so, this.blockSize);
-    const logits = this.forward(inputs);
+    const logits = this.forward(inputs, so);
     out.reqIds = inputs.reqIds;
     out.sampledTokenIds = inputs.reqIds.map(() => []);
     out.logprobs = inputs.reqIds.map(() => null);
@@ -92,15 +96,20 @@ export class ModelRunner {
         out.logprobs[r] = lp === null ? null : [lp];
       }
     }
+    for (const ext of this.extensions) {
+      const data = ext.afterForward?.(so);
+      if (data !== undefined) out.extensions.set(ext.name, data);
+    }
     return out;
   }
 
   /**
-   * Runs the model: a captured graph for pure decode batches, else eagerly.
+   * Runs the model: a captured graph for pure decode batches (dense attention only, until the
+   * HiSparse kernels exist on CUDA), else eagerly.
    * @returns logits [>= B, V] (a graph's padded rows follow the B real ones); null when no row samples
    */
-  private forward(inputs: PreparedInputs): Tensor | null {
-    if (this.graphRunner?.canRun(inputs)) return this.graphRunner.run(inputs);
+  private forward(inputs: PreparedInputs, so: SchedulerOutput): Tensor | null {
+    if (this.extensions.length === 0 && this.graphRunner?.canRun(inputs)) return this.graphRunner.run(inputs);
     const b = this.backend;
     b.resetWorkspace();
     const T = inputs.inputIds.length;
@@ -123,6 +132,14 @@ export class ModelRunner {
         positions: inputs.positions,
       },
     };
+    if (this.extensions.length > 0) {
+      const perFeature = new Map<string, unknown>();
+      for (const ext of this.extensions) {
+        const data = ext.prepareForward?.(so, inputs, meta);
+        if (data !== undefined) perFeature.set(ext.name, data);
+      }
+      meta.extensions = perFeature;
+    }
     const ids = b.stage(inputs.inputIds, [T], "i32");
     const pos = b.stage(inputs.positions, [T], "i32");
     const B = inputs.logitsIndices.length;

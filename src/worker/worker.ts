@@ -3,9 +3,11 @@ import { DTYPE_BYTES } from "../backends/backend.js";
 import { createBackend } from "../backends/registry.js";
 import type { EngineArgs } from "../config/engine_args.js";
 import { ConfigError } from "../config/engine_args.js";
+import { hisparseConfigOf } from "../config/hisparse_config.js";
 import { kvBytesPerToken, type ModelConfig } from "../config/model_config.js";
 import type { ModelRunnerOutput, SchedulerOutput } from "../core/sched/output.js";
 import { loadModel } from "../models/registry.js";
+import { type HiSparseWorkerInfo, setupHiSparse } from "./hisparse/setup.js";
 import { ModelRunner } from "./model_runner.js";
 
 /** What the worker reports once loaded. */
@@ -18,8 +20,10 @@ export interface WorkerInfo {
   numGpuBlocks: number;
   blockSize: number;
   kvCacheDtype: DType;
-  /** Bytes of one KV block across all layers. */
+  /** Bytes of one KV block of the device pool (all layers; with HiSparse, the sparse layers). */
   kvBytesPerBlock: number;
+  /** HiSparse pools and layers, or null when HiSparse is off. */
+  hisparse: HiSparseWorkerInfo | null;
 }
 
 /**
@@ -52,37 +56,34 @@ export class Worker {
       });
       const { config, model, modelDir, maxModelLen } = loaded;
       const kvCacheDtype = resolveKvDtype(args, backend);
-      const kvBytesPerBlock = args.blockSize * kvBytesPerToken(config, DTYPE_BYTES[kvCacheDtype]);
-      const numGpuBlocks = args.numGpuBlocksOverride ?? sizeKvCache(args, backend, kvBytesPerBlock);
-      if (numGpuBlocks < 1) {
-        throw new ConfigError([
-          `no memory is left for the KV cache (one block needs ${kvBytesPerBlock} bytes); lower --max-model-len or raise the memory budget`,
-        ]);
-      }
-      const kvCaches = backend.allocateKvCache({
-        numLayers: config.numHiddenLayers,
-        numBlocks: numGpuBlocks,
-        blockSize: args.blockSize,
-        numKvHeads: config.numKeyValueHeads,
-        headDim: config.headDim,
-        dtype: kvCacheDtype,
-      });
-      const runner = new ModelRunner(backend, model, kvCaches, args.blockSize, {
+      const hs = hisparseConfigOf(args.extensions);
+      const sparse =
+        hs === null
+          ? null
+          : setupHiSparse(backend, model, args, hs, kvCacheDtype, kvMemoryBudget(args, backend));
+      const kv = sparse ?? denseKvCache(args, backend, config, kvCacheDtype);
+      const runner = new ModelRunner(backend, model, kv.kvCaches, args.blockSize, {
         seed: args.seed,
         enforceEager: args.enforceEager,
         maxModelLen,
         maxNumSeqs: args.maxNumSeqs,
       });
+      if (sparse !== null) {
+        runner.attention = sparse.attention;
+        runner.extensions.push(sparse.extension);
+      }
+      const kvCaches = kv.kvCaches;
       const info: WorkerInfo = {
         backend: backend.name,
         deviceName: backend.deviceName,
         modelDir,
         modelConfig: config,
         maxModelLen,
-        numGpuBlocks,
+        numGpuBlocks: kv.numGpuBlocks,
         blockSize: args.blockSize,
         kvCacheDtype,
-        kvBytesPerBlock,
+        kvBytesPerBlock: kv.kvBytesPerBlock,
+        hisparse: sparse?.info ?? null,
       };
       return new Worker(info, backend, kvCaches, runner, () => model.dispose());
     } catch (e) {
@@ -109,14 +110,43 @@ function resolveKvDtype(args: EngineArgs, backend: Backend): DType {
 }
 
 /**
- * Number of KV blocks that fit the memory budget. CPU: `cpuKvCacheBytes`. GPU: what is left of
+ * Sizes and allocates the dense engine's KV cache: one [numGpuBlocks, 2, blockSize, Hkv, D]
+ * tensor per layer.
+ * @throws ConfigError when no block fits the budget.
+ */
+function denseKvCache(
+  args: EngineArgs,
+  backend: Backend,
+  config: ModelConfig,
+  kvCacheDtype: DType,
+): { numGpuBlocks: number; kvBytesPerBlock: number; kvCaches: Tensor[] } {
+  const kvBytesPerBlock = args.blockSize * kvBytesPerToken(config, DTYPE_BYTES[kvCacheDtype]);
+  const numGpuBlocks =
+    args.numGpuBlocksOverride ?? Math.floor(kvMemoryBudget(args, backend) / kvBytesPerBlock);
+  if (numGpuBlocks < 1) {
+    throw new ConfigError([
+      `no memory is left for the KV cache (one block needs ${kvBytesPerBlock} bytes); lower --max-model-len or raise the memory budget`,
+    ]);
+  }
+  const kvCaches = backend.allocateKvCache({
+    numLayers: config.numHiddenLayers,
+    numBlocks: numGpuBlocks,
+    blockSize: args.blockSize,
+    numKvHeads: config.numKeyValueHeads,
+    headDim: config.headDim,
+    dtype: kvCacheDtype,
+  });
+  return { numGpuBlocks, kvBytesPerBlock, kvCaches };
+}
+
+/**
+ * Device bytes for the KV cache. CPU: `cpuKvCacheBytes`. GPU: what is left of
  * `gpuMemoryUtilization × total` after the weights and the backend's workspace are allocated
  * (vLLM determine_num_available_blocks, without a profiling run: our workspace is preallocated).
  */
-function sizeKvCache(args: EngineArgs, backend: Backend, kvBytesPerBlock: number): number {
-  if (backend.name === "cpu") return Math.floor(args.cpuKvCacheBytes / kvBytesPerBlock);
+function kvMemoryBudget(args: EngineArgs, backend: Backend): number {
+  if (backend.name === "cpu") return args.cpuKvCacheBytes;
   const { free, total } = backend.memoryInfo();
   const used = total - free;
-  const budget = total * args.gpuMemoryUtilization - used;
-  return Math.max(0, Math.floor(budget / kvBytesPerBlock));
+  return Math.max(0, total * args.gpuMemoryUtilization - used);
 }

@@ -1,4 +1,4 @@
-import type { AttentionMetadata, QkvLayout, Tensor } from "../backend.js";
+import type { AttentionMetadata, PerHeadBlockTables, QkvLayout, Tensor } from "../backend.js";
 import type { CpuMemory } from "./memory.js";
 import { type CpuDType, CpuTensor, describe } from "./tensor.js";
 
@@ -68,7 +68,9 @@ export interface CheckedMetadata {
   seqLens: CpuTensor;
   blockTables: CpuTensor;
   maxBlocksPerReq: number;
-  /** Query-key pairs of the step: the sum over query tokens of their context length. */
+  /** seqLens [R, Hkv] and blockTables [R, Hkv, maxBlocksPerReq] (sparse) instead of [R], [R, *]. */
+  perHead: boolean;
+  /** Query-key pairs of the step: the sum over query tokens of their context length (mean over kv heads). */
   pairs: number;
 }
 
@@ -111,5 +113,54 @@ export function checkAttentionMetadata(
     }
     pairs += qLen * (L - qLen) + (qLen * (qLen + 1)) / 2;
   }
-  return { qsl, seqLens, blockTables, maxBlocksPerReq, pairs };
+  return { qsl, seqLens, blockTables, maxBlocksPerReq, perHead: false, pairs };
+}
+
+/**
+ * Validates per-(request, kv head) block tables (Backend.sparsePagedAttention) for a step of T
+ * tokens against a cache of numBlocks blocks: queryStartLoc as in {@link checkAttentionMetadata};
+ * seqLens [R, Hkv] and blockTables [R, Hkv, maxBlocks]; every (r, g) row covers the request's
+ * query tokens and names valid blocks.
+ * @throws Error naming the first inconsistency.
+ */
+export function checkPerHeadTables(
+  meta: AttentionMetadata,
+  tables: PerHeadBlockTables,
+  mem: CpuMemory,
+  T: number,
+  Hkv: number,
+  numBlocks: number,
+  blockSize: number,
+): CheckedMetadata {
+  const op = "sparsePagedAttention";
+  const R = meta.numReqs;
+  const qsl = cpu(meta.queryStartLoc, mem, `${op} queryStartLoc`, false, "i32");
+  expectShape(qsl, [R + 1], `${op} queryStartLoc`);
+  const seqLens = cpu(tables.seqLens, mem, `${op} seqLens`, false, "i32");
+  expectShape(seqLens, [R, Hkv], `${op} seqLens`);
+  const blockTables = cpu(tables.blockTables, mem, `${op} blockTables`, false, "i32");
+  const maxBlocks = expectShape(blockTables, [R, Hkv, -1], `${op} blockTables`)[2]!;
+  const q = qsl.i32;
+  if (q[0] !== 0 || q[R] !== T)
+    throw new Error(`${op}: queryStartLoc must run from 0 to ${T}, got ${q[0]}..${q[R]}`);
+  let pairs = 0;
+  for (let r = 0; r < R; r++) {
+    const qLen = q[r + 1]! - q[r]!;
+    for (let g = 0; g < Hkv; g++) {
+      const L = seqLens.i32[r * Hkv + g]!;
+      if (qLen < 0 || L < qLen)
+        throw new Error(`${op}: request ${r} kv head ${g} has ${qLen} query tokens and seqLen ${L}`);
+      const nb = Math.ceil(L / blockSize);
+      if (nb > maxBlocks)
+        throw new Error(`${op}: request ${r} kv head ${g} needs ${nb} blocks, its table holds ${maxBlocks}`);
+      const row = (r * Hkv + g) * maxBlocks;
+      for (let i = 0; i < nb; i++) {
+        const b = blockTables.i32[row + i]!;
+        if (b < 0 || b >= numBlocks)
+          throw new Error(`${op}: request ${r} kv head ${g} block ${i} is ${b}, outside [0, ${numBlocks})`);
+      }
+      pairs += (qLen * (L - qLen) + (qLen * (qLen + 1)) / 2) / Hkv;
+    }
+  }
+  return { qsl, seqLens, blockTables, maxBlocksPerReq: maxBlocks, perHead: true, pairs: Math.ceil(pairs) };
 }

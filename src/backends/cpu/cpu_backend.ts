@@ -8,10 +8,11 @@ import type {
   HostTensorData,
   KvCacheSpec,
   MemoryInfo,
+  PerHeadBlockTables,
   QkvLayout,
   Tensor,
 } from "../backend.js";
-import { checkAttentionMetadata, checkQkv, cpu, expectShape } from "./checks.js";
+import { checkAttentionMetadata, checkPerHeadTables, checkQkv, cpu, expectShape } from "./checks.js";
 import { CHUNK_MACS, KernelDispatcher } from "./dispatch.js";
 import { bf16ToF32, f16ToF32 } from "./dtype.js";
 import { reshapeAndCacheKernel } from "./kernels/attention.js";
@@ -126,6 +127,15 @@ export class CpuBackend implements Backend {
   toHost(t: Tensor): Float32Array | Int32Array {
     const c = cpu(t, this.mem, "toHost", false, "any");
     return c.dtype === "i32" ? c.i32.slice() : c.f32.slice();
+  }
+
+  /**
+   * The tensor's own elements (a live view: writes change the tensor), f32 or i32 by dtype.
+   * @throws Error for a freed tensor or a workspace tensor of an older step.
+   */
+  hostView(t: Tensor): Float32Array | Int32Array {
+    const c = cpu(t, this.mem, "hostView", false, "any");
+    return c.dtype === "i32" ? c.i32 : c.f32;
   }
 
   /** Recycles the step workspace; older workspace tensors throw when used. */
@@ -288,6 +298,30 @@ export class CpuBackend implements Backend {
     const kv = cpu(kvCache, this.mem, "pagedAttention kvCache");
     const numBlocks = expectShape(kv, [-1, 2, blockSize, Hkv, D], "pagedAttention kvCache")[0]!;
     const m = checkAttentionMetadata(meta, this.mem, T, numBlocks, blockSize);
+    const out = this.ws([T, Hq * D]);
+    this.kernels.pagedAttention(q, kv, out, m, meta.numReqs, layout, T, blockSize);
+    return out;
+  }
+
+  /**
+   * pagedAttention over per-(request, kv head) block tables (HiSparse), threaded when big; the
+   * same kernel as pagedAttention, so identical tables give identical bits. qkv:
+   * [T, (Hq + 2Hkv) * D] -> [T, Hq * D]. @throws Error on inconsistent metadata or tables.
+   */
+  sparsePagedAttention(
+    qkv: Tensor,
+    layout: QkvLayout,
+    kvCache: Tensor,
+    meta: AttentionMetadata,
+    tables: PerHeadBlockTables,
+    blockSize: number,
+  ): Tensor {
+    const q = cpu(qkv, this.mem, "sparsePagedAttention qkv");
+    const T = checkQkv(q, layout, "sparsePagedAttention");
+    const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
+    const kv = cpu(kvCache, this.mem, "sparsePagedAttention kvCache");
+    const numBlocks = expectShape(kv, [-1, 2, blockSize, Hkv, D], "sparsePagedAttention kvCache")[0]!;
+    const m = checkPerHeadTables(meta, tables, this.mem, T, Hkv, numBlocks, blockSize);
     const out = this.ws([T, Hq * D]);
     this.kernels.pagedAttention(q, kv, out, m, meta.numReqs, layout, T, blockSize);
     return out;

@@ -76,7 +76,10 @@ export class KernelDispatcher {
 
   /**
    * Paged attention of every (token, kv head) item. qkv: [T, (Hq + 2 * Hkv) * D];
-   * kv: the layer's cache; out: [T, Hq * D]; m: checked metadata of `numReqs` requests.
+   * kv: the layer's cache; out: [T, Hq * D]; m: checked metadata of `numReqs` requests, whose
+   * seqLens and blockTables rows are shared by all kv heads (`m.perHead` false: dense,
+   * [numReqs] and [numReqs, maxBlocksPerReq]) or given per kv head (true: [numReqs, Hkv] and
+   * [numReqs, Hkv, maxBlocksPerReq]).
    */
   pagedAttention(
     qkv: CpuTensor,
@@ -91,12 +94,16 @@ export class KernelDispatcher {
     const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
     const numItems = T * Hkv;
     const [qsl, sl, bt] = [m.qsl, m.seqLens, m.blockTables];
+    const mb = m.maxBlocksPerReq;
+    // Strides (elements) of a request's and a kv head's seqLen and block-table row.
+    const strides = m.perHead ? [Hkv, 1, Hkv * mb, mb] : [1, 0, mb, 0];
+    const [slS, slH, btS, btH] = strides as [number, number, number, number];
     const run = (i0: number, i1: number): void =>
-      // biome-ignore format: the kernel's 20 arguments read best grouped
+      // biome-ignore format: the kernel's 23 arguments read best grouped
       pagedAttentionKernel(
         qkv.buffer.f32, qkv.offset, kv.buffer.f32, kv.offset, out.buffer.f32, out.offset,
         qsl.buffer.i32, qsl.offset, sl.buffer.i32, sl.offset, bt.buffer.i32, bt.offset,
-        m.maxBlocksPerReq, numReqs, Hq, Hkv, D, blockSize, i0, i1,
+        slS, slH, btS, btH, numReqs, Hq, Hkv, D, blockSize, i0, i1,
       );
     // Multiply-adds: q.k and p.v over headDim for every (query, key) pair and q head.
     const chunks = this.numChunks(2 * m.pairs * Hq * D, numItems);
@@ -105,7 +112,7 @@ export class KernelDispatcher {
       return;
     }
     const args = [...ref(qkv), ...ref(kv), ...ref(out), ...ref(qsl), ...ref(sl), ...ref(bt)];
-    args.push(m.maxBlocksPerReq, numReqs, Hq, Hkv, D, blockSize, numItems);
+    args.push(slS, slH, btS, btH, numReqs, Hq, Hkv, D, blockSize, numItems);
     this.pool.run(JOB_ATTENTION, args, chunks, (c) => run(...chunkRange(numItems, c, chunks, 1)));
   }
 }

@@ -127,7 +127,7 @@ function workerMain(
             n1,
           );
         } else if (kind === 2) {
-          const [i0, i1] = range(a[18]!, c, n, 1);
+          const [i0, i1] = range(a[21]!, c, n, 1);
           attention(
             F(a[0]!),
             a[1]!,
@@ -147,6 +147,9 @@ function workerMain(
             a[15]!,
             a[16]!,
             a[17]!,
+            a[18]!,
+            a[19]!,
+            a[20]!,
             i0,
             i1,
           );
@@ -245,8 +248,9 @@ export class CpuThreadPool {
    * JOB_LINEAR args: [xId, xOff, wId, wOff, biasId (-1: none), biasOff, outId, outOff, T, N, K];
    *   chunk c covers weight rows chunkRange(N, c, numChunks, 2).
    * JOB_ATTENTION args: [qkvId, qkvOff, kvId, kvOff, outId, outOff, qslId, qslOff, seqLensId,
-   *   seqLensOff, blockTablesId, blockTablesOff, maxBlocksPerReq, numReqs, Hq, Hkv, D, blockSize,
-   *   numItems = T * Hkv]; chunk c covers items chunkRange(numItems, c, numChunks, 1).
+   *   seqLensOff, blockTablesId, blockTablesOff, slStride, slHeadStride, btStride, btHeadStride,
+   *   numReqs, Hq, Hkv, D, blockSize, numItems = T * Hkv]; chunk c covers items
+   *   chunkRange(numItems, c, numChunks, 1) (strides: pagedAttentionKernel).
    * Offsets are in elements. `runChunk(c)` computes chunk c on the calling thread, exactly as a
    * worker would.
    * @throws Error when a kernel threw (a worker's with its message), when numChunks is outside

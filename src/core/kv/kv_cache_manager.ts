@@ -2,7 +2,16 @@ import type { BlockId, RequestId } from "../ids.js";
 import type { Request } from "../request.js";
 import { type BlockHash, extendBlockHashes } from "./block_hash.js";
 import type { BlockPool } from "./block_pool.js";
-import type { KVCacheBlock } from "./kv_cache_block.js";
+import { KVCacheBlock } from "./kv_cache_block.js";
+
+/**
+ * Block id standing in a request's block list for a page whose device block was released
+ * ({@link KVCacheManager.releaseBlocks}; HiSparse keeps that page in host memory). Never a pool
+ * block (vLLM's null_block plays this part for sliding-window pages).
+ */
+export const NULL_BLOCK_ID = -1 as BlockId;
+/** The placeholder block of released pages (shared, never in the pool or its free queue). */
+const NULL_BLOCK = new KVCacheBlock(NULL_BLOCK_ID);
 
 /** Prefix-cache hits of a request: blocks to reuse and the tokens they cover. */
 export interface ComputedBlocks {
@@ -91,11 +100,24 @@ export class KVCacheManager {
   /**
    * Fresh blocks `allocateSlots` would take from the free queue: enough for the request's first
    * `numComputedTokens + hits + numNewTokens` tokens, less the blocks it holds and the hits.
+   * Subclasses that allocate more per request (HiSparse hot buffers) add to it.
    */
   numBlocksToAllocate(
     request: Request,
     numNewTokens: number,
     newComputedBlocks: readonly KVCacheBlock[] = NO_COMPUTED_BLOCKS,
+  ): number {
+    return this.numTokenBlocksToAllocate(request, numNewTokens, newComputedBlocks);
+  }
+
+  /**
+   * The token blocks (pages) among {@link numBlocksToAllocate}: released pages count as held,
+   * since their positions keep their place in the list.
+   */
+  protected numTokenBlocksToAllocate(
+    request: Request,
+    numNewTokens: number,
+    newComputedBlocks: readonly KVCacheBlock[],
   ): number {
     const held = this.reqToBlocks.get(request.requestId)?.length ?? 0;
     const numTokensNeedSlot =
@@ -143,7 +165,7 @@ export class KVCacheManager {
       );
     if (!this.canAllocate(request, numNewTokens, newComputedBlocks)) return null;
 
-    const numToAllocate = this.numBlocksToAllocate(request, numNewTokens, newComputedBlocks);
+    const numToAllocate = this.numTokenBlocksToAllocate(request, numNewTokens, newComputedBlocks);
     const blocks = held ?? [];
     if (held === undefined) this.reqToBlocks.set(reqId, blocks);
     if (newComputedBlocks.length > 0) {
@@ -164,15 +186,46 @@ export class KVCacheManager {
 
   /**
    * Returns the request's blocks to the pool, tail first, so that its last blocks are evicted
-   * before its first ones (which other requests are likelier to share). Keeps its block hashes
-   * (a preempted request reuses them); no-op for a request holding no blocks.
+   * before its first ones (which other requests are likelier to share). Released pages
+   * ({@link NULL_BLOCK_ID}) hold no block and are skipped. Keeps its block hashes (a preempted
+   * request reuses them); no-op for a request holding no blocks.
    */
   free(request: Request): void {
     const reqId = request.requestId;
     const blocks = this.reqToBlocks.get(reqId);
     this.reqToBlocks.delete(reqId);
     this.reqToNumCachedBlocks.delete(reqId);
-    if (blocks !== undefined) this.blockPool.freeBlocks([...blocks].reverse());
+    if (blocks !== undefined) this.blockPool.freeBlocks(blocks.filter((b) => b !== NULL_BLOCK).reverse());
+  }
+
+  /**
+   * Releases the device blocks of some pages of a running request (HiSparse spills pages whose
+   * KV is kept in host memory): each becomes {@link NULL_BLOCK_ID} in the request's list, which
+   * keeps its length (token i still lives at page floor(i / blockSize)), and its block returns to
+   * the pool, in the order given (the first is reused first). Plan, then apply: every index is
+   * checked before anything changes.
+   * @param pageIndices distinct indices into the request's block list, each holding a block.
+   * @returns the released block ids, in the order given.
+   * @throws Error (and changes nothing) when the request holds no blocks, an index is out of
+   *   range, repeated or already released, or prefix caching is on (a cached block may be shared).
+   */
+  releaseBlocks(reqId: RequestId, pageIndices: readonly number[]): BlockId[] {
+    const blocks = this.reqToBlocks.get(reqId);
+    if (blocks === undefined) throw new Error(`request ${reqId} holds no blocks to release`);
+    if (this.enableCaching)
+      throw new Error("releasing pages of a request is not supported with prefix caching");
+    const seen = new Set<number>();
+    for (const i of pageIndices) {
+      if (!Number.isInteger(i) || i < 0 || i >= blocks.length)
+        throw new Error(`request ${reqId} has no page ${i} (it holds ${blocks.length})`);
+      if (seen.has(i) || blocks[i] === NULL_BLOCK)
+        throw new Error(`page ${i} of request ${reqId} is released twice`);
+      seen.add(i);
+    }
+    const released = pageIndices.map((i) => blocks[i]!);
+    for (const i of pageIndices) blocks[i] = NULL_BLOCK;
+    this.blockPool.freeBlocks(released);
+    return released.map((b) => b.blockId);
   }
 
   /** Forgets the request's block hashes (call once it is finished). */
@@ -180,7 +233,7 @@ export class KVCacheManager {
     this.reqToBlockHashes.delete(reqId);
   }
 
-  /** Ids of the request's blocks in token order (empty when it holds none). */
+  /** Ids of the request's blocks in token order, NULL_BLOCK_ID for released pages (empty when it holds none). */
   getBlockIds(reqId: RequestId): BlockId[] {
     return (this.reqToBlocks.get(reqId) ?? []).map((b) => b.blockId);
   }

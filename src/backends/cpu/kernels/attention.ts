@@ -10,19 +10,27 @@
  */
 
 /**
- * Causal attention of the step's query tokens over each request's paged KV, for the
- * (token, kv head) items i = t * Hkv + g with itemStart <= i < itemEnd.
+ * Causal attention of the step's query tokens over paged KV, for the (token, kv head) items
+ * i = t * Hkv + g with itemStart <= i < itemEnd. One body serves dense and sparse attention:
+ * every (request r, kv head g) pair reads its own block-table row and sequence length,
+ *   blockTable(r, g) = bt[btOff + r * btStride + g * btHeadStride ...],
+ *   seqLen(r, g)     = seqLens[slOff + r * slStride + g * slHeadStride],
+ * so dense paged attention is the case btHeadStride = slHeadStride = 0 (all heads share the
+ * request's row) and HiSparse's per-head tables set them to maxBlocks and 1. The arithmetic of one
+ * (token, q head) depends only on its query row, its table row and seqLen, so a sparse call whose
+ * tables list every page in order returns the dense call's bits.
  *
- * Query token t of request r (tokens [qsl[r], qsl[r+1])) sits at absolute position
- * seqLen_r - queryLen_r + (t - qsl[r]) (chunked prefill: the chunk ends the context) and attends
- * to positions [0, that position]. Scores s_j = (q . k_j) / sqrt(D); softmax in float64 as a
- * two-pass softmax (scores and their max first, then exp(s_j - max), their sum and the weighted
- * V sum), so there is no online rescaling error. GQA: q head h reads kv head floor(h / (Hq / Hkv)).
+ * Query token t of request r (tokens [qsl[r], qsl[r+1])) sits at table position
+ * seqLen(r, g) - queryLen_r + (t - qsl[r]) (chunked prefill: the chunk ends the context) and
+ * attends to table positions [0, that position]. Scores s_j = (q . k_j) / sqrt(D); softmax in
+ * float64 as a two-pass softmax (scores and their max first, then exp(s_j - max), their sum and
+ * the weighted V sum), so there is no online rescaling error. GQA: q head h reads kv head
+ * floor(h / (Hq / Hkv)).
  *
  * qkv: f32 [T, (Hq + 2 * Hkv) * D] at qkvOff (q heads first; the k/v parts are not read here:
  * reshapeAndCache has already written them to the cache); kv: the layer's cache at kvOff;
- * out: f32 [T, Hq * D] at outOff; qsl: i32 [numReqs + 1] at qslOff; seqLens: i32 [numReqs] at
- * slOff; bt: i32 [numReqs, maxBlocksPerReq] at btOff. The caller validates the metadata.
+ * out: f32 [T, Hq * D] at outOff; qsl: i32 [numReqs + 1] at qslOff; seqLens: i32 at slOff;
+ * bt: i32 at btOff (strides in elements, see above). The caller validates the metadata.
  */
 export function pagedAttentionKernel(
   qkv: Float32Array,
@@ -37,7 +45,10 @@ export function pagedAttentionKernel(
   slOff: number,
   bt: Int32Array,
   btOff: number,
-  maxBlocksPerReq: number,
+  slStride: number,
+  slHeadStride: number,
+  btStride: number,
+  btHeadStride: number,
   numReqs: number,
   Hq: number,
   Hkv: number,
@@ -53,18 +64,20 @@ export function pagedAttentionKernel(
   const blockStride = 2 * half;
   const scale = 1 / Math.sqrt(D);
   let maxLen = 0;
-  for (let r = 0; r < numReqs; r++) maxLen = Math.max(maxLen, seqLens[slOff + r]!);
+  for (let r = 0; r < numReqs; r++)
+    for (let g = 0; g < Hkv; g++)
+      maxLen = Math.max(maxLen, seqLens[slOff + r * slStride + g * slHeadStride]!);
   const scores = new Float64Array(maxLen);
   for (let r = 0; r < numReqs; r++) {
     const q0 = qsl[qslOff + r]!;
     const q1 = qsl[qslOff + r + 1]!;
-    const first = seqLens[slOff + r]! - (q1 - q0);
-    const btRow = btOff + r * maxBlocksPerReq;
     for (let t = Math.max(q0, Math.floor(itemStart / Hkv)); t < q1 && t * Hkv < itemEnd; t++) {
-      const ctx = first + (t - q0) + 1;
       for (let g = 0; g < Hkv; g++) {
         const item = t * Hkv + g;
         if (item < itemStart || item >= itemEnd) continue; // another chunk's item
+        const first = seqLens[slOff + r * slStride + g * slHeadStride]! - (q1 - q0);
+        const ctx = first + (t - q0) + 1;
+        const btRow = btOff + r * btStride + g * btHeadStride;
         for (let h = g * G; h < (g + 1) * G; h++) {
           const qo = qkvOff + t * rowStride + h * D;
           // Pass 1: scores and their max; the dot product runs as four chains over d mod 4.

@@ -1,0 +1,183 @@
+import type { QkvLayout, Tensor } from "../../backends/backend.js";
+import { PAD_SLOT_ID } from "../../core/ids.js";
+import type { PageSelection, Selector, SparseBatch } from "./selector.js";
+
+/**
+ * Quest's upper bound of one GQA group's attention logits over one page (Tang et al., "Quest:
+ * Query-Aware Sparsity for Efficient Long-Context LLM Inference", arXiv 2406.10774, eq. 2,
+ * summed over the group's q heads for one selection per group):
+ *   score = sum over q heads h of the group, dims i: max(q[h,i] * min[i], q[h,i] * max[i]).
+ * Each term is q*max when q > 0, else q*min, so the sum equals
+ *   sum_i (qPos[i] * max[i] + qNeg[i] * min[i]),  qPos[i] = sum of the positive q[h,i], qNeg of the negative;
+ * this form is computed (one pass over the digest per page instead of G).
+ * @param qPos,qNeg [D] the group's positive and negative query sums (see above)
+ * @param digest per page [2, Hkv, D]: element-wise min then max of the page's keys
+ * @param base offset of the page's digest; D head dim; g kv head; Hkv kv heads
+ */
+export function questScore(
+  qPos: Float64Array,
+  qNeg: Float64Array,
+  digest: Float32Array,
+  base: number,
+  g: number,
+  Hkv: number,
+  D: number,
+): number {
+  const mn = base + g * D;
+  const mx = base + (Hkv + g) * D;
+  let s = 0;
+  for (let i = 0; i < D; i++) s += qPos[i]! * digest[mx + i]! + qNeg[i]! * digest[mn + i]!;
+  return s;
+}
+
+/** Settings of a {@link QuestSelector}; token counts are multiples of blockSize. */
+export interface QuestSelectorConfig {
+  layout: QkvLayout;
+  blockSize: number;
+  numSparseLayers: number;
+  numHostBlocks: number;
+  topk: number;
+  sinkTokens: number;
+  windowTokens: number;
+}
+
+/**
+ * Quest page selection on the CPU (the oracle of the CUDA kernels). Digests: per sparse layer
+ * f32 [numHostBlocks, 2, Hkv, D], min then max of the page's post-RoPE keys, indexed by host
+ * block (a page's identity), updated as tokens are written: the tail page's digest covers its
+ * tokens so far; a page's first token (offset 0) resets it, so host blocks can be reused.
+ *
+ * Selection per sparse request and kv head (one per GQA group), `topk / blockSize` pages in all:
+ * the sink pages (first sinkTokens), the window pages (last windowTokens, ending with the tail
+ * page), the pinned pages, then the highest {@link questScore}s of the rest (ties: lower page
+ * first); when the whole context fits the budget, every page. Output ascending.
+ */
+export class QuestSelector implements Selector {
+  /** Per sparse layer: [numHostBlocks, 2, Hkv, D]. */
+  readonly digests: Float32Array[];
+  private readonly budgetPages: number;
+  private readonly sinkPages: number;
+  private readonly windowPages: number;
+
+  /**
+   * @param view host view of a tensor's f32 elements (Backend.hostView).
+   * @throws Error when a token count is not a multiple of the block size.
+   */
+  constructor(
+    readonly config: QuestSelectorConfig,
+    private readonly view: (t: Tensor) => Float32Array,
+  ) {
+    const { blockSize: bs, topk, sinkTokens, windowTokens } = config;
+    if (topk % bs !== 0 || sinkTokens % bs !== 0 || windowTokens % bs !== 0 || windowTokens < bs)
+      throw new Error("topk, sink and window tokens must be multiples of the block size (window >= 1 block)");
+    this.budgetPages = topk / bs;
+    this.sinkPages = sinkTokens / bs;
+    this.windowPages = windowTokens / bs;
+    const { numKvHeads: Hkv, headDim: D } = config.layout;
+    this.digests = Array.from(
+      { length: config.numSparseLayers },
+      () => new Float32Array(config.numHostBlocks * 2 * Hkv * D),
+    );
+  }
+
+  updateDigests(sparseLayer: number, qkv: Tensor, hostSlotMapping: Int32Array): void {
+    const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = this.config.layout;
+    const bs = this.config.blockSize;
+    const x = this.view(qkv);
+    const dg = this.digests[sparseLayer]!;
+    const row = (Hq + 2 * Hkv) * D;
+    const kvDim = Hkv * D;
+    for (let t = 0; t < hostSlotMapping.length; t++) {
+      const slot = hostSlotMapping[t]!;
+      if (slot === PAD_SLOT_ID) continue; // padding token: no key
+      const hb = Math.floor(slot / bs);
+      const mn = hb * 2 * kvDim;
+      const mx = mn + kvDim;
+      const k = t * row + Hq * D;
+      if (slot % bs === 0) {
+        // First token of the page: the digest starts over (the host block may be reused).
+        dg.set(x.subarray(k, k + kvDim), mn);
+        dg.set(x.subarray(k, k + kvDim), mx);
+        continue;
+      }
+      for (let i = 0; i < kvDim; i++) {
+        const v = x[k + i]!;
+        if (v < dg[mn + i]!) dg[mn + i] = v;
+        if (v > dg[mx + i]!) dg[mx + i] = v;
+      }
+    }
+  }
+
+  select(sparseLayer: number, qkv: Tensor, batch: SparseBatch): PageSelection {
+    const { numHeads: Hq, numKvHeads: Hkv } = this.config.layout;
+    const x = this.view(qkv);
+    const start = new Int32Array(batch.numSparse * Hkv + 1);
+    const out: number[] = [];
+    for (let s = 0; s < batch.numSparse; s++) {
+      for (let g = 0; g < Hkv; g++) {
+        for (const p of this.selectOne(sparseLayer, x, batch, s, g, Hq, Hkv)) out.push(p);
+        start[s * Hkv + g + 1] = out.length;
+      }
+    }
+    return { start, pages: Int32Array.from(out) };
+  }
+
+  /** The pages of request s, kv head g, ascending. */
+  private selectOne(
+    sparseLayer: number,
+    x: Float32Array,
+    batch: SparseBatch,
+    s: number,
+    g: number,
+    Hq: number,
+    Hkv: number,
+  ): number[] {
+    const bs = this.config.blockSize;
+    const numPages = Math.ceil(batch.numTokens[s]! / bs);
+    const all = Array.from({ length: numPages }, (_, p) => p);
+    if (numPages <= this.budgetPages) return all;
+    const p0 = batch.pageStart[s]!;
+    const windowStart = numPages - this.windowPages;
+    const forced = all.filter((p) => p < this.sinkPages || p >= windowStart || batch.pinned[p0 + p] === 1);
+    const k = this.budgetPages - forced.length;
+    if (k <= 0) return forced;
+    const { qPos, qNeg } = this.groupQuery(x, batch.tokenIdx[s]!, g, Hq, Hkv);
+    const D = this.config.layout.headDim;
+    const dg = this.digests[sparseLayer]!;
+    const isForced = new Uint8Array(numPages);
+    for (const p of forced) isForced[p] = 1;
+    const scored: Array<[number, number]> = [];
+    for (let p = 0; p < numPages; p++) {
+      if (isForced[p] === 1) continue;
+      const base = batch.hostBlockIds[p0 + p]! * 2 * Hkv * D;
+      scored.push([questScore(qPos, qNeg, dg, base, g, Hkv, D), p]);
+    }
+    scored.sort((a, b) => b[0] - a[0] || a[1] - b[1]);
+    for (let i = 0; i < k; i++) isForced[scored[i]![1]] = 1;
+    return all.filter((p) => isForced[p] === 1);
+  }
+
+  /** The group's positive and negative query sums per dim (see questScore), in float64. */
+  private groupQuery(
+    x: Float32Array,
+    t: number,
+    g: number,
+    Hq: number,
+    Hkv: number,
+  ): { qPos: Float64Array; qNeg: Float64Array } {
+    const D = this.config.layout.headDim;
+    const G = Hq / Hkv;
+    const row = (Hq + 2 * Hkv) * D;
+    const qPos = new Float64Array(D);
+    const qNeg = new Float64Array(D);
+    for (let h = g * G; h < (g + 1) * G; h++) {
+      const q = t * row + h * D;
+      for (let i = 0; i < D; i++) {
+        const v = x[q + i]!;
+        if (v > 0) qPos[i]! += v;
+        else qNeg[i]! += v;
+      }
+    }
+    return { qPos, qNeg };
+  }
+}

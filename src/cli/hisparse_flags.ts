@@ -1,0 +1,112 @@
+import { readFileSync } from "node:fs";
+import { type Command, Option } from "commander";
+import {
+  type HiSparseConfig,
+  type HiSparseOverrides,
+  HYBRID_SPARSE_MODES,
+  type HybridSparseMode,
+  parseHiSparseConfigJson,
+  resolveHiSparseConfig,
+} from "../config/hisparse_config.js";
+import { parseGibArg, parseIntArg } from "./parse_args.js";
+
+/**
+ * Adds the Hybrid HiSparse flags (DESIGN.md §5): `--enable-hybrid-sparse`, `--hybrid-sparse-topk`,
+ * `--hybrid-sparse-whitelist-tokens`, `--host-pool-gib`, `--hisparse-config`.
+ */
+export function addHiSparseFlags(cmd: Command): Command {
+  return cmd
+    .addOption(
+      new Option(
+        "--enable-hybrid-sparse <mode>",
+        "Hybrid HiSparse: auto (spill pages to host memory instead of preempting), on (long requests go host-resident after prefill), off (dense)",
+      )
+        .choices([...HYBRID_SPARSE_MODES])
+        .default("off"),
+    )
+    .option(
+      "--hybrid-sparse-topk <n>",
+      "tokens each sparse decode step attends to (default 2048)",
+      parseIntArg,
+    )
+    .option(
+      "--hybrid-sparse-whitelist-tokens <file>",
+      "JSON list of token ids: pages holding one are always attended and never spilled",
+    )
+    .option("--host-pool-gib <gib>", "host KV pool in GiB (default: 2x the device pool's pages)", parseGibArg)
+    .option(
+      "--hisparse-config <json>",
+      "HiSparse knobs as JSON: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector",
+    );
+}
+
+/**
+ * Builds the HiSparse settings from parsed flags (commander's camelCase keys).
+ * @returns the settings (null when HiSparse is off and no HiSparse flag is given) and the
+ *   reasons the flags are invalid (bad JSON, unreadable whitelist file, conflicting topk, knobs
+ *   given with `off`). Knob values themselves are checked later by validateHiSparseConfig.
+ */
+export function hisparseConfigFromOptions(o: Record<string, unknown>): {
+  config: HiSparseConfig | null;
+  reasons: string[];
+} {
+  const mode = (o["enableHybridSparse"] as HybridSparseMode | undefined) ?? "off";
+  const topk = o["hybridSparseTopk"] as number | undefined;
+  const whitelistFile = o["hybridSparseWhitelistTokens"] as string | undefined;
+  const hostPoolBytes = o["hostPoolGib"] as number | undefined;
+  const json = o["hisparseConfig"] as string | undefined;
+  const given = [
+    ["--hybrid-sparse-topk", topk],
+    ["--hybrid-sparse-whitelist-tokens", whitelistFile],
+    ["--host-pool-gib", hostPoolBytes],
+    ["--hisparse-config", json],
+  ].filter(([, v]) => v !== undefined);
+  if (mode === "off") {
+    const reasons = given.map(([flag]) => `${flag} needs --enable-hybrid-sparse on or auto`);
+    return { config: null, reasons };
+  }
+  const reasons: string[] = [];
+  let overrides: HiSparseOverrides = {};
+  if (json !== undefined) {
+    const parsed = parseHiSparseConfigJson(json);
+    overrides = parsed.overrides;
+    reasons.push(...parsed.reasons);
+  }
+  if (topk !== undefined) {
+    if (overrides.topk !== undefined && overrides.topk !== topk)
+      reasons.push(`--hybrid-sparse-topk (${topk}) and --hisparse-config topk (${overrides.topk}) disagree`);
+    overrides.topk = topk;
+  }
+  const whitelistTokenIds = whitelistFile === undefined ? [] : readWhitelist(whitelistFile, reasons);
+  const config = resolveHiSparseConfig({
+    ...overrides,
+    mode,
+    hostPoolBytes: hostPoolBytes ?? null,
+    whitelistTokenIds,
+  });
+  return { config, reasons };
+}
+
+/** Reads a JSON list of token ids; problems go to `reasons`. */
+function readWhitelist(path: string, reasons: string[]): number[] {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    reasons.push(
+      `--hybrid-sparse-whitelist-tokens: cannot read ${path} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`,
+    );
+    return [];
+  }
+  let ids: unknown;
+  try {
+    ids = JSON.parse(text);
+  } catch {
+    ids = null;
+  }
+  if (!Array.isArray(ids) || !ids.every((t) => Number.isInteger(t) && t >= 0)) {
+    reasons.push(`--hybrid-sparse-whitelist-tokens: ${path} must hold a JSON list of token ids`);
+    return [];
+  }
+  return ids as number[];
+}

@@ -1,0 +1,214 @@
+/**
+ * Settings of Hybrid HiSparse (DESIGN.md §4): `EngineArgs.extensions.hisparse`, built from
+ * `--enable-hybrid-sparse`, `--hybrid-sparse-topk`, `--hybrid-sparse-whitelist-tokens`,
+ * `--host-pool-gib` and `--hisparse-config '<json>'` (snake_case keys, as SGLang's
+ * `--hisparse-config`). Token counts, not pages; validated by {@link validateHiSparseConfig}
+ * (a list of reasons, reported all at once at start-up).
+ */
+
+/**
+ * When requests attend sparsely (DESIGN.md §4 "Hybrid residency"):
+ * - `off`: the dense engine (vLLM behaviour);
+ * - `auto`: pages stay on the device while there is room; an allocation that would fail spills
+ *   pages of the requests holding the most resident pages to the host tier instead of preempting;
+ * - `on`: as auto, and every request longer than `minSparseTokens` moves its spillable pages to
+ *   the host tier right after its prefill.
+ */
+export type HybridSparseMode = "auto" | "on" | "off";
+export const HYBRID_SPARSE_MODES: readonly HybridSparseMode[] = ["auto", "on", "off"];
+
+/** Page selectors (attention/sparse/): `quest` (training-free, any dense model). */
+export type SparseSelectorName = "quest";
+export const SPARSE_SELECTORS: readonly SparseSelectorName[] = ["quest"];
+
+/** Resolved HiSparse settings (every knob has its value). */
+export interface HiSparseConfig {
+  mode: HybridSparseMode;
+  /** Tokens each sparse decode step attends to per GQA group, sinks and window included. */
+  topk: number;
+  /** Per-request device hot buffer, in tokens (its blocks hold pages recalled from the host). */
+  deviceBufferTokens: number;
+  /** First tokens of every request, always attended (attention sinks). */
+  sinkTokens: number;
+  /** Last tokens of every request (the tail page included), always attended. */
+  windowTokens: number;
+  /** Layers that attend densely over every page (their KV stays on the device). */
+  denseLayers: number[];
+  /** `on` mode: requests at most this long stay dense. */
+  minSparseTokens: number;
+  selector: SparseSelectorName;
+  /** Host tier size in bytes (`--host-pool-gib`); null = HOST_POOL_DEFAULT_RATIO x the device pool. */
+  hostPoolBytes: number | null;
+  /** Token ids whose pages are pinned: always attended, never spilled (`--hybrid-sparse-whitelist-tokens`). */
+  whitelistTokenIds: number[];
+}
+
+/** Default top-k budget: DeepSeek-V3.2 / GLM-5 DSA attend to 2048 tokens (LMSYS HiSparse blog). */
+export const DEFAULT_TOPK = 2048;
+/**
+ * Default sinks: 64 tokens = 4 pages of 16. StreamingLLM (arXiv 2309.17453) shows that about 4
+ * initial tokens absorb the excess attention mass; a page-granular selector keeps whole pages, and
+ * the first pages also hold the chat template and system prompt, which every answer depends on.
+ */
+export const DEFAULT_SINK_TOKENS = 64;
+/**
+ * Default recent window: 256 tokens = 1/8 of the default budget. Recent tokens carry most of the
+ * attention mass for local coherence (StreamingLLM), and Quest keeps the current page always;
+ * 1/8 leaves 7/8 of the budget to query-aware selection.
+ */
+export const DEFAULT_WINDOW_TOKENS = 256;
+/** Default dense layers: the first two, as Quest (arXiv 2406.10774 §4) runs them. */
+export const DEFAULT_DENSE_LAYERS: readonly number[] = [0, 1];
+/** Default hot buffer: 2x top-k (LMSYS HiSparse: 2-4x; arXiv 2608.07009: ~13% misses at 2x with LRU). */
+export const DEFAULT_BUFFER_FACTOR = 2;
+/**
+ * Default host tier when `--host-pool-gib` is not given: this many times the device pool's pages
+ * (SGLang HiCache's `--hicache-ratio` default is 2.0).
+ */
+export const HOST_POOL_DEFAULT_RATIO = 2;
+
+/** The `--hisparse-config` JSON keys and the field each sets. */
+const JSON_KEYS = {
+  topk: "topk",
+  device_buffer_tokens: "deviceBufferTokens",
+  sink_tokens: "sinkTokens",
+  window_tokens: "windowTokens",
+  dense_layers: "denseLayers",
+  min_sparse_tokens: "minSparseTokens",
+  selector: "selector",
+} as const satisfies Record<string, keyof HiSparseConfig>;
+
+/** Knobs a user may give; missing ones take defaults ({@link resolveHiSparseConfig}). */
+export type HiSparseOverrides = Partial<HiSparseConfig>;
+
+/**
+ * Parses `--hisparse-config` JSON (snake_case keys, JSON_KEYS) into overrides.
+ * @returns the overrides and the reasons it is invalid (unknown keys, wrong types).
+ */
+export function parseHiSparseConfigJson(text: string): { overrides: HiSparseOverrides; reasons: string[] } {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (e) {
+    return { overrides: {}, reasons: [`--hisparse-config is not valid JSON (${(e as Error).message})`] };
+  }
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw))
+    return { overrides: {}, reasons: ["--hisparse-config must be a JSON object"] };
+  const overrides: Record<string, unknown> = {};
+  const reasons: string[] = [];
+  for (const [key, value] of Object.entries(raw)) {
+    const field = (JSON_KEYS as Record<string, keyof HiSparseConfig>)[key];
+    if (field === undefined) {
+      reasons.push(
+        `--hisparse-config has an unknown key "${key}" (known: ${Object.keys(JSON_KEYS).join(", ")})`,
+      );
+      continue;
+    }
+    const ok =
+      key === "selector"
+        ? typeof value === "string"
+        : key === "dense_layers"
+          ? Array.isArray(value) && value.every((x) => typeof x === "number")
+          : typeof value === "number";
+    if (!ok) reasons.push(`--hisparse-config ${key} has the wrong type (${JSON.stringify(value)})`);
+    else overrides[field] = value;
+  }
+  return { overrides: overrides as HiSparseOverrides, reasons };
+}
+
+/**
+ * Fills every knob: the given ones, then defaults. Derived defaults follow the final values:
+ * `deviceBufferTokens` = 2 x topk; `minSparseTokens` = sinkTokens + windowTokens +
+ * deviceBufferTokens (a shorter request would hold more device memory sparse than dense).
+ */
+export function resolveHiSparseConfig(o: HiSparseOverrides): HiSparseConfig {
+  const topk = o.topk ?? DEFAULT_TOPK;
+  const deviceBufferTokens = o.deviceBufferTokens ?? DEFAULT_BUFFER_FACTOR * topk;
+  const sinkTokens = o.sinkTokens ?? DEFAULT_SINK_TOKENS;
+  const windowTokens = o.windowTokens ?? DEFAULT_WINDOW_TOKENS;
+  return {
+    mode: o.mode ?? "off",
+    topk,
+    deviceBufferTokens,
+    sinkTokens,
+    windowTokens,
+    denseLayers: [...(o.denseLayers ?? DEFAULT_DENSE_LAYERS)],
+    minSparseTokens: o.minSparseTokens ?? sinkTokens + windowTokens + deviceBufferTokens,
+    selector: o.selector ?? "quest",
+    hostPoolBytes: o.hostPoolBytes ?? null,
+    whitelistTokenIds: [...(o.whitelistTokenIds ?? [])],
+  };
+}
+
+/** What the settings are checked against; fields absent before the model is loaded are skipped. */
+export interface HiSparseValidationContext {
+  blockSize: number;
+  enablePrefixCaching: boolean;
+  /** Decoder layers of the model. */
+  numLayers?: number;
+  vocabSize?: number;
+}
+
+/**
+ * Reasons the settings are invalid (empty when valid): token counts must be whole pages, the
+ * budget must hold the sinks and the window, the buffer must hold the budget, dense layers must
+ * exist and leave a sparse one, and prefix caching (shared pages) is not supported yet.
+ */
+export function validateHiSparseConfig(c: HiSparseConfig, ctx: HiSparseValidationContext): string[] {
+  const r: string[] = [];
+  if (!HYBRID_SPARSE_MODES.includes(c.mode))
+    r.push(`--enable-hybrid-sparse must be auto, on or off, got ${c.mode}`);
+  if (c.mode === "off") return r;
+  const bs = ctx.blockSize;
+  const pages = (name: string, v: number, min: number) => {
+    if (!Number.isInteger(v) || v < min) r.push(`${name} must be an integer >= ${min}, got ${v}`);
+    else if (v % bs !== 0) r.push(`${name} (${v}) must be a multiple of the block size (${bs})`);
+  };
+  pages("topk", c.topk, bs);
+  pages("device_buffer_tokens", c.deviceBufferTokens, bs);
+  pages("sink_tokens", c.sinkTokens, 0);
+  pages("window_tokens", c.windowTokens, bs);
+  if (c.deviceBufferTokens < c.topk)
+    r.push(`device_buffer_tokens (${c.deviceBufferTokens}) must be >= topk (${c.topk})`);
+  if (c.sinkTokens + c.windowTokens > c.topk)
+    r.push(`sink_tokens + window_tokens (${c.sinkTokens + c.windowTokens}) must be <= topk (${c.topk})`);
+  if (!Number.isInteger(c.minSparseTokens) || c.minSparseTokens < 0)
+    r.push(`min_sparse_tokens must be an integer >= 0, got ${c.minSparseTokens}`);
+  if (!SPARSE_SELECTORS.includes(c.selector))
+    r.push(`selector must be one of ${SPARSE_SELECTORS.join(", ")}, got ${c.selector}`);
+  if (c.hostPoolBytes !== null && !(c.hostPoolBytes > 0))
+    r.push(`--host-pool-gib must be > 0, got ${c.hostPoolBytes / 2 ** 30}`);
+  if (ctx.enablePrefixCaching)
+    r.push("--enable-prefix-caching cannot be combined with --enable-hybrid-sparse on or auto yet");
+  const dense = new Set<number>();
+  for (const l of c.denseLayers) {
+    if (!Number.isInteger(l) || l < 0) r.push(`dense_layers must hold layer indices >= 0, got ${l}`);
+    else if (ctx.numLayers !== undefined && l >= ctx.numLayers)
+      r.push(`dense layer ${l} does not exist (the model has ${ctx.numLayers} layers)`);
+    else if (dense.has(l)) r.push(`dense layer ${l} is listed twice`);
+    dense.add(l);
+  }
+  if (ctx.numLayers !== undefined && dense.size >= ctx.numLayers)
+    r.push(
+      `dense_layers lists every layer of the model (${ctx.numLayers}); at least one must attend sparsely`,
+    );
+  const V = ctx.vocabSize;
+  const bad = c.whitelistTokenIds.find((t) => !Number.isInteger(t) || t < 0 || (V !== undefined && t >= V));
+  if (bad !== undefined)
+    r.push(
+      `whitelist token ${bad} is not a token id${V === undefined ? "" : ` of the vocabulary (size ${V})`}`,
+    );
+  return r;
+}
+
+/** Sparse layer indices of a model: every layer not in `denseLayers`, ascending. */
+export function sparseLayersOf(c: HiSparseConfig, numLayers: number): number[] {
+  const dense = new Set(c.denseLayers);
+  return Array.from({ length: numLayers }, (_, l) => l).filter((l) => !dense.has(l));
+}
+
+/** The HiSparse settings carried by engine args, or null when HiSparse is off or absent. */
+export function hisparseConfigOf(extensions: Record<string, unknown>): HiSparseConfig | null {
+  const c = extensions["hisparse"] as HiSparseConfig | undefined;
+  return c === undefined || c.mode === "off" ? null : c;
+}

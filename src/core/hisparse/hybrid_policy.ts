@@ -1,0 +1,135 @@
+import { type Request, RequestStatus } from "../request.js";
+import type { KVPressureContext, KVPressureHandler } from "../sched/extensions.js";
+import type { HybridKVCacheManager } from "./hybrid_kv_cache_manager.js";
+import { isSinkPage, type PageClassConfig, windowStartPage } from "./residency.js";
+
+/** Settings of a {@link HybridPolicy} (HiSparseConfig in pages). */
+export interface HybridPolicyConfig extends PageClassConfig {
+  mode: "auto" | "on";
+  /** `on`: requests longer than this go host-resident after their prefill. */
+  minSparseTokens: number;
+}
+
+/**
+ * When pages leave the device (DESIGN.md §4 "Hybrid residency"). Pure decisions over a
+ * {@link HybridKVCacheManager}; the worker moves the bytes.
+ *
+ * A page may be spilled when it is ACTIVE, its host mirror has completed, it is not a sink,
+ * window (tail included) or pinned page, and its request is in its decode phase (one token left
+ * to compute: prefill, chunked or a recompute after preemption, attends densely and needs every
+ * page resident).
+ *
+ * - `auto` and `on`: as the scheduler's {@link KVPressureHandler}, when an allocation fails the
+ *   policy spills pages instead of letting the scheduler preempt (relieveKVPressure).
+ * - `on` additionally moves every spillable page of a decoding request longer than
+ *   minSparseTokens to the host tier (offloadLongRequest, once per step from the extension).
+ */
+export class HybridPolicy implements KVPressureHandler {
+  /** Pages spilled since start. */
+  spilledPagesTotal = 0;
+
+  constructor(
+    private readonly kv: HybridKVCacheManager,
+    readonly config: HybridPolicyConfig,
+  ) {}
+
+  /** True when the request computes at most one token per step (prefill done). */
+  isDecodePhase(request: Request): boolean {
+    return (
+      request.status === RequestStatus.RUNNING &&
+      request.numComputedTokens > 0 &&
+      request.numTokens - request.numComputedTokens <= 1
+    );
+  }
+
+  /**
+   * Pages of the request that may be spilled now, ascending (class comment). The window is
+   * taken at the context the request's next decode step will have (numTokens tokens).
+   */
+  spillablePages(request: Request): number[] {
+    const reqId = request.requestId;
+    const rp = this.kv.pagesOf(reqId);
+    if (rp === undefined || !this.isDecodePhase(request)) return [];
+    const end = Math.min(rp.numPages, windowStartPage(request.numTokens, this.config));
+    const out: number[] = [];
+    for (let p = 0; p < end; p++) {
+      if (isSinkPage(p, this.config) || rp.pinned.has(p)) continue;
+      if (this.kv.isResident(reqId, p) && this.kv.isMirrored(reqId, p)) out.push(p);
+    }
+    return out;
+  }
+
+  /*
+   * relieveKVPressure: an allocation of ctx.numBlocksNeeded device blocks failed. Victims are the
+   * running requests in their decode phase that have spillable pages, best first: the most
+   * blocks gained, counting the hot buffer a victim without one will take (spillable pages -
+   * numHotBlocks), then the most spillable pages, then the newest. Each victim spills all its
+   * spillable pages (it attends sparsely from now on anyway), until the gain covers the
+   * deficit. A victim already scheduled in this step reads its pages in this step's forward, so
+   * it takes its hot buffer at once, and the requester takes its own with the retried
+   * allocation: these are skipped unless that leaves a gain. The others take theirs with their
+   * next allocation, so a victim without gain still helps the allocation at hand; it is spilled
+   * when nothing better exists (a spill costs copies, a preemption a recompute). A shortage of
+   * host blocks cannot be relieved by spilling: preemption frees them.
+   */
+  relieveKVPressure(ctx: KVPressureContext): boolean {
+    const kv = this.kv;
+    const numNewPages = ctx.numBlocksNeeded - kv.numHotBlocksNeeded(ctx.request.requestId);
+    if (kv.hostBlockPool.numFreeBlocks < numNewPages) return false;
+    const deficit = ctx.numBlocksNeeded - ctx.numFreeBlocks;
+    if (deficit <= 0) return false;
+    const running = ctx.scheduler.runningRequests;
+    const victims = running
+      .map((r, order) => ({ r, order, pages: this.spillablePages(r) }))
+      .filter((v) => v.pages.length > 0)
+      .map((v) => ({ ...v, gain: v.pages.length - this.hotCost(v.r) }))
+      .sort((a, b) => b.gain - a.gain || b.pages.length - a.pages.length || b.order - a.order);
+    let gained = 0;
+    let spilled = false;
+    for (const v of victims) {
+      const reqId = v.r.requestId;
+      const runsNow = ctx.scheduledReqIds.has(reqId);
+      const paysNow = runsNow || v.r === ctx.request;
+      if (paysNow && v.gain <= 0) continue; // its hot buffer, taken now, would eat the whole spill
+      kv.releasePages(reqId, v.pages);
+      this.spilledPagesTotal += v.pages.length;
+      if (runsNow) kv.allocateHotBuffer(reqId);
+      spilled = true;
+      gained += v.gain;
+      if (gained >= deficit) break;
+    }
+    return spilled;
+  }
+
+  /** Device blocks a victim's first spill will cost besides its pages: its hot buffer, unless it has one. */
+  private hotCost(request: Request): number {
+    const rp = this.kv.pagesOf(request.requestId);
+    return rp !== undefined && rp.hotBlocks.length > 0 ? 0 : this.kv.numHotBlocks;
+  }
+
+  /**
+   * Admission limit: a request must fit the device pool densely (prefill, and a recompute after
+   * preemption, attend over all its pages) and the host tier (every page has a host block).
+   */
+  maxBlocksPerRequest(numGpuBlocks: number): number {
+    return Math.min(numGpuBlocks, this.kv.hostBlockPool.numHostBlocks);
+  }
+
+  /**
+   * `on` mode, for a request scheduled in this step: when it decodes and is longer than
+   * minSparseTokens, spill every spillable page and give it its hot buffer; skipped (it stays
+   * dense this step) when the pool cannot hold the hot buffer even after the spill.
+   * @returns the number of pages spilled.
+   */
+  offloadLongRequest(request: Request): number {
+    if (this.config.mode !== "on" || request.numTokens <= this.config.minSparseTokens) return 0;
+    const pages = this.spillablePages(request);
+    if (pages.length === 0) return 0;
+    const reqId = request.requestId;
+    if (this.hotCost(request) > this.kv.numFreeBlocks + pages.length) return 0;
+    this.kv.releasePages(reqId, pages);
+    this.kv.allocateHotBuffer(reqId);
+    this.spilledPagesTotal += pages.length;
+    return pages.length;
+  }
+}

@@ -1,0 +1,107 @@
+/**
+ * HiSparse observability (DESIGN.md §4): Prometheus series and the periodic log line. Takes the
+ * engine's cumulative {@link HiSparseStats} (StepStats.hisparse); self-contained, so it only
+ * needs a prom-client Registry from whoever serves /metrics.
+ */
+import { Counter, Gauge, type Registry } from "prom-client";
+import type { HiSparseStats } from "../core/hisparse/plan.js";
+import { PageState } from "../core/hisparse/residency.js";
+
+/**
+ * The HiSparse series: counters `hisparse_cache_hits_total`, `hisparse_cache_misses_total`,
+ * `hisparse_host_to_device_bytes_total`, `hisparse_spilled_pages_total` (DESIGN.md §4; vLLM's
+ * `vllm:hisparse_cache_hits` etc.) and `hisparse_device_to_host_bytes_total` (eager mirrors);
+ * gauges `hisparse_pages{state="ACTIVE"|"SPARSE"|"INACTIVE"}`, `hisparse_host_pool_used_pages`,
+ * `hisparse_host_pool_usage` (fraction in [0, 1]) and `hisparse_sparse_requests`.
+ */
+export class HiSparseMetrics {
+  private readonly hits: Counter;
+  private readonly misses: Counter;
+  private readonly h2dBytes: Counter;
+  private readonly d2hBytes: Counter;
+  private readonly spilled: Counter;
+  private readonly pages: Gauge<"state">;
+  private readonly hostUsed: Gauge;
+  private readonly hostUsage: Gauge;
+  private readonly sparseRequests: Gauge;
+  /** Totals already added to the counters. */
+  private last: HiSparseStats | null = null;
+
+  /** Registers the series in `registry`. @throws Error when they are already registered there. */
+  constructor(registry: Registry) {
+    const registers = [registry];
+    const counter = (name: string, help: string) => new Counter({ name, help, registers });
+    const gauge = (name: string, help: string) => new Gauge({ name, help, registers });
+    this.hits = counter(
+      "hisparse_cache_hits_total",
+      "Selected host-resident page slices found in the hot buffer.",
+    );
+    this.misses = counter(
+      "hisparse_cache_misses_total",
+      "Selected host-resident page slices copied from the host tier into the hot buffer.",
+    );
+    this.h2dBytes = counter("hisparse_host_to_device_bytes_total", "Bytes copied host to device (misses).");
+    this.d2hBytes = counter(
+      "hisparse_device_to_host_bytes_total",
+      "Bytes copied device to host (eager mirrors).",
+    );
+    this.spilled = counter(
+      "hisparse_spilled_pages_total",
+      "Pages whose device block was released to the host tier.",
+    );
+    this.pages = new Gauge({
+      name: "hisparse_pages",
+      help: "KV pages of live requests by residency state.",
+      labelNames: ["state"] as const,
+      registers,
+    });
+    this.hostUsed = gauge("hisparse_host_pool_used_pages", "Pages of the host pool in use.");
+    this.hostUsage = gauge("hisparse_host_pool_usage", "Fraction of the host pool in use, in [0, 1].");
+    this.sparseRequests = gauge(
+      "hisparse_sparse_requests",
+      "Requests holding at least one host-resident page.",
+    );
+  }
+
+  /** Brings the series up to date with the engine's latest stats (counters advance by the difference). */
+  update(s: HiSparseStats): void {
+    const prev = this.last;
+    const inc = (c: Counter, cur: number, old: number | undefined) => {
+      const d = cur - (old ?? 0);
+      if (d > 0) c.inc(d);
+    };
+    inc(this.hits, s.hitsTotal, prev?.hitsTotal);
+    inc(this.misses, s.missesTotal, prev?.missesTotal);
+    inc(this.h2dBytes, s.hostToDeviceBytesTotal, prev?.hostToDeviceBytesTotal);
+    inc(this.d2hBytes, s.deviceToHostBytesTotal, prev?.deviceToHostBytesTotal);
+    inc(this.spilled, s.spilledPagesTotal, prev?.spilledPagesTotal);
+    this.pages.set({ state: PageState.ACTIVE }, s.numActivePages);
+    this.pages.set({ state: PageState.SPARSE }, s.numSparsePages);
+    this.pages.set({ state: PageState.INACTIVE }, s.numInactivePages);
+    this.hostUsed.set(s.hostPoolUsedBlocks);
+    this.hostUsage.set(s.hostPoolTotalBlocks === 0 ? 0 : s.hostPoolUsedBlocks / s.hostPoolTotalBlocks);
+    this.sparseRequests.set(s.numSparseRequests);
+    this.last = s;
+  }
+}
+
+/**
+ * The periodic log line (DESIGN.md §4):
+ * `sparse_block_state: ACTIVE=.. SPARSE=.. INACTIVE=.. hit_rate=.. h2d_GBps=..`, with page counts
+ * now, and over the interval since `prev` (null: since start) the hot-buffer hit rate (hits /
+ * (hits + misses), 3 decimals; `n/a` when nothing was looked up) and the host-to-device rate in
+ * GB/s (1e9 bytes per second, 3 decimals).
+ * @param intervalSeconds seconds between `prev` and `cur` (> 0).
+ */
+export function formatSparseBlockStateLine(
+  cur: HiSparseStats,
+  prev: HiSparseStats | null,
+  intervalSeconds: number,
+): string {
+  const hits = cur.hitsTotal - (prev?.hitsTotal ?? 0);
+  const misses = cur.missesTotal - (prev?.missesTotal ?? 0);
+  const bytes = cur.hostToDeviceBytesTotal - (prev?.hostToDeviceBytesTotal ?? 0);
+  const hitRate = hits + misses === 0 ? "n/a" : (hits / (hits + misses)).toFixed(3);
+  const gbps = intervalSeconds > 0 ? (bytes / intervalSeconds / 1e9).toFixed(3) : "n/a";
+  return `sparse_block_state: ACTIVE=${cur.numActivePages} SPARSE=${cur.numSparsePages} INACTIVE=${cur.numInactivePages} hit_rate=${hitRate} h2d_GBps=${gbps}`;
+}

@@ -1,0 +1,176 @@
+import type { HiSparseStepMeta } from "../../attention/sparse/hisparse_attention.js";
+import type { HotBufferResolver } from "../../attention/sparse/hot_buffer.js";
+import type { SparseBatch } from "../../attention/sparse/selector.js";
+import type { AttentionMetadata, Backend, Tensor } from "../../backends/backend.js";
+import { HISPARSE, type HiSparseStepPlan, type HiSparseStepResult } from "../../core/hisparse/plan.js";
+import type { RequestId } from "../../core/ids.js";
+import type { SchedulerOutput } from "../../core/sched/output.js";
+import type { WorkerExtension } from "../extension.js";
+import type { PreparedInputs } from "../input_batch.js";
+import type { CpuHostKvCache } from "./host_kv_cache.js";
+
+/** The worker's copy of one request's page table (from the plans' PageTableRows). */
+interface WorkerPageTable {
+  hostBlockIds: Int32Array;
+  /** -1 for INACTIVE pages. */
+  blockIds: Int32Array;
+  /** [numPages] 1 for pinned pages. */
+  pinned: Uint8Array;
+  hotBlockIds: Int32Array;
+}
+
+/**
+ * The worker half of HiSparse ("hisparse" WorkerExtension). Keeps each request's page table from
+ * the plans; before each forward builds the step's {@link HiSparseStepMeta} (host slot mapping,
+ * the dense layers' host block tables, the sparse batch); after it, performs the eager mirrors
+ * (device -> host tier, every sparse layer) and reports the step's counters.
+ */
+export class HiSparseWorker implements WorkerExtension {
+  readonly name = HISPARSE;
+  private readonly tables = new Map<RequestId, WorkerPageTable>();
+  private deviceToHostBytes = 0;
+
+  /**
+   * @param kvCaches the model's per-layer caches (main pool for sparse layers).
+   * @param sparseLayers layer index of each sparse layer, in order.
+   */
+  constructor(
+    private readonly backend: Backend,
+    private readonly blockSize: number,
+    private readonly kvCaches: readonly Tensor[],
+    private readonly sparseLayers: readonly number[],
+    private readonly hostTier: CpuHostKvCache,
+    private readonly resolver: HotBufferResolver,
+  ) {}
+
+  /** Number of requests whose page table the worker holds. */
+  get numRequests(): number {
+    return this.tables.size;
+  }
+
+  applySchedulerOutput(so: SchedulerOutput): void {
+    for (const id of [...so.finishedReqIds, ...so.preemptedReqIds]) {
+      this.tables.delete(id);
+      this.resolver.forget(id);
+    }
+    const plan = so.extensions.get(HISPARSE) as HiSparseStepPlan | undefined;
+    if (plan === undefined) return;
+    for (const row of plan.pageTables) {
+      const pinned = new Uint8Array(row.hostBlockIds.length);
+      for (const p of row.pinnedPages) pinned[p] = 1;
+      this.tables.set(row.reqId, {
+        hostBlockIds: Int32Array.from(row.hostBlockIds),
+        blockIds: Int32Array.from(row.blockIds),
+        pinned,
+        hotBlockIds: Int32Array.from(row.hotBlockIds),
+      });
+    }
+  }
+
+  /** @throws Error when the step has no plan or a scheduled request has no page table. */
+  prepareForward(so: SchedulerOutput, inputs: PreparedInputs, meta: AttentionMetadata): HiSparseStepMeta {
+    const plan = so.extensions.get(HISPARSE) as HiSparseStepPlan | undefined;
+    if (plan === undefined) throw new Error("the step carries no hisparse plan");
+    const bs = this.blockSize;
+    const R = inputs.reqIds.length;
+    const rows = inputs.reqIds.map((id) => {
+      const t = this.tables.get(id);
+      if (t === undefined) throw new Error(`request ${id} has no hisparse page table`);
+      return t;
+    });
+    const T = inputs.inputIds.length;
+    const hostSlotMapping = new Int32Array(T);
+    let maxPages = 1;
+    for (let r = 0; r < R; r++) {
+      const hb = rows[r]!.hostBlockIds;
+      maxPages = Math.max(maxPages, hb.length);
+      for (let t = inputs.queryStartLoc[r]!; t < inputs.queryStartLoc[r + 1]!; t++) {
+        const pos = inputs.positions[t]!;
+        hostSlotMapping[t] = hb[Math.floor(pos / bs)]! * bs + (pos % bs);
+      }
+    }
+    const hostTables = new Int32Array(R * maxPages);
+    for (let r = 0; r < R; r++) hostTables.set(rows[r]!.hostBlockIds, r * maxPages);
+    const b = this.backend;
+    const denseMeta: AttentionMetadata = {
+      ...meta,
+      blockTables: b.stage(hostTables, [R, maxPages], "i32"),
+      slotMapping: b.stage(hostSlotMapping, [T], "i32"),
+      host: {
+        ...meta.host,
+        blockTables: hostTables,
+        maxBlocksPerReq: maxPages,
+        slotMapping: hostSlotMapping,
+      },
+    };
+    return { hostSlotMapping, denseMeta, batch: this.sparseBatch(plan.sparseReqIds, inputs) };
+  }
+
+  /** The sparse requests of the step, flattened (SparseBatch). */
+  private sparseBatch(reqIds: readonly RequestId[], inputs: PreparedInputs): SparseBatch {
+    const S = reqIds.length;
+    const rowOf = new Map(inputs.reqIds.map((id, r) => [id, r]));
+    const batchIdx = new Int32Array(S);
+    const tokenIdx = new Int32Array(S);
+    const numTokens = new Int32Array(S);
+    const pageStart = new Int32Array(S + 1);
+    const hotStart = new Int32Array(S + 1);
+    const tables = reqIds.map((id, s) => {
+      const r = rowOf.get(id);
+      if (r === undefined) throw new Error(`sparse request ${id} is not in the step`);
+      batchIdx[s] = r;
+      tokenIdx[s] = inputs.queryStartLoc[r]!;
+      numTokens[s] = inputs.seqLens[r]!;
+      const t = this.tables.get(id)!;
+      pageStart[s + 1] = pageStart[s]! + Math.ceil(numTokens[s]! / this.blockSize);
+      hotStart[s + 1] = hotStart[s]! + t.hotBlockIds.length;
+      return t;
+    });
+    const hostBlockIds = new Int32Array(pageStart[S]!);
+    const blockIds = new Int32Array(pageStart[S]!);
+    const pinned = new Uint8Array(pageStart[S]!);
+    const hotBlockIds = new Int32Array(hotStart[S]!);
+    tables.forEach((t, s) => {
+      const [p0, n] = [pageStart[s]!, pageStart[s + 1]! - pageStart[s]!];
+      hostBlockIds.set(t.hostBlockIds.subarray(0, n), p0);
+      blockIds.set(t.blockIds.subarray(0, n), p0);
+      pinned.set(t.pinned.subarray(0, n), p0);
+      hotBlockIds.set(t.hotBlockIds, hotStart[s]!);
+    });
+    return {
+      numSparse: S,
+      reqIds: [...reqIds],
+      batchIdx,
+      tokenIdx,
+      numTokens,
+      pageStart,
+      hostBlockIds,
+      blockIds,
+      pinned,
+      hotStart,
+      hotBlockIds,
+    };
+  }
+
+  /** Mirrors the pages the step filled (every sparse layer) and reports the step's counters. */
+  afterForward(so: SchedulerOutput): HiSparseStepResult | undefined {
+    const plan = so.extensions.get(HISPARSE) as HiSparseStepPlan | undefined;
+    if (plan === undefined) return undefined;
+    const { blockIds, hostBlockIds } = plan.mirror;
+    if (blockIds.length > 0) {
+      this.sparseLayers.forEach((layer, li) => {
+        this.hostTier.mirror(li, this.kvCaches[layer]!, blockIds, hostBlockIds);
+      });
+      this.deviceToHostBytes = blockIds.length * this.hostTier.pageBytes;
+    } else this.deviceToHostBytes = 0;
+    const c = this.resolver.takeCounters();
+    return {
+      step: plan.step,
+      hits: c.hits,
+      misses: c.misses,
+      hostToDeviceBytes: c.hostToDeviceBytes,
+      deviceToHostBytes: this.deviceToHostBytes,
+      numSparsePages: this.resolver.numSparsePages,
+    };
+  }
+}

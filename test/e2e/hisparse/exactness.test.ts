@@ -1,0 +1,103 @@
+/**
+ * HiSparse exactness on the real reference models (CPU backend, worker thread, as `hisparse
+ * generate` runs): with `topk` covering the whole context, sparse decoding attends over every
+ * page (resolved through the hot buffer and host copies) and must return the dense engine's
+ * greedy tokens exactly; `auto` without pressure must run the dense path and copy nothing.
+ * Block size 4 gives each request up to 16 pages, so spills, hot-buffer hits and misses occur.
+ */
+import assert from "node:assert/strict";
+import { before, describe, it } from "node:test";
+import { type HiSparseConfig, resolveHiSparseConfig } from "../../../src/config/hisparse_config.js";
+import type { HiSparseStats } from "../../../src/core/hisparse/plan.js";
+import { LLM, type LLMOptions } from "../../../src/engine/llm.js";
+import { loadFixture, type RefModel, refModelDir } from "../../helpers/reference.js";
+
+/** Prompts of at most 13 tokens + 48 outputs: 61 tokens, within topk = 64. */
+const MAX_TOKENS = 48;
+const PARAMS = { temperature: 0, maxTokens: MAX_TOKENS, ignoreEos: true };
+/** Sinks = page 0, window = the last 2 pages, topk = every page of the longest context. */
+const SPARSE: Partial<HiSparseConfig> = { topk: 64, deviceBufferTokens: 64, sinkTokens: 4, windowTokens: 8 };
+
+interface RunResult {
+  tokens: number[][];
+  stats: HiSparseStats | undefined;
+  numPreemptions: number;
+}
+
+/** Generates the fixture prompts in one batch with the given engine options. */
+async function run(dir: string, prompts: number[][], opts: Partial<LLMOptions>): Promise<RunResult> {
+  const llm = new LLM({ model: dir, device: "cpu", maxModelLen: 128, blockSize: 4, ...opts });
+  try {
+    const engine = await llm.getEngine();
+    const outs = await llm.generate(
+      prompts.map((p) => ({ promptTokenIds: p })),
+      PARAMS,
+    );
+    const stats = engine.hisparse?.stats();
+    if (engine.hisparse !== null) {
+      // Every pool is whole again once the requests finished.
+      assert.equal(
+        engine.scheduler.kvCacheManager.numFreeBlocks,
+        engine.info.numGpuBlocks,
+        "device pool freed",
+      );
+      assert.equal(stats!.hostPoolUsedBlocks, 0, "host pool freed");
+    }
+    return {
+      tokens: outs.map((o) => o.outputs[0]!.tokenIds),
+      stats,
+      numPreemptions: engine.scheduler.makeStats().numPreemptions,
+    };
+  } finally {
+    await llm.shutdown();
+  }
+}
+
+const hisparse = (c: Partial<HiSparseConfig>) => ({ hisparse: resolveHiSparseConfig({ ...SPARSE, ...c }) });
+
+for (const name of ["ref-small", "ref-base"] as RefModel[]) {
+  const dir = refModelDir(name);
+  describe(`HiSparse exactness: ${name}`, { skip: dir === null && `${name} not found` }, () => {
+    const prompts = loadFixture(name).map((c) => c.input_ids);
+    let dense: RunResult;
+    before(async () => {
+      dense = await run(dir!, prompts, {});
+    });
+
+    it("on, topk >= context: every request goes host-resident after prefill, greedy tokens equal off", async () => {
+      const r = await run(dir!, prompts, {
+        numGpuBlocksOverride: 256,
+        extensions: hisparse({ mode: "on", minSparseTokens: 0 }),
+      });
+      assert.deepEqual(r.tokens, dense.tokens);
+      const st = r.stats!;
+      assert.ok(st.spilledPagesTotal > 0 && st.missesTotal > 0 && st.hitsTotal > 0, JSON.stringify(st));
+      assert.ok(st.hostToDeviceBytesTotal > 0);
+    });
+
+    it("auto under forced pressure (a 34-block pool), topk >= context: spills instead of some preemptions, greedy tokens equal off", async () => {
+      const r = await run(dir!, prompts, {
+        numGpuBlocksOverride: 34,
+        extensions: hisparse({ mode: "auto" }),
+      });
+      assert.deepEqual(r.tokens, dense.tokens);
+      const st = r.stats!;
+      assert.ok(st.spilledPagesTotal > 0 && st.missesTotal > 0, JSON.stringify(st));
+    });
+
+    it("auto without pressure runs the dense path: no spill, no hit, no miss, no host-to-device byte", async () => {
+      const r = await run(dir!, prompts, {
+        numGpuBlocksOverride: 256,
+        extensions: hisparse({ mode: "auto" }),
+      });
+      assert.deepEqual(r.tokens, dense.tokens);
+      const st = r.stats!;
+      assert.deepEqual(
+        [st.spilledPagesTotal, st.hitsTotal, st.missesTotal, st.hostToDeviceBytesTotal, r.numPreemptions],
+        [0, 0, 0, 0, 0],
+      );
+      // Completed pages were still mirrored eagerly (device -> host).
+      assert.ok(st.mirroredPagesTotal > 0 && st.deviceToHostBytesTotal > 0);
+    });
+  });
+}

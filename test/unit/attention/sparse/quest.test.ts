@@ -1,0 +1,178 @@
+/**
+ * Quest page digests, scores and selection (arXiv 2406.10774): scores equal the formula computed
+ * by brute force and bound every key's logit from above; selection keeps sinks, the window and
+ * pinned pages, then the best-scoring pages, per GQA group.
+ */
+import assert from "node:assert/strict";
+import { after, describe, it } from "node:test";
+import { QuestSelector, questScore } from "../../../../src/attention/sparse/quest.js";
+import type { QkvLayout, Tensor } from "../../../../src/backends/backend.js";
+import { CpuBackend } from "../../../../src/backends/cpu/index.js";
+import { makeRand, randF32 } from "../../backends/cpu/helpers.js";
+import { selected, sparseBatch } from "./helpers.js";
+
+const backend = new CpuBackend({ numThreads: 1 });
+after(() => backend.dispose());
+const view = (t: Tensor) => backend.hostView(t) as Float32Array;
+
+describe("Quest digests and scores", () => {
+  // 4 q heads in 2 GQA groups, head dim 8, pages of 4 tokens; 3 pages of 4 tokens in host
+  // blocks 5, 2, 7.
+  const layout: QkvLayout = { numHeads: 4, numKvHeads: 2, headDim: 8 };
+  const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
+  const W = (Hq + 2 * Hkv) * D;
+  const rand = makeRand(7);
+  const T = 12;
+  const rows = randF32(rand, T * W);
+  const hostBlocks = [5, 2, 7];
+  const slots = Int32Array.from({ length: T }, (_, t) => hostBlocks[Math.floor(t / 4)]! * 4 + (t % 4));
+  const sel = new QuestSelector(
+    { layout, blockSize: 4, numSparseLayers: 1, numHostBlocks: 8, topk: 8, sinkTokens: 0, windowTokens: 4 },
+    view,
+  );
+  // Written in two steps (tokens 0-6, then 7-11): the digest of page 1 is extended, not reset.
+  backend.resetWorkspace();
+  sel.updateDigests(0, backend.stage(rows.slice(0, 7 * W), [7, W], "f32"), slots.subarray(0, 7));
+  sel.updateDigests(0, backend.stage(rows.slice(7 * W), [5, W], "f32"), slots.subarray(7));
+  const key = (t: number, g: number, i: number) => rows[t * W + (Hq + g) * D + i]!;
+
+  it("each page's digest is the element-wise min and max of its keys, per kv head", () => {
+    const dg = sel.digests[0]!;
+    for (const [p, hb] of hostBlocks.entries()) {
+      for (let g = 0; g < Hkv; g++) {
+        for (let i = 0; i < D; i++) {
+          const ks = [0, 1, 2, 3].map((o) => key(p * 4 + o, g, i));
+          assert.equal(dg[(hb * 2 + 0) * Hkv * D + g * D + i], Math.min(...ks));
+          assert.equal(dg[(hb * 2 + 1) * Hkv * D + g * D + i], Math.max(...ks));
+        }
+      }
+    }
+  });
+
+  it("a page's first token resets its digest (host blocks are reused)", () => {
+    const s2 = new QuestSelector(sel.config, view);
+    backend.resetWorkspace();
+    const big = new Float32Array(W).fill(100);
+    s2.updateDigests(0, backend.stage(big, [1, W], "f32"), Int32Array.from([2 * 4 + 0]));
+    s2.updateDigests(0, backend.stage(rows.slice(0, 2 * W), [2, W], "f32"), Int32Array.from([8, 9]));
+    const k0 = key(0, 1, 3);
+    const k1 = key(1, 1, 3);
+    const base = 2 * 2 * Hkv * D + D + 3;
+    assert.deepEqual(
+      [s2.digests[0]![base], s2.digests[0]![base + Hkv * D]],
+      [Math.min(k0, k1), Math.max(k0, k1)],
+    );
+  });
+
+  it("the score equals sum_h sum_i max(q*min, q*max) by brute force and bounds every key's q.k", () => {
+    const q = randF32(makeRand(11), Hq * D, 2);
+    const dg = sel.digests[0]!;
+    for (const [p, hb] of hostBlocks.entries()) {
+      for (let g = 0; g < Hkv; g++) {
+        let brute = 0;
+        const qPos = new Float64Array(D);
+        const qNeg = new Float64Array(D);
+        for (let h = 2 * g; h < 2 * g + 2; h++) {
+          for (let i = 0; i < D; i++) {
+            const ks = [0, 1, 2, 3].map((o) => key(p * 4 + o, g, i));
+            const qi = q[h * D + i]!;
+            brute += Math.max(qi * Math.min(...ks), qi * Math.max(...ks));
+            if (qi > 0) qPos[i]! += qi;
+            else qNeg[i]! += qi;
+          }
+        }
+        const score = questScore(qPos, qNeg, dg, hb * 2 * Hkv * D, g, Hkv, D);
+        assert.ok(Math.abs(score - brute) <= 1e-12 * Math.abs(brute) + 1e-12, `page ${p} head ${g}`);
+        for (let o = 0; o < 4; o++) {
+          let logit = 0;
+          for (let h = 2 * g; h < 2 * g + 2; h++)
+            for (let i = 0; i < D; i++) logit += q[h * D + i]! * key(p * 4 + o, g, i);
+          assert.ok(logit <= score + 1e-9, `page ${p} token ${o} head ${g}: ${logit} > bound ${score}`);
+        }
+      }
+    }
+  });
+});
+
+describe("Quest selection", () => {
+  // Head dim 1: a page's score for a positive query q is q * max; for a negative one q * min.
+  const layout: QkvLayout = { numHeads: 4, numKvHeads: 2, headDim: 1 };
+  const cfg = {
+    layout,
+    blockSize: 2,
+    numSparseLayers: 1,
+    numHostBlocks: 16,
+    topk: 8,
+    sinkTokens: 2,
+    windowTokens: 2,
+  };
+  const qkvRow = (q: number[]) => backend.stage(Float32Array.from([...q, 0, 0, 0, 0]), [1, 8], "f32");
+
+  it("per GQA group: sinks, window, pinned pages, then the best scores; ascending", () => {
+    const sel = new QuestSelector(cfg, view);
+    // 20 tokens = 10 pages in host blocks 10 - p. Budget 4 pages: sink page 0, window page 9,
+    // pinned page 3, and the best-scoring other page of each group.
+    const dg = sel.digests[0]!;
+    const setDigest = (hb: number, g: number, mn: number, mx: number) => {
+      dg[(hb * 2 + 0) * 2 + g] = mn;
+      dg[(hb * 2 + 1) * 2 + g] = mx;
+    };
+    for (let p = 0; p < 10; p++) for (let g = 0; g < 2; g++) setDigest(10 - p, g, -1, 1);
+    setDigest(10 - 6, 0, -1, 5); // group 0 (positive query): page 6 has the largest max
+    setDigest(10 - 3, 0, -1, 9); // page 3 scores even higher but is pinned anyway
+    setDigest(10 - 2, 1, -7, 1); // group 1 (negative query): page 2 has the smallest min
+    setDigest(10 - 5, 1, -7, 1); // ... tied with page 5: the lower page wins
+    backend.resetWorkspace();
+    const batch = sparseBatch([
+      {
+        id: "A",
+        batchIdx: 0,
+        tokenIdx: 0,
+        numTokens: 20,
+        hostBlockIds: Array.from({ length: 10 }, (_, p) => 10 - p),
+        blockIds: new Array(10).fill(-1),
+        pinnedPages: [3],
+        hotBlockIds: [0],
+      },
+    ]);
+    // q heads 0, 1 (group 0) positive; heads 2, 3 (group 1) negative.
+    const s = sel.select(0, qkvRow([1, 2, -1, -3]), batch);
+    assert.deepEqual(selected(s), [
+      [0, 3, 6, 9],
+      [0, 2, 3, 9],
+    ]);
+  });
+
+  it("a context within the budget selects every page; forced pages beyond the budget are all kept", () => {
+    const sel = new QuestSelector(cfg, view);
+    backend.resetWorkspace();
+    const short = sparseBatch([
+      {
+        id: "A",
+        batchIdx: 0,
+        tokenIdx: 0,
+        numTokens: 7,
+        hostBlockIds: [1, 2, 3, 4],
+        blockIds: [],
+        hotBlockIds: [],
+      },
+    ]);
+    assert.deepEqual(selected(sel.select(0, qkvRow([1, 1, 1, 1]), short)), [
+      [0, 1, 2, 3],
+      [0, 1, 2, 3],
+    ]);
+    const pinnedMany = sparseBatch([
+      {
+        id: "B",
+        batchIdx: 0,
+        tokenIdx: 0,
+        numTokens: 20,
+        hostBlockIds: Array.from({ length: 10 }, (_, p) => p),
+        blockIds: [],
+        pinnedPages: [2, 4, 6, 8],
+        hotBlockIds: [],
+      },
+    ]);
+    assert.deepEqual(selected(sel.select(0, qkvRow([1, 1, 1, 1]), pinnedMany))[0], [0, 2, 4, 6, 8, 9]);
+  });
+});

@@ -1,0 +1,83 @@
+/** The HiSparse flags: parsed through commander into EngineArgs.extensions.hisparse, or reasons. */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, test } from "node:test";
+import { Command } from "commander";
+import { addEngineFlags, engineArgsFromOptions } from "../../../src/cli/engine_flags.js";
+import type { HiSparseConfig } from "../../../src/config/hisparse_config.js";
+
+const dir = mkdtempSync(join(tmpdir(), "hisparse-flags-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Parses engine flags the way `hisparse generate` does. */
+function parse(argv: string[]) {
+  const cmd = addEngineFlags(new Command("t").exitOverride());
+  cmd.parse(argv, { from: "user" });
+  return engineArgsFromOptions(cmd.opts());
+}
+
+test("no HiSparse flag: HiSparse is off and absent from the args", () => {
+  assert.deepEqual(parse([]).extensions, {});
+});
+
+test("every flag lands in extensions.hisparse; the whitelist file is read", () => {
+  const wl = join(dir, "whitelist.json");
+  writeFileSync(wl, "[13, 42]");
+  const args = parse([
+    "--enable-hybrid-sparse",
+    "on",
+    "--hybrid-sparse-topk",
+    "512",
+    "--hybrid-sparse-whitelist-tokens",
+    wl,
+    "--host-pool-gib",
+    "0.5",
+    "--hisparse-config",
+    '{"sink_tokens":32,"window_tokens":64,"dense_layers":[0],"min_sparse_tokens":100}',
+  ]);
+  const hs = args.extensions["hisparse"] as HiSparseConfig;
+  assert.deepEqual(hs, {
+    mode: "on",
+    topk: 512,
+    deviceBufferTokens: 1024,
+    sinkTokens: 32,
+    windowTokens: 64,
+    denseLayers: [0],
+    minSparseTokens: 100,
+    selector: "quest",
+    hostPoolBytes: 2 ** 29,
+    whitelistTokenIds: [13, 42],
+  });
+});
+
+test("bad flags are refused with every reason", () => {
+  assert.throws(() => parse(["--hybrid-sparse-topk", "64", "--host-pool-gib", "1"]), {
+    name: "ConfigError",
+    message:
+      "invalid configuration:\n  - --hybrid-sparse-topk needs --enable-hybrid-sparse on or auto\n  - --host-pool-gib needs --enable-hybrid-sparse on or auto",
+  });
+  const notList = join(dir, "bad.json");
+  writeFileSync(notList, '{"a": 1}');
+  assert.throws(
+    () =>
+      parse([
+        "--enable-hybrid-sparse",
+        "auto",
+        "--hybrid-sparse-topk",
+        "64",
+        "--hisparse-config",
+        '{"topk":128}',
+        "--hybrid-sparse-whitelist-tokens",
+        notList,
+      ]),
+    (e: Error & { reasons?: string[] }) => {
+      assert.deepEqual(e.reasons, [
+        "--hybrid-sparse-topk (64) and --hisparse-config topk (128) disagree",
+        `--hybrid-sparse-whitelist-tokens: ${notList} must hold a JSON list of token ids`,
+      ]);
+      return true;
+    },
+  );
+});

@@ -1,0 +1,107 @@
+/** HiSparseConfig: JSON parsing, derived defaults, and every validation reason at once. */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  parseHiSparseConfigJson,
+  resolveHiSparseConfig,
+  sparseLayersOf,
+  validateHiSparseConfig,
+} from "../../../src/config/hisparse_config.js";
+
+test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, dense layers 0 and 1, quest", () => {
+  const c = resolveHiSparseConfig({ mode: "auto" });
+  assert.deepEqual(c, {
+    mode: "auto",
+    topk: 2048,
+    deviceBufferTokens: 4096,
+    sinkTokens: 64,
+    windowTokens: 256,
+    denseLayers: [0, 1],
+    minSparseTokens: 64 + 256 + 4096,
+    selector: "quest",
+    hostPoolBytes: null,
+    whitelistTokenIds: [],
+  });
+  // Derived defaults follow the given topk.
+  const d = resolveHiSparseConfig({ mode: "on", topk: 256, sinkTokens: 64, windowTokens: 128 });
+  assert.deepEqual([d.deviceBufferTokens, d.minSparseTokens], [512, 64 + 128 + 512]);
+  assert.deepEqual(
+    validateHiSparseConfig(d, { blockSize: 16, enablePrefixCaching: false, numLayers: 4 }),
+    [],
+  );
+  assert.deepEqual(sparseLayersOf(d, 4), [2, 3]);
+});
+
+test("--hisparse-config JSON: snake_case keys map onto the knobs; unknown keys and wrong types are reasons", () => {
+  assert.deepEqual(
+    parseHiSparseConfigJson(
+      '{"topk":512,"device_buffer_tokens":1024,"sink_tokens":32,"window_tokens":64,"dense_layers":[0],"min_sparse_tokens":0,"selector":"quest"}',
+    ),
+    {
+      overrides: {
+        topk: 512,
+        deviceBufferTokens: 1024,
+        sinkTokens: 32,
+        windowTokens: 64,
+        denseLayers: [0],
+        minSparseTokens: 0,
+        selector: "quest",
+      },
+      reasons: [],
+    },
+  );
+  const bad = parseHiSparseConfigJson('{"top_k":1,"dense_layers":"0","topk":8}');
+  assert.deepEqual(bad.overrides, { topk: 8 });
+  assert.deepEqual(bad.reasons, [
+    '--hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector)',
+    '--hisparse-config dense_layers has the wrong type ("0")',
+  ]);
+  assert.match(parseHiSparseConfigJson("{topk: 1}").reasons[0]!, /^--hisparse-config is not valid JSON/);
+  assert.deepEqual(parseHiSparseConfigJson("[1]").reasons, ["--hisparse-config must be a JSON object"]);
+});
+
+test("invalid combinations are all reported", () => {
+  const c = resolveHiSparseConfig({
+    mode: "on",
+    topk: 100,
+    deviceBufferTokens: 64,
+    sinkTokens: 64,
+    windowTokens: 0,
+    denseLayers: [0, 4, 0],
+    minSparseTokens: -1,
+    hostPoolBytes: 0,
+    whitelistTokenIds: [5, 99999],
+  });
+  assert.deepEqual(
+    validateHiSparseConfig(c, { blockSize: 16, enablePrefixCaching: true, numLayers: 4, vocabSize: 16384 }),
+    [
+      "topk (100) must be a multiple of the block size (16)",
+      "window_tokens must be an integer >= 16, got 0",
+      "device_buffer_tokens (64) must be >= topk (100)",
+      "min_sparse_tokens must be an integer >= 0, got -1",
+      "--host-pool-gib must be > 0, got 0",
+      "--enable-prefix-caching cannot be combined with --enable-hybrid-sparse on or auto yet",
+      "dense layer 4 does not exist (the model has 4 layers)",
+      "dense layer 0 is listed twice",
+      "whitelist token 99999 is not a token id of the vocabulary (size 16384)",
+    ],
+  );
+  const allDense = resolveHiSparseConfig({
+    mode: "auto",
+    topk: 64,
+    sinkTokens: 16,
+    windowTokens: 16,
+    denseLayers: [0, 1],
+  });
+  assert.deepEqual(
+    validateHiSparseConfig(allDense, { blockSize: 16, enablePrefixCaching: false, numLayers: 2 }),
+    ["dense_layers lists every layer of the model (2); at least one must attend sparsely"],
+  );
+  assert.deepEqual(
+    validateHiSparseConfig(resolveHiSparseConfig({ mode: "auto", topk: 64 }), {
+      blockSize: 16,
+      enablePrefixCaching: false,
+    }),
+    ["sink_tokens + window_tokens (320) must be <= topk (64)"],
+  );
+});

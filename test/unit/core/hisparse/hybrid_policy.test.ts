@@ -1,0 +1,213 @@
+/**
+ * Hybrid HiSparse residency, narrated step by step with exact block ids, host block ids and page
+ * states (block size 4; sink = page 0; window = the tail page; hot buffer = 2 blocks).
+ */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { PageState } from "../../../../src/core/hisparse/residency.js";
+import { RequestStatus } from "../../../../src/core/request.js";
+import { fakeRunnerOutput, req, tokens } from "../helpers.js";
+import { hisparseScheduler, hsStep, mirrors, pageStates, rows } from "./helpers.js";
+
+const { ACTIVE: A_, INACTIVE: I_ } = PageState;
+
+test("eager mirror: a page is copied to its host block in the step that fills it", () => {
+  const { s, hs } = hisparseScheduler({}, 10, 32);
+  s.addRequest(req("A", tokens(100, 10), { maxTokens: 8 }));
+
+  // Step 1: A's 10-token prefill takes pages 0-2 = device blocks 0-2 = host blocks 0-2. Pages 0
+  // and 1 are full: mirror 0->0, 1->1. Page 2 holds 2 tokens: not yet.
+  let { plan } = hsStep(s);
+  assert.deepEqual(rows(plan), { A: [[0, 1, 2], [0, 1, 2], [], []] });
+  assert.deepEqual(mirrors(plan), [
+    [0, 0],
+    [1, 1],
+  ]);
+  assert.deepEqual(plan.sparseReqIds, []);
+
+  // Step 2: token 10 goes to page 2, offset 2: nothing changes, nothing to mirror.
+  ({ plan } = hsStep(s));
+  assert.deepEqual(rows(plan), {});
+  assert.deepEqual(mirrors(plan), []);
+
+  // Step 3: token 11 fills page 2: mirror 2->2. Step 4: token 12 opens page 3 = block 3 = host 3.
+  ({ plan } = hsStep(s));
+  assert.deepEqual(mirrors(plan), [[2, 2]]);
+  ({ plan } = hsStep(s));
+  assert.deepEqual(rows(plan), { A: [[0, 1, 2, 3], [0, 1, 2, 3], [], []] });
+  assert.deepEqual(hs.stats().mirroredPagesTotal, 3);
+  // With no pressure nothing is spilled: every page is ACTIVE.
+  assert.equal(hs.stats().spilledPagesTotal, 0);
+  assert.equal(hs.stats().numActivePages, 4);
+});
+
+test("auto: a failed allocation spills the best victim's pages (never sink, window, tail or pinned) instead of preempting", () => {
+  // Token 105 is whitelisted: it is A's token 5, so A's page 1 is pinned.
+  const { s, hs } = hisparseScheduler({ whitelistTokenIds: [105] }, 10, 32);
+  s.addRequest(req("A", tokens(100, 24), { maxTokens: 8 }));
+  s.addRequest(req("B", tokens(200, 12), { maxTokens: 8 }));
+
+  // Step 1: A's prefill takes pages 0-5 (blocks 0-5, host 0-5), B's pages 0-2 (blocks 6-8, host
+  // 6-8). All full pages are mirrored; block 9 stays free.
+  let { plan } = hsStep(s);
+  assert.deepEqual(rows(plan), {
+    A: [[0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5], [1], []],
+    B: [[6, 7, 8], [6, 7, 8], [], []],
+  });
+  assert.deepEqual(mirrors(plan).length, 9);
+
+  // Step 2: A's token 24 opens page 6 -> block 9, host 9. B's token 12 opens page 3: no block is
+  // free. Victims (decode phase): A has pages 2-5 spillable (0 is a sink, 1 pinned, 6 the tail):
+  // 4 pages - 2 hot blocks = gain 2; B has pages 1-2 (page 3 is its window): gain 0. A spills
+  // pages 2-5 (blocks 2, 3, 4, 5 return to the pool in that order); A runs in this step, so it
+  // takes its hot buffer at once: blocks 2 and 3. B gets block 4 (host 10). Nobody is preempted.
+  ({ plan } = hsStep(s));
+  const NULL = -1;
+  assert.deepEqual(rows(plan), {
+    A: [[0, 1, 2, 3, 4, 5, 9], [0, 1, NULL, NULL, NULL, NULL, 9], [1], [2, 3]],
+    B: [[6, 7, 8, 10], [6, 7, 8, 4], [], []],
+  });
+  assert.deepEqual(plan.sparseReqIds, ["A"]);
+  assert.deepEqual(s.kvCacheManager.blockPool.freeBlockIds(), [5]);
+  assert.equal(s.makeStats().numPreemptions, 0);
+  const st = hs.stats();
+  assert.deepEqual(
+    [st.spilledPagesTotal, st.numActivePages, st.numInactivePages, st.numSparseRequests],
+    [4, 3 + 4, 4, 1],
+  );
+  assert.deepEqual(pageStates(hs, "A"), [A_, A_, I_, I_, I_, I_, A_]);
+  assert.deepEqual(pageStates(hs, "B"), [A_, A_, A_, A_]);
+
+  // Step 3: the worker recalled A's pages 2 and 5 into its hot buffer (it reports 2 SPARSE
+  // pages): of A's 4 INACTIVE pages, 2 are SPARSE now. Nothing else changes.
+  ({ plan } = hsStep(s, { numSparsePages: 2, hits: 4, misses: 8, hostToDeviceBytes: 8 * 64 }));
+  assert.deepEqual(rows(plan), {});
+  const st3 = hs.stats();
+  assert.deepEqual(
+    [st3.numActivePages, st3.numSparsePages, st3.numInactivePages, st3.hitsTotal, st3.missesTotal],
+    [7, 2, 2, 4, 8],
+  );
+});
+
+test("auto: a victim that does not run yet takes its hot buffer with its own next allocation", () => {
+  const { s } = hisparseScheduler({}, 9, 32);
+  s.addRequest(req("A", tokens(100, 12), { maxTokens: 8 }));
+  s.addRequest(req("B", tokens(200, 20), { maxTokens: 8 }));
+  // Step 1: A pages 0-2 (blocks 0-2), B pages 0-4 (blocks 3-7); block 8 free.
+  hsStep(s);
+  // Step 2: A (oldest, served first) opens page 3: block 8. B opens page 5: none free. Victims:
+  // B has pages 1-4 spillable (its window is page 5; gain 4 - 2 = 2), A pages 1-2 (gain 0): B
+  // spills pages 1-4 (blocks 4-7 freed). B is the requester itself and not scheduled yet: its retried
+  // allocation takes its new page (block 4) and its hot buffer (blocks 5, 6) together.
+  const { plan } = hsStep(s);
+  const NULL = -1;
+  assert.deepEqual(rows(plan), {
+    A: [[0, 1, 2, 8], [0, 1, 2, 8], [], []],
+    B: [[3, 4, 5, 6, 7, 9], [3, NULL, NULL, NULL, NULL, 4], [], [5, 6]],
+  });
+  assert.deepEqual(s.kvCacheManager.blockPool.freeBlockIds(), [7]);
+  assert.deepEqual(plan.sparseReqIds, ["B"]);
+  assert.equal(s.makeStats().numPreemptions, 0);
+});
+
+test("auto: until the worker confirms a page's mirror, the page is not spilled: the newest request is preempted", () => {
+  const { s, hs } = hisparseScheduler({}, 6, 32);
+  s.addRequest(req("A", tokens(100, 12), { maxTokens: 8 }));
+  s.addRequest(req("B", tokens(200, 12), { maxTokens: 8 }));
+  // Step 1: A blocks 0-2, B blocks 3-5; the pool is full. The worker's answer carries no
+  // "hisparse" result, so the mirrors of pages 0-2 of each request are not confirmed.
+  const so = s.schedule();
+  s.updateFromOutput(so, fakeRunnerOutput(s, so));
+  // Step 2: A's token 12 opens page 3, no block is free. A's and B's pages 1-2 would be
+  // spillable but their mirrors are unconfirmed: the policy frees nothing, B is preempted.
+  const { so: so2 } = hsStep(s);
+  assert.deepEqual([...so2.preemptedReqIds], ["B"]);
+  assert.equal(hs.stats().spilledPagesTotal, 0);
+});
+
+test("auto: ties go to the newest victim; a victim scheduled in this step is skipped when its hot buffer would eat the gain", () => {
+  const { s, hs } = hisparseScheduler({}, 6, 32);
+  s.addRequest(req("A", tokens(100, 12), { maxTokens: 8 }));
+  s.addRequest(req("B", tokens(200, 12), { maxTokens: 8 }));
+  // Step 1: A blocks 0-2, B blocks 3-5 (mirrors confirmed).
+  hsStep(s);
+  // Step 2: A opens page 3, none free. A and B both have pages 1-2 spillable, gain 2 - 2 = 0:
+  // the newest, B, spills (blocks 4, 5 freed); B is not scheduled yet, so its hot buffer waits.
+  // A gets block 4. Then B opens page 3 and needs its hot buffer: 3 blocks, 1 free. The only
+  // victim, A, runs in this step with gain 0: skipped. B, the newest, preempts itself.
+  const { so, plan } = hsStep(s);
+  assert.deepEqual([...so.preemptedReqIds], ["B"]);
+  assert.equal(hs.stats().spilledPagesTotal, 2);
+  assert.deepEqual(rows(plan), { A: [[0, 1, 2, 6], [0, 1, 2, 4], [], []] });
+  assert.deepEqual(plan.sparseReqIds, []);
+});
+
+test("host pool exhausted: spilling cannot make host room, so the newest request is preempted", () => {
+  const { s, hs } = hisparseScheduler({}, 20, 8);
+  const a = req("A", tokens(100, 16), { maxTokens: 8 });
+  const b = req("B", tokens(200, 16), { maxTokens: 8 });
+  s.addRequest(a);
+  s.addRequest(b);
+  // Step 1: A pages 0-3 = host 0-3, B pages 0-3 = host 4-7: the host pool is full.
+  hsStep(s);
+  assert.equal(hs.stats().hostPoolUsedBlocks, 8);
+  // Step 2: A's token 16 opens page 4: device blocks are free, host blocks are not. The policy
+  // does not spill (a spill keeps the host block); B, the newest, is preempted: its 4 host
+  // blocks return (tail first: 7, 6, 5, 4) and A's new page takes host block 7.
+  const { so, plan } = hsStep(s);
+  assert.deepEqual([...so.preemptedReqIds], ["B"]);
+  assert.equal(b.status, RequestStatus.PREEMPTED);
+  assert.equal(hs.stats().spilledPagesTotal, 0);
+  assert.deepEqual(rows(plan), { A: [[0, 1, 2, 3, 7], [0, 1, 2, 3, 8], [], []] });
+  assert.deepEqual(hs.kvCacheManager.hostBlockPool.freeBlockIds(), [6, 5, 4]);
+});
+
+test("admission: a request that cannot fit the device pool densely or the host tier is rejected with a sentence", () => {
+  // Device pool 10 blocks (40 tokens), host pool 32: prompt 30 + 20 outputs needs 49 tokens.
+  let { s } = hisparseScheduler({}, 10, 32);
+  const big = req("X", tokens(100, 30), { maxTokens: 20 });
+  assert.equal(
+    s.admissionError(big),
+    "the request may need 49 tokens of KV cache (prompt plus max_tokens), more than the 40 the cache can hold",
+  );
+  // Device pool 20 blocks, host tier 8 blocks (32 tokens): 40 tokens do not fit the host tier.
+  ({ s } = hisparseScheduler({}, 20, 8));
+  const long = req("Y", tokens(100, 30), { maxTokens: 11 });
+  assert.match(s.admissionError(long)!, /40 tokens of KV cache .* more than the 32 the cache can hold/);
+  s.addRequest(long);
+  assert.equal(long.status, RequestStatus.FINISHED_IGNORED);
+});
+
+test("on: a request longer than min_sparse_tokens goes host-resident at its first decode; a short one stays dense", () => {
+  const { s, hs } = hisparseScheduler({ mode: "on", minSparseTokens: 16 }, 32, 64);
+  s.addRequest(req("A", tokens(100, 24), { maxTokens: 8 }));
+  s.addRequest(req("B", tokens(200, 8), { maxTokens: 8 }));
+  // Step 1: prefill (dense, every page ACTIVE): A blocks 0-5, B blocks 6-7.
+  let { plan } = hsStep(s);
+  assert.deepEqual(plan.sparseReqIds, []);
+  // Step 2: A (25 tokens > 16) opens page 6 (block 8), then spills pages 1-5 (blocks 1-5 freed)
+  // and takes its hot buffer from the front of the free queue: blocks 10 and 11 (the freed ones
+  // are queued behind 9-31). B (9 tokens) stays dense.
+  ({ plan } = hsStep(s));
+  const NULL = -1;
+  assert.deepEqual(rows(plan), {
+    A: [[0, 1, 2, 3, 4, 5, 8], [0, NULL, NULL, NULL, NULL, NULL, 8], [], [10, 11]],
+    B: [[6, 7, 9], [6, 7, 9], [], []],
+  });
+  assert.deepEqual(plan.sparseReqIds, ["A"]);
+  // Later steps: each page that leaves A's window is spilled once mirrored.
+  for (let i = 0; i < 4; i++) ({ plan } = hsStep(s));
+  assert.equal(hs.stats().spilledPagesTotal, 5 + 1);
+});
+
+test("finished requests return every device, hot and host block", () => {
+  const { s, hs } = hisparseScheduler({ mode: "on", minSparseTokens: 8 }, 16, 32);
+  s.addRequest(req("A", tokens(100, 20), { maxTokens: 6 }));
+  s.addRequest(req("B", tokens(200, 14), { maxTokens: 9 }));
+  let steps = 0;
+  while (s.hasUnfinishedRequests() && steps++ < 50) hsStep(s);
+  hsStep(s); // delivers the finished ids
+  assert.equal(s.kvCacheManager.numFreeBlocks, 16);
+  assert.equal(hs.kvCacheManager.hostBlockPool.numFreeBlocks, 32);
+  assert.ok(hs.stats().spilledPagesTotal > 0);
+});

@@ -1,0 +1,78 @@
+/** HiSparse Prometheus series and the periodic sparse_block_state line. */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { Registry } from "prom-client";
+import type { HiSparseStats } from "../../../src/core/hisparse/plan.js";
+import { formatSparseBlockStateLine, HiSparseMetrics } from "../../../src/metrics/hisparse_metrics.js";
+
+function stats(p: Partial<HiSparseStats>): HiSparseStats {
+  return {
+    numActivePages: 0,
+    numSparsePages: 0,
+    numInactivePages: 0,
+    numSparseRequests: 0,
+    hostPoolUsedBlocks: 0,
+    hostPoolTotalBlocks: 100,
+    hitsTotal: 0,
+    missesTotal: 0,
+    hostToDeviceBytesTotal: 0,
+    deviceToHostBytesTotal: 0,
+    spilledPagesTotal: 0,
+    mirroredPagesTotal: 0,
+    ...p,
+  };
+}
+
+test("counters advance by the stats' differences; gauges take the latest values", async () => {
+  const registry = new Registry();
+  const m = new HiSparseMetrics(registry);
+  m.update(stats({ hitsTotal: 10, missesTotal: 4, hostToDeviceBytesTotal: 4096, spilledPagesTotal: 7 }));
+  m.update(
+    stats({
+      hitsTotal: 25,
+      missesTotal: 5,
+      hostToDeviceBytesTotal: 5120,
+      spilledPagesTotal: 7,
+      numActivePages: 12,
+      numSparsePages: 3,
+      numInactivePages: 40,
+      numSparseRequests: 2,
+      hostPoolUsedBlocks: 55,
+    }),
+  );
+  const text = await registry.metrics();
+  const value = (series: string) => {
+    const line = text.split("\n").find((l) => l.startsWith(`${series} `));
+    return line === undefined ? undefined : Number(line.split(" ")[1]);
+  };
+  assert.equal(value("hisparse_cache_hits_total"), 25);
+  assert.equal(value("hisparse_cache_misses_total"), 5);
+  assert.equal(value("hisparse_host_to_device_bytes_total"), 5120);
+  assert.equal(value("hisparse_spilled_pages_total"), 7);
+  assert.equal(value('hisparse_pages{state="ACTIVE"}'), 12);
+  assert.equal(value('hisparse_pages{state="SPARSE"}'), 3);
+  assert.equal(value('hisparse_pages{state="INACTIVE"}'), 40);
+  assert.equal(value("hisparse_host_pool_used_pages"), 55);
+  assert.equal(value("hisparse_host_pool_usage"), 0.55);
+  assert.equal(value("hisparse_sparse_requests"), 2);
+});
+
+test("the periodic line reports pages now, and hit rate and GB/s over the interval", () => {
+  const prev = stats({ hitsTotal: 100, missesTotal: 20, hostToDeviceBytesTotal: 1e9 });
+  const cur = stats({
+    numActivePages: 12,
+    numSparsePages: 3,
+    numInactivePages: 40,
+    hitsTotal: 187,
+    missesTotal: 33,
+    hostToDeviceBytesTotal: 1e9 + 2.5e8,
+  });
+  assert.equal(
+    formatSparseBlockStateLine(cur, prev, 10),
+    "sparse_block_state: ACTIVE=12 SPARSE=3 INACTIVE=40 hit_rate=0.870 h2d_GBps=0.025",
+  );
+  assert.equal(
+    formatSparseBlockStateLine(stats({ numActivePages: 5 }), null, 10),
+    "sparse_block_state: ACTIVE=5 SPARSE=0 INACTIVE=0 hit_rate=n/a h2d_GBps=0.000",
+  );
+});
