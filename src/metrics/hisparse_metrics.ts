@@ -105,3 +105,38 @@ export function formatSparseBlockStateLine(
   const gbps = intervalSeconds > 0 ? (bytes / intervalSeconds / 1e9).toFixed(3) : "n/a";
   return `sparse_block_state: ACTIVE=${cur.numActivePages} SPARSE=${cur.numSparsePages} INACTIVE=${cur.numInactivePages} hit_rate=${hitRate} h2d_GBps=${gbps}`;
 }
+
+/** Where {@link attachHiSparseObservability} plugs in (the server's MetricsRegistry and StatsLogger). */
+export interface ObservabilityHost {
+  registry: Registry;
+  addCollector(fn: () => void): void;
+}
+export interface StatsLineHost {
+  addLine(fn: () => string | null): void;
+}
+
+/**
+ * Registers the HiSparse series on the server's registry (refreshed before each scrape from
+ * `stats()`) and adds the `sparse_block_state` line to the periodic stats log.
+ * @param now clock in seconds (injectable for tests)
+ */
+export function attachHiSparseObservability(
+  metrics: ObservabilityHost,
+  log: StatsLineHost,
+  stats: () => HiSparseStats,
+  now: () => number = () => performance.now() / 1000,
+): HiSparseMetrics {
+  const m = new HiSparseMetrics(metrics.registry);
+  metrics.addCollector(() => m.update(stats()));
+  let prev: HiSparseStats | null = null;
+  let prevTime = now();
+  log.addLine(() => {
+    const cur = stats();
+    const t = now();
+    const line = formatSparseBlockStateLine(cur, prev, t - prevTime);
+    prev = cur;
+    prevTime = t;
+    return line;
+  });
+  return m;
+}

@@ -4,6 +4,7 @@ import { type Logger, pino } from "pino";
 import type { EngineArgs } from "../config/engine_args.js";
 import { AsyncLLM } from "../engine/async_llm.js";
 import type { EngineCreateOptions, StepStats } from "../engine/llm_engine.js";
+import { attachHiSparseObservability } from "../metrics/hisparse_metrics.js";
 import { type EngineGauges, MetricsRegistry } from "../metrics/metrics_registry.js";
 import { StatsLogger } from "../metrics/stats_logger.js";
 import { buildApp, DEFAULT_MAX_REQUEST_BODY_BYTES } from "./app.js";
@@ -97,6 +98,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       version: o.version ?? "unknown",
     });
     const stats = new StatsLogger(metrics, logger, o.statsIntervalSeconds ?? DEFAULT_STATS_INTERVAL_S);
+    const hisparse = llm.engine.hisparse;
+    if (hisparse !== null) attachHiSparseObservability(metrics, stats, () => hisparse.stats());
     o.extendMetrics?.(metrics, stats, llm);
     const address = await app.listen({ host: o.host ?? "127.0.0.1", port: o.port ?? 8000 });
     stats.start();

@@ -3,7 +3,11 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Registry } from "prom-client";
 import type { HiSparseStats } from "../../../src/core/hisparse/plan.js";
-import { formatSparseBlockStateLine, HiSparseMetrics } from "../../../src/metrics/hisparse_metrics.js";
+import {
+  attachHiSparseObservability,
+  formatSparseBlockStateLine,
+  HiSparseMetrics,
+} from "../../../src/metrics/hisparse_metrics.js";
 
 function stats(p: Partial<HiSparseStats>): HiSparseStats {
   return {
@@ -75,4 +79,29 @@ test("the periodic line reports pages now, and hit rate and GB/s over the interv
     formatSparseBlockStateLine(stats({ numActivePages: 5 }), null, 10),
     "sparse_block_state: ACTIVE=5 SPARSE=0 INACTIVE=0 hit_rate=n/a h2d_GBps=0.000",
   );
+});
+
+test("attachHiSparseObservability: series refreshed by the collector, one log line per interval", async () => {
+  const registry = new Registry();
+  const collectors: (() => void)[] = [];
+  const lines: (() => string | null)[] = [];
+  let cur = stats({ hitsTotal: 0, missesTotal: 0, hostToDeviceBytesTotal: 0 });
+  let t = 100;
+  attachHiSparseObservability(
+    { registry, addCollector: (fn) => collectors.push(fn) },
+    { addLine: (fn) => lines.push(fn) },
+    () => cur,
+    () => t,
+  );
+  assert.equal(collectors.length, 1);
+  assert.equal(lines.length, 1);
+  // Interval 1: 3 hits, 1 miss, 2e9 bytes in 2 s.
+  cur = stats({ hitsTotal: 3, missesTotal: 1, hostToDeviceBytesTotal: 2e9 });
+  t = 102;
+  collectors[0]!();
+  assert.match(await registry.metrics(), /hisparse_cache_hits_total 3\n/);
+  assert.match(lines[0]!()!, /hit_rate=0\.750 h2d_GBps=1\.000$/);
+  // Interval 2: nothing looked up.
+  t = 104;
+  assert.match(lines[0]!()!, /hit_rate=n\/a h2d_GBps=0\.000$/);
 });
