@@ -10,4 +10,5 @@ export { AsyncLLM } from "./engine/async_llm.js";
 export { LLM, type LLMOptions } from "./engine/llm.js";
 export { EngineInputError, LLMEngine, type PromptInput } from "./engine/llm_engine.js";
 export type { CompletionOutput, RequestOutput, RequestOutputKind } from "./engine/outputs.js";
+export { type RunningServer, type ServerOptions, startServer } from "./server/server.js";
 export { Tokenizer } from "./tokenizer/tokenizer.js";

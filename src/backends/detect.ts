@@ -53,7 +53,12 @@ export function detectCuda(addonPath?: string): CudaDetection {
     result.runtimeVersion = probe.runtimeVersion;
     result.deviceCount = probe.deviceCount;
     if (!probe.ok) {
-      result.reason = `no usable CUDA device: ${probe.error || "the driver reports no device"}`;
+      // With no NVIDIA driver loaded at all, the runtime reports cudaErrorInsufficientDriver
+      // (driver version 0), which reads as if an old driver were installed: say what it means.
+      result.reason =
+        probe.driverVersion === 0
+          ? "no NVIDIA GPU driver was found on this machine"
+          : `no usable CUDA device: ${probe.error || "the driver reports no device"}`;
       return result;
     }
     const props = addon.deviceProperties(0);

@@ -115,11 +115,10 @@ export function registerBench(program: Command): void {
       "fixed output length for sharegpt (default: the reply's)",
       parseIntArg,
     )
-    .option(
-      "--request-rate <r>",
-      "requests per second, or inf to send all at once",
-      parsePositiveOrInf,
-      Infinity,
+    .addOption(
+      new Option("--request-rate <r>", "requests per second, or inf to send all at once")
+        .argParser(parsePositiveOrInf)
+        .default(Number.POSITIVE_INFINITY, "inf"),
     )
     .option("--burstiness <b>", "Gamma shape of the arrival gaps (1 = Poisson)", parsePositiveOrInf, 1)
     .option("--max-concurrency <n>", "requests in flight at most (client side)", parseIntArg)
@@ -211,6 +210,9 @@ async function runBenchServe(o: BenchServeOptions): Promise<void> {
   const { metrics, percentiles } = parseLists(o);
   const goodput = parseGoodput(o.goodput ?? []);
   const baseUrl = (o.baseUrl ?? `http://${o.host}:${o.port}`).replace(/\/+$/, "");
+  if (!/^https?:\/\//.test(baseUrl)) {
+    throw new Error(`--base-url must start with http:// or https:// (got ${baseUrl})`);
+  }
   const apiKey = o.apiKey ?? process.env.OPENAI_API_KEY;
   const endpoint = o.endpoint ?? (o.backend === "openai" ? "/v1/completions" : "/v1/chat/completions");
   const tokDir = o.tokenizer ?? resolveModelDir(undefined);
@@ -277,6 +279,11 @@ async function runBenchServe(o: BenchServeOptions): Promise<void> {
     };
     jsons.push(resultJson(r, info, cfg, o.saveDetailed));
     if (cap !== null) points.push(sweepPointFrom(cap, r.metrics));
+    if (r.metrics.completed === 0 && requests.length > 0) {
+      writeOutputs(o, model, jsons, points);
+      const first = failedRequestLines(r)[0]?.replace(/^Error \d+: /, "") ?? "no detail";
+      throw new Error(`all ${requests.length} requests failed (first: ${first})`);
+    }
   }
   writeOutputs(o, model, jsons, points);
 }

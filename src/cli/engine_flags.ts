@@ -26,7 +26,11 @@ export function addEngineFlags(cmd: Command): Command {
     .option("--block-size <n>", "tokens per KV cache block", parseIntArg, 16)
     .option("--gpu-memory-utilization <f>", "fraction of GPU memory to use", parseFloatArg, 0.9)
     .option("--num-gpu-blocks-override <n>", "fix the number of KV cache blocks", parseIntArg)
-    .option("--cpu-kv-cache-gib <gib>", "KV cache size of the CPU backend in GiB", parseGibArg, 2 ** 30)
+    .addOption(
+      new Option("--cpu-kv-cache-gib <gib>", "KV cache size of the CPU backend in GiB")
+        .argParser(parseGibArg)
+        .default(2 ** 30, "1"),
+    )
     .addOption(
       new Option("--kv-cache-dtype <dtype>", "KV cache storage dtype")
         .choices(["auto", "bf16", "f16", "f32"])

@@ -1,6 +1,6 @@
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
-import { Command, CommanderError, InvalidArgumentError } from "commander";
+import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import type { EngineArgs } from "../config/engine_args.js";
 import { LLM } from "../engine/llm.js";
 import { loadFiller } from "../eval/filler.js";
@@ -58,13 +58,16 @@ export function parseDepths(v: string): number[] {
   return xs.map((x) => x / 100);
 }
 
-/** Parses `--needles`: "2" or a range "1-4" within [1, 4]... any positive range. */
+/** Needles per document the reference models were trained on (shared/models/README.md). */
+export const MAX_NEEDLES = 4;
+
+/** Parses `--needles`: "2" or a range "1-4" within [1, MAX_NEEDLES]. */
 export function parseNeedleRange(v: string): [number, number] {
   const m = /^(\d+)(?:-(\d+))?$/.exec(v.trim());
   const lo = m === null ? 0 : Number(m[1]);
   const hi = m === null ? 0 : Number(m[2] ?? m[1]);
-  if (m === null || lo < 1 || hi < lo)
-    throw new InvalidArgumentError('must be a count or a range like "1-4".');
+  if (m === null || lo < 1 || hi < lo || hi > MAX_NEEDLES)
+    throw new InvalidArgumentError(`must be a count or a range like "1-4" within 1-${MAX_NEEDLES}.`);
   return [lo, hi];
 }
 
@@ -124,7 +127,11 @@ export function registerEval(program: Command): void {
       evenDepths(5),
     )
     .option("--trials <n>", "documents per length and depth", parseIntArg, 4)
-    .option("--needles <n|range>", "needles per document, e.g. 1 or 1-4", parseNeedleRange, [1, 4])
+    .addOption(
+      new Option("--needles <n|range>", "needles per document, e.g. 1 or 1-4")
+        .argParser(parseNeedleRange)
+        .default([1, 4] as [number, number], "1-4"),
+    )
     .option(
       "--filler-file <path...>",
       "filler text (default: the licence texts in /usr/share/common-licenses)",

@@ -29,7 +29,12 @@ export function registerGenerate(program: Command): void {
     .option("--temperature <t>", "sampling temperature (0 = greedy)", parseFloatArg, 0.8)
     .option("--top-p <p>", "nucleus sampling mass", parseFloatArg, 0.95)
     .option("--top-k <k>", "sample from the k most likely tokens (0 = all)", parseIntArg, 0)
-    .option("--stop <text...>", "stop strings")
+    .option(
+      "--stop <text>",
+      "stop string (repeat for several)",
+      (v: string, prev: string[]) => [...prev, v],
+      [] as string[],
+    )
     .option("--ignore-eos", "keep generating past the end-of-sequence token", false);
   addEngineFlags(cmd).action(action(runGenerate));
 }

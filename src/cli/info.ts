@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import type { Command } from "commander";
-import { kvBytesPerToken, loadModelConfig, type ModelConfig } from "../config/model_config.js";
+import { countParameters, kvBytesPerToken, loadModelConfig } from "../config/model_config.js";
 import { packageRoot, resolveModelDir } from "../models/registry.js";
 import { Tokenizer } from "../tokenizer/tokenizer.js";
 import { action } from "./errors.js";
@@ -11,19 +11,6 @@ import { action } from "./errors.js";
 export function packageVersion(): string {
   const pkg = JSON.parse(readFileSync(join(packageRoot(), "package.json"), "utf8"));
   return pkg.version as string;
-}
-
-/** Parameter count of a Llama-family config (weights only; tied lm_head counted once). */
-export function countParameters(c: ModelConfig): number {
-  const H = c.hiddenSize;
-  const D = c.headDim;
-  const attn = H * c.numAttentionHeads * D * 2 + H * c.numKeyValueHeads * D * 2;
-  const attnBias = c.attentionBias ? (c.numAttentionHeads + 2 * c.numKeyValueHeads) * D : 0;
-  const mlp = 3 * H * c.intermediateSize;
-  const norms = 2 * H + (c.qkNorm ? 2 * D : 0);
-  const perLayer = attn + attnBias + mlp + norms;
-  const embed = c.vocabSize * H;
-  return c.numHiddenLayers * perLayer + embed + H + (c.tieWordEmbeddings ? 0 : embed);
 }
 
 /** `hisparse info`: versions, the compute backend found, and a model summary. */

@@ -37,6 +37,13 @@ export function buildProgram(): Command {
 }
 
 export async function main(argv: string[]): Promise<void> {
+  // `hisparse ... | head`: a closed pipe ends the command quietly, not with an EPIPE stack.
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on("error", (e: NodeJS.ErrnoException) => {
+      if (e.code === "EPIPE") process.exit(0);
+      throw e;
+    });
+  }
   try {
     await buildProgram().parseAsync(expandCompareArgs(argv));
   } catch (e) {

@@ -1,14 +1,18 @@
 import { readFileSync } from "node:fs";
 import { isAbsolute, relative } from "node:path";
 import { type Command, Option } from "commander";
-import { loadModelConfig, type ModelConfig, parseModelConfig } from "../config/model_config.js";
+import {
+  countParameters,
+  loadModelConfig,
+  type ModelConfig,
+  parseModelConfig,
+} from "../config/model_config.js";
 import { resolveModelDir } from "../models/registry.js";
 import { type BudgetSource, budgetLines, denseLines, hisparseLines } from "../plan/format.js";
 import { planHiSparseKnobs } from "../plan/hisparse_knobs.js";
 import { kvBudgetFromGpu, type PlanInput, planDense, planHiSparse } from "../plan/plan.js";
 import { parseFloatArg, parseGibArg, parseIntArg } from "./engine_flags.js";
 import { action } from "./errors.js";
-import { countParameters } from "./info.js";
 
 /** Bytes per element of the dtypes `plan` accepts. */
 const DTYPE_BYTES = { bf16: 2, f16: 2, f32: 4 } as const;

@@ -249,3 +249,16 @@ export function loadModelConfig(modelDir: string): ModelConfig {
 export function kvBytesPerToken(cfg: ModelConfig, dtypeBytes: number): number {
   return 2 * cfg.numHiddenLayers * cfg.numKeyValueHeads * cfg.headDim * dtypeBytes;
 }
+
+/** Parameter count of a Llama-family config (weights only; tied lm_head counted once). */
+export function countParameters(c: ModelConfig): number {
+  const H = c.hiddenSize;
+  const D = c.headDim;
+  const attn = H * c.numAttentionHeads * D * 2 + H * c.numKeyValueHeads * D * 2;
+  const attnBias = c.attentionBias ? (c.numAttentionHeads + 2 * c.numKeyValueHeads) * D : 0;
+  const mlp = 3 * H * c.intermediateSize;
+  const norms = 2 * H + (c.qkNorm ? 2 * D : 0);
+  const perLayer = attn + attnBias + mlp + norms;
+  const embed = c.vocabSize * H;
+  return c.numHiddenLayers * perLayer + embed + H + (c.tieWordEmbeddings ? 0 : embed);
+}

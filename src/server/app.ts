@@ -127,6 +127,9 @@ function sendError(err: FastifyError | OpenAIError, req: FastifyRequest, reply: 
   } else if (typeof err.statusCode === "number" && err.statusCode >= 400 && err.statusCode < 500) {
     e = new OpenAIError(err.statusCode, err.message);
   } else e = toOpenAIError(err);
-  if (e.status >= 500) req.log.error({ err }, `${req.method} ${req.url} failed: ${e.message}`);
+  // Expected refusals (503 overload, engine gone) are warnings without a stack; unexpected
+  // failures are errors with one.
+  if (e.status === 503 && err instanceof OpenAIError) req.log.warn(`${req.method} ${req.url}: ${e.message}`);
+  else if (e.status >= 500) req.log.error({ err }, `${req.method} ${req.url} failed: ${e.message}`);
   return reply.code(e.status).send(e.toBody());
 }

@@ -86,8 +86,12 @@ export class ServingContext {
         "n",
       );
     }
-    const waiting = this.llm.engine.scheduler.numWaiting;
-    if (waiting + children.length > limit) {
+    // Requests that will really queue: those waiting beyond the free running slots (a request
+    // just added counts as waiting until the next step schedules it).
+    const sched = this.llm.engine.scheduler;
+    const freeSlots = Math.max(0, sched.schedulerConfig.maxNumSeqs - sched.numRunning);
+    const waiting = Math.max(0, sched.numWaiting - freeSlots);
+    if (Math.max(0, sched.numWaiting + children.length - freeSlots) > limit) {
       throw new OpenAIError(
         503,
         `the server is overloaded: ${waiting} requests are waiting (limit ${limit}); retry later`,

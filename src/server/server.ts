@@ -101,7 +101,14 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     const hisparse = llm.engine.hisparse;
     if (hisparse !== null) attachHiSparseObservability(metrics, stats, () => hisparse.stats());
     o.extendMetrics?.(metrics, stats, llm);
-    const address = await app.listen({ host: o.host ?? "127.0.0.1", port: o.port ?? 8000 });
+    const host = o.host ?? "127.0.0.1";
+    const port = o.port ?? 8000;
+    let address: string;
+    try {
+      address = await app.listen({ host, port });
+    } catch (e) {
+      throw new Error(`cannot listen on ${host}:${port}: ${(e as Error).message}`);
+    }
     stats.start();
     let closing: Promise<void> | null = null;
     const close = () => {

@@ -1,12 +1,18 @@
+import { totalmem } from "node:os";
 import type { Backend, DType, Tensor } from "../backends/backend.js";
 import { DTYPE_BYTES } from "../backends/backend.js";
 import { createBackend } from "../backends/registry.js";
 import type { EngineArgs } from "../config/engine_args.js";
 import { ConfigError } from "../config/engine_args.js";
 import { hisparseConfigOf } from "../config/hisparse_config.js";
-import { kvBytesPerToken, type ModelConfig } from "../config/model_config.js";
+import {
+  countParameters,
+  kvBytesPerToken,
+  loadModelConfig,
+  type ModelConfig,
+} from "../config/model_config.js";
 import type { ModelRunnerOutput, SchedulerOutput } from "../core/sched/output.js";
-import { loadModel } from "../models/registry.js";
+import { loadModel, resolveModelDir } from "../models/registry.js";
 import { type HiSparseWorkerInfo, setupHiSparse } from "./hisparse/setup.js";
 import { ModelRunner } from "./model_runner.js";
 
@@ -46,6 +52,7 @@ export class Worker {
   static async create(args: EngineArgs, onProgress?: (done: number, total: number) => void): Promise<Worker> {
     const backend = await createBackend(args);
     try {
+      if (backend.name === "cpu") checkCpuMemory(args);
       const loaded = loadModel({
         modelDir: args.model,
         backend,
@@ -150,3 +157,24 @@ function kvMemoryBudget(args: EngineArgs, backend: Backend): number {
   const used = total - free;
   return Math.max(0, total * args.gpuMemoryUtilization - used);
 }
+
+/**
+ * Refuses, before any allocation, a model the CPU backend cannot hold: weights widen to f32
+ * (4 bytes per parameter) and the KV cache takes `cpuKvCacheBytes`; together they must fit in
+ * 90% of the machine's memory (os.totalmem()), else the process would be killed mid-load.
+ * @throws ConfigError naming the sizes.
+ */
+function checkCpuMemory(args: EngineArgs): void {
+  const config = loadModelConfig(resolveModelDir(args.model));
+  const weights = countParameters(config) * 4;
+  const total = totalmem();
+  const gib = (b: number) => (b / 2 ** 30).toFixed(1);
+  if (weights + args.cpuKvCacheBytes > CPU_MEMORY_FRACTION * total) {
+    throw new ConfigError([
+      `the CPU backend needs about ${gib(weights)} GiB for this model's weights (f32) plus ${gib(args.cpuKvCacheBytes)} GiB of KV cache, more than this machine's ${gib(total)} GiB allows; use --device cuda or a smaller model`,
+    ]);
+  }
+}
+
+/** Share of system memory the CPU backend may plan to use for weights and KV cache. */
+const CPU_MEMORY_FRACTION = 0.9;

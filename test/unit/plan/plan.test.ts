@@ -5,8 +5,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { countParameters } from "../../../src/cli/info.js";
-import { loadModelConfig } from "../../../src/config/model_config.js";
+import { countParameters, loadModelConfig } from "../../../src/config/model_config.js";
 import { denseLines } from "../../../src/plan/format.js";
 import { planHiSparseKnobs } from "../../../src/plan/hisparse_knobs.js";
 import { kvBudgetFromGpu, type PlanInput, planDense, planHiSparse } from "../../../src/plan/plan.js";
