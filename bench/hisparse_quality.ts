@@ -47,6 +47,7 @@ const ORACLE = !argv.includes("--no-oracle");
 /** KV block (page) size: Quest selects whole pages, so smaller pages give a finer selection. */
 const BLOCK_SIZE = flag("--block-size", 16);
 const PASSKEY_ONLY = argv.includes("--passkey-only");
+const PPL_ONLY = argv.includes("--ppl-only");
 /** Where the report goes (default bench/results/hisparse_quality_cpu.md). */
 const OUT_NAME = argv.includes("--out") ? argv[argv.indexOf("--out") + 1]! : "hisparse_quality_cpu.md";
 
@@ -324,7 +325,7 @@ async function main(): Promise<void> {
   );
   out();
   // Oracle runs patch this thread's selector, so they go last in each section.
-  await passkeySection(tok, [DENSE, quest(SPARSE.topk), ...(ORACLE ? [oracle] : [])]);
+  if (!PPL_ONLY) await passkeySection(tok, [DENSE, quest(SPARSE.topk), ...(ORACLE ? [oracle] : [])]);
   if (!PASSKEY_ONLY)
     await perplexitySection(tok, [
       DENSE,
