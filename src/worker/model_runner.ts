@@ -3,7 +3,7 @@ import type { AttentionMetadata, Backend, Tensor } from "../backends/backend.js"
 import type { RequestId } from "../core/ids.js";
 import type { ModelRunnerOutput, SchedulerOutput, TokenLogprobs } from "../core/sched/output.js";
 import type { LlamaForCausalLM } from "../models/llama.js";
-import { CudaGraphRunner } from "./cuda_graph_runner.js";
+import { CudaGraphRunner, graphStepExtensions } from "./cuda_graph_runner.js";
 import type { WorkerExtension } from "./extension.js";
 import { type CachedRequestState, type PreparedInputs, prepareInputs, updateStates } from "./input_batch.js";
 import { RequestSampler } from "./request_sampler.js";
@@ -59,9 +59,10 @@ export class ModelRunner {
           );
   }
 
-  /** Frees graph resources. */
+  /** Frees graph resources and what the extensions hold. */
   dispose(): void {
     this.graphRunner?.dispose();
+    for (const ext of this.extensions) ext.dispose?.();
   }
 
   /** Number of requests whose state the runner holds. */
@@ -104,12 +105,15 @@ export class ModelRunner {
   }
 
   /**
-   * Runs the model: a captured graph for pure decode batches (dense attention only, until the
-   * HiSparse kernels exist on CUDA), else eagerly.
+   * Runs the model: a captured graph for pure decode batches when every extension takes part in
+   * graphs (WorkerExtension.graph; HiSparse on CUDA does), else eagerly.
    * @returns logits [>= B, V] (a graph's padded rows follow the B real ones); null when no row samples
    */
   private forward(inputs: PreparedInputs, so: SchedulerOutput): Tensor | null {
-    if (this.extensions.length === 0 && this.graphRunner?.canRun(inputs)) return this.graphRunner.run(inputs);
+    if (this.graphRunner?.canRun(inputs)) {
+      const ext = graphStepExtensions(this.extensions, so, inputs);
+      if (ext !== null) return this.graphRunner.run(inputs, ext);
+    }
     const b = this.backend;
     b.resetWorkspace();
     const T = inputs.inputIds.length;

@@ -1,5 +1,6 @@
 import type { Backend, DType, Tensor } from "../backends/backend.js";
 import { DTYPE_BYTES } from "../backends/backend.js";
+import type { CudaBackend } from "../backends/cuda/cuda_backend.js";
 import { createBackend } from "../backends/registry.js";
 import type { EngineArgs } from "../config/engine_args.js";
 import { ConfigError } from "../config/engine_args.js";
@@ -7,6 +8,7 @@ import { hisparseConfigOf } from "../config/hisparse_config.js";
 import { kvBytesPerToken, type ModelConfig } from "../config/model_config.js";
 import type { ModelRunnerOutput, SchedulerOutput } from "../core/sched/output.js";
 import { loadModel } from "../models/registry.js";
+import { setupCudaHiSparse } from "./hisparse/cuda/setup_cuda.js";
 import { type HiSparseWorkerInfo, setupHiSparse } from "./hisparse/setup.js";
 import { ModelRunner } from "./model_runner.js";
 
@@ -57,10 +59,13 @@ export class Worker {
       const { config, model, modelDir, maxModelLen } = loaded;
       const kvCacheDtype = resolveKvDtype(args, backend);
       const hs = hisparseConfigOf(args.extensions);
+      const budget = () => kvMemoryBudget(args, backend);
       const sparse =
         hs === null
           ? null
-          : setupHiSparse(backend, model, args, hs, kvCacheDtype, kvMemoryBudget(args, backend));
+          : backend.name === "cuda"
+            ? setupCudaHiSparse(backend as CudaBackend, model, args, hs, kvCacheDtype, budget(), maxModelLen)
+            : setupHiSparse(backend, model, args, hs, kvCacheDtype, budget());
       const kv = sparse ?? denseKvCache(args, backend, config, kvCacheDtype);
       const runner = new ModelRunner(backend, model, kv.kvCaches, args.blockSize, {
         seed: args.seed,
