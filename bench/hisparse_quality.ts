@@ -326,7 +326,12 @@ async function main(): Promise<void> {
   // Oracle runs patch this thread's selector, so they go last in each section.
   await passkeySection(tok, [DENSE, quest(SPARSE.topk), ...(ORACLE ? [oracle] : [])]);
   if (!PASSKEY_ONLY)
-    await perplexitySection(tok, [DENSE, quest(SPARSE.topk), ...SWEEP.map(quest), ...(ORACLE ? [oracle] : [])]);
+    await perplexitySection(tok, [
+      DENSE,
+      quest(SPARSE.topk),
+      ...SWEEP.map(quest),
+      ...(ORACLE ? [oracle] : []),
+    ]);
   out(
     "H2D bytes count the K/V slices (per layer, kv head and page) copied into hot buffers; on the CPU backend both tiers are host memory, so the figure measures the traffic the GPU path would move, not a speed.",
   );
