@@ -37,12 +37,8 @@ export class CudaHiSparseAttention implements AttentionBackend {
     const hs = meta.extensions?.get(HISPARSE) as DeviceHiSparseStepMeta | undefined;
     if (hs === undefined) throw new Error("CudaHiSparseAttention needs the step's hisparse metadata");
     const li = this.layers.sparseIndex[layerIdx]!;
-    if (li < 0) {
-      const dm = hs.denseMeta;
-      b.reshapeAndCache(qkv, this.layout, kvCache, dm.slotMapping, bs);
-      return b.pagedAttention(qkv, this.layout, kvCache, dm, bs);
-    }
-    this.selector.writeKvAndDigests(li, qkv, kvCache, meta.slotMapping, hs.hostSlotMapping);
+    this.writeKv(layerIdx, qkv, kvCache, meta);
+    if (li < 0) return b.pagedAttention(qkv, this.layout, kvCache, hs.denseMeta, bs);
     if (!hs.hasSparse) return b.pagedAttention(qkv, this.layout, kvCache, meta, bs);
     const selection = this.selector.select(li, qkv, hs.rows);
     const resolved = this.resolver.resolve(li, selection, hs.rows, kvCache);
@@ -57,5 +53,15 @@ export class CudaHiSparseAttention implements AttentionBackend {
       onlyFlaggedRows: true,
       out,
     });
+  }
+
+  /** Dense layer: K/V at the host slots; sparse layer: K/V into the main pool and the digests. */
+  writeKv(layerIdx: number, qkv: Tensor, kvCache: Tensor, meta: AttentionMetadata): void {
+    const hs = meta.extensions?.get(HISPARSE) as DeviceHiSparseStepMeta | undefined;
+    if (hs === undefined) throw new Error("CudaHiSparseAttention needs the step's hisparse metadata");
+    const li = this.layers.sparseIndex[layerIdx]!;
+    if (li < 0)
+      this.backend.reshapeAndCache(qkv, this.layout, kvCache, hs.denseMeta.slotMapping, this.blockSize);
+    else this.selector.writeKvAndDigests(li, qkv, kvCache, meta.slotMapping, hs.hostSlotMapping);
   }
 }
