@@ -57,6 +57,8 @@ export interface PlanInput {
   /** Bytes per KV element (2 for bf16/f16, 4 for f32). */
   kvElementBytes: number;
   hisparse: PlanHiSparse;
+  /** Bytes per digest element; default DIGEST_ELEMENT_BYTES (the CUDA engine keeps bf16 digests: 2). */
+  digestElementBytes?: number;
 }
 
 /** The dense engine's figures. */
@@ -162,7 +164,8 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
   const numSparse = L - numDense;
   const layerBlockBytes = 2 * bs * m.numKeyValueHeads * m.headDim * p.kvElementBytes;
   const mainBytesPerBlock = numSparse * layerBlockBytes;
-  const digestBytesPerPage = numSparse * 2 * m.numKeyValueHeads * m.headDim * DIGEST_ELEMENT_BYTES;
+  const digestBytesPerPage =
+    numSparse * 2 * m.numKeyValueHeads * m.headDim * (p.digestElementBytes ?? DIGEST_ELEMENT_BYTES);
   const deviceBytesPerHostBlock = numDense * layerBlockBytes + digestBytesPerPage;
   const hostBytesPerBlock = numSparse * layerBlockBytes;
   const pagesPerRequest = Math.ceil(p.contextTokens / bs);

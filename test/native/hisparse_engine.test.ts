@@ -58,7 +58,11 @@ async function run(dir: string, prompts: number[][], opts: Partial<LLMOptions>):
     );
     const stats = engine.hisparse?.stats();
     if (engine.hisparse !== null) {
-      assert.equal(engine.scheduler.kvCacheManager.numFreeBlocks, engine.info.numGpuBlocks, "device pool freed");
+      assert.equal(
+        engine.scheduler.kvCacheManager.numFreeBlocks,
+        engine.info.numGpuBlocks,
+        "device pool freed",
+      );
       assert.equal(stats!.hostPoolUsedBlocks, 0, "host pool freed");
     }
     return {

@@ -10,6 +10,13 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import {
+  abortAll,
+  addRequests,
+  createBenchEngine,
+  isDecodeStep,
+  step,
+} from "../../../../bench/hisparse_harness.js";
 import type { HostTensorData } from "../../../../src/backends/backend.js";
 import { CudaBackend } from "../../../../src/backends/cuda/cuda_backend.js";
 import { makeEngineArgs } from "../../../../src/config/engine_args.js";
@@ -247,5 +254,49 @@ describe("HiSparse on the CUDA TS layer, end to end on the fake addon", () => {
     assert.ok(s.captured.has("reshapeAndCacheDigest") && s.captured.has("pagedDecodeAttention"));
     assert.ok(s.mirroredPages > 0 && s.mirrorCalls.length > 0);
     assert.equal(s.numGraphs, 1, "one (dense) variant of one bucket");
+  });
+});
+
+describe("benchmark harness on the fake addon (bench/hisparse_harness.ts)", () => {
+  it("fastPrefill fills contexts with KV writes only (no GEMM), then requests decode through graphs; abortAll frees every pool", () => {
+    const fake = createFakeAddon();
+    const be = new CudaBackend({ addon: fake, workspaceBytes: 16 << 20, stagingBytes: 1 << 16 });
+    const model = LlamaForCausalLM.load(config, weights(), be, MAX_MODEL_LEN);
+    const hs = resolveHiSparseConfig({
+      mode: "on",
+      topk: 8,
+      deviceBufferTokens: 8,
+      sinkTokens: 4,
+      windowTokens: 4,
+      denseLayers: [0],
+      minSparseTokens: 0,
+      hostPoolBytes: 1 << 20,
+    });
+    const e = createBenchEngine(be, model, {
+      blockSize: BS,
+      maxModelLen: MAX_MODEL_LEN,
+      maxNumSeqs: 4,
+      maxNumBatchedTokens: 32,
+      kvBudgetBytes: 1 << 20,
+      hisparse: hs,
+    });
+    const ids = addRequests(e, config.vocabSize, 3, 60, 1000);
+    const prefillFns = new Set<string>();
+    let decodeSteps = 0;
+    for (let i = 0; i < 40; i++) {
+      const mark = fake.calls.length;
+      const { so } = step(e);
+      if (isDecodeStep(so)) decodeSteps++;
+      else for (const c of fake.calls.slice(mark)) prefillFns.add(c.fn);
+    }
+    assert.ok(prefillFns.has("reshapeAndCacheDigest") && prefillFns.has("reshapeAndCache"));
+    assert.ok(!prefillFns.has("linear") && !prefillFns.has("pagedPrefillAttention"), [...prefillFns].join());
+    assert.ok(decodeSteps > 10, `requests decode (${decodeSteps} decode steps)`);
+    assert.ok((e.hisparse!.stats().spilledPagesTotal ?? 0) > 0, "on: pages went host-resident");
+    abortAll(e, ids);
+    assert.equal(e.scheduler.kvCacheManager.numFreeBlocks, e.numGpuBlocks);
+    assert.equal(e.hisparse!.stats().hostPoolUsedBlocks, 0);
+    e.dispose();
+    be.dispose();
   });
 });

@@ -1,0 +1,213 @@
+/**
+ * HiSparse decode throughput vs concurrency (issue 6), GPU machine:
+ *   node dist/bench/hisparse_throughput.js [--config configs/llama-3.1-8b] [--contexts 32768,131072]
+ *     [--batches 32768:1,4,8,16,32;131072:1,2,4,8] [--modes off,on,auto] [--steps 16]
+ *     [--kv-budget-gib 16] [--host-pool-gib 64] [--topk 2048] [--buffer 4096] [--dense-layers 0,1]
+ *     [--json FILE] [--budget-s 420]
+ * Llama-3.1-8B shape with seeded dummy weights (bf16), block size 16, CUDA graphs.
+ *
+ * Same device memory for every mode: `--kv-budget-gib` bytes hold the dense KV cache (off), or
+ * HiSparse's main pool, dense-layer KV, digests and tables (on, auto); the host tier is
+ * `--host-pool-gib` of pinned memory. (The defaults emulate a node whose host memory is several
+ * times its KV memory, the regime HiSparse is for: this GPU machine has 128 GiB of RAM for 141 GB
+ * of HBM, so a host tier larger than the device pool is impossible at full device size.)
+ *
+ * Filling contexts: prefills do not run the model (ModelRunner.fastPrefill): each prefill chunk
+ * writes every layer's K/V and Quest digests from fixed random qkv rows, through the same kernels
+ * a real prefill uses, and mirrors its pages to the host tier as a real prefill does (in `on`
+ * the request then goes host-resident). A 128K-token context fills in about a second instead of
+ * the tens of seconds a real prefill takes; decode steps then run the real model (graph replays),
+ * over random keys, so Quest selects different pages from step to step (a miss-heavy workload).
+ *
+ * Per (context, mode, batch B): add B requests of `context` prompt tokens, step until every
+ * running request decodes (requests that do not fit wait, or are preempted by `off`, or spill in
+ * `auto`), run 3 decode steps (graph capture), then time `--steps` decode steps with the host
+ * clock (each step ends with device sampling, which waits for the GPU): tokens/s = decoded tokens
+ * / seconds. Printed: one row per (context, B) with tok/s per mode, running requests, and the
+ * on/off and auto/off ratios; then HiSparse hit rates and host-to-device GB/s.
+ */
+import { writeFileSync } from "node:fs";
+import { performance } from "node:perf_hooks";
+import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
+import { type HiSparseConfig, resolveHiSparseConfig } from "../src/config/hisparse_config.js";
+import type { HiSparseStats } from "../src/core/hisparse/plan.js";
+import { loadModel } from "../src/models/registry.js";
+import {
+  abortAll,
+  addRequests,
+  type BenchEngine,
+  createBenchEngine,
+  isDecodeStep,
+  step,
+} from "./hisparse_harness.js";
+
+const arg = (name: string, d: string) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1]! : d;
+};
+const GiB = 2 ** 30;
+const BLOCK = 16;
+const contexts = arg("contexts", "32768,131072").split(",").map(Number);
+const batchSpec = arg("batches", "32768:1,4,8,16,32;131072:1,2,4,8");
+const modes = arg("modes", "off,on,auto").split(",") as ("off" | "on" | "auto")[];
+const STEPS = Number(arg("steps", "16"));
+const budgetBytes = Number(arg("kv-budget-gib", "16")) * GiB;
+const hostPoolBytes = Number(arg("host-pool-gib", "64")) * GiB;
+const deadline = performance.now() + Number(arg("budget-s", "420")) * 1000;
+const denseLayers = arg("dense-layers", "0,1")
+  .split(",")
+  .filter((x) => x !== "")
+  .map(Number);
+
+/** Batch sizes per context: "C:b1,b2;C2:..." or one list for every context. */
+function batchesFor(ctx: number): number[] {
+  for (const part of batchSpec.split(";")) {
+    const [c, list] = part.includes(":") ? part.split(":") : [String(ctx), part];
+    if (Number(c) === ctx) return list!.split(",").map(Number);
+  }
+  return [1];
+}
+
+interface Row {
+  context: number;
+  mode: string;
+  batch: number;
+  tokPerS: number;
+  stepMs: number;
+  running: number;
+  waiting: number;
+  preemptions: number;
+  hitRate: number | null;
+  h2dGBps: number | null;
+  note: string;
+}
+
+function hisparseConfig(mode: "on" | "auto"): HiSparseConfig {
+  return resolveHiSparseConfig({
+    mode,
+    topk: Number(arg("topk", "2048")),
+    deviceBufferTokens: Number(arg("buffer", "4096")),
+    denseLayers,
+    hostPoolBytes,
+    minSparseTokens: 0,
+  });
+}
+
+/** Steps until every running request decodes and nothing more gets admitted (or a step cap). */
+function rampUp(e: BenchEngine, cap: number): void {
+  let stable = 0;
+  for (let i = 0; i < cap && stable < 3; i++) {
+    const { so } = step(e);
+    stable = isDecodeStep(so) ? stable + 1 : 0;
+  }
+}
+
+function measure(e: BenchEngine, vocab: number, ctx: number, batch: number, mode: string): Row {
+  const ids = addRequests(e, vocab, batch, ctx, 100_000);
+  const fillSteps = Math.ceil(ctx / e.args.maxNumBatchedTokens) * batch + 50;
+  rampUp(e, fillSteps);
+  for (let i = 0; i < 3; i++) step(e); // graph capture of this bucket
+  const st0 = e.hisparse?.stats();
+  const pre0 = e.scheduler.makeStats().numPreemptions;
+  let tokens = 0;
+  const t0 = performance.now();
+  for (let i = 0; i < STEPS; i++) for (const o of step(e).outs) tokens += o.newTokenIds.length;
+  const secs = (performance.now() - t0) / 1000;
+  const s = e.scheduler.makeStats();
+  const st1 = e.hisparse?.stats();
+  const diff = (k: keyof HiSparseStats) => (st1 && st0 ? st1[k] - st0[k] : 0);
+  const lookups = diff("hitsTotal") + diff("missesTotal");
+  const row: Row = {
+    context: ctx,
+    mode,
+    batch,
+    tokPerS: tokens / secs,
+    stepMs: (secs * 1000) / STEPS,
+    running: s.numRunningReqs,
+    waiting: s.numWaitingReqs,
+    preemptions: s.numPreemptions - pre0,
+    hitRate: lookups > 0 ? diff("hitsTotal") / lookups : null,
+    h2dGBps: st1 ? diff("hostToDeviceBytesTotal") / secs / 1e9 : null,
+    note: "",
+  };
+  abortAll(e, ids);
+  return row;
+}
+
+const backend = new CudaBackend({ workspaceBytes: 8 * GiB });
+const maxCtx = Math.max(...contexts);
+const t0 = performance.now();
+const { config, model } = loadModel({
+  modelDir: arg("config", "configs/llama-3.1-8b"),
+  backend,
+  loadFormat: "dummy",
+  seed: 0,
+  maxModelLen: maxCtx + 4096,
+});
+console.log(
+  `loaded ${config.architecture} (dummy, ${config.numHiddenLayers} layers) in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+);
+console.log(
+  `device KV budget ${(budgetBytes / GiB).toFixed(1)} GiB for every mode; host pool ${(hostPoolBytes / GiB).toFixed(1)} GiB; topk ${arg("topk", "2048")}, buffer ${arg("buffer", "4096")}, dense layers [${denseLayers}]`,
+);
+const rows: Row[] = [];
+outer: for (const ctx of contexts) {
+  const batches = batchesFor(ctx);
+  for (const mode of modes) {
+    let e: BenchEngine;
+    try {
+      e = createBenchEngine(backend, model, {
+        blockSize: BLOCK,
+        maxModelLen: ctx + 1024,
+        maxNumSeqs: Math.max(...batches),
+        maxNumBatchedTokens: 8192,
+        kvBudgetBytes: budgetBytes,
+        hisparse: mode === "off" ? null : hisparseConfig(mode),
+      });
+    } catch (err) {
+      console.log(`context ${ctx} ${mode}: does not start: ${(err as Error).message}`);
+      continue;
+    }
+    console.log(`context ${ctx} ${mode}: ${e.numGpuBlocks} device blocks, ${e.numHostBlocks} host blocks`);
+    for (const b of batches) {
+      if (performance.now() > deadline) {
+        console.log("time budget reached: remaining points skipped");
+        e.dispose();
+        break outer;
+      }
+      const r = measure(e, config.vocabSize, ctx, b, mode);
+      rows.push(r);
+      console.log(
+        `  B=${b}: ${r.tokPerS.toFixed(0)} tok/s, step ${r.stepMs.toFixed(2)} ms, running ${r.running}, waiting ${r.waiting}, preemptions ${r.preemptions}` +
+          (r.hitRate === null
+            ? ""
+            : `, hit rate ${(100 * r.hitRate).toFixed(1)}%, H2D ${r.h2dGBps!.toFixed(1)} GB/s`),
+      );
+    }
+    e.dispose();
+    backend.resetWorkspace();
+  }
+}
+
+console.log(
+  "\n| context | B | " + modes.map((m) => `${m} tok/s (running)`).join(" | ") + " | on/off | auto/off |",
+);
+console.log(`|---|---|${modes.map(() => "---|").join("")}---|---|`);
+for (const ctx of contexts)
+  for (const b of batchesFor(ctx)) {
+    const get = (m: string) => rows.find((r) => r.context === ctx && r.batch === b && r.mode === m);
+    if (!modes.some((m) => get(m) !== undefined)) continue;
+    const cells = modes.map((m) => {
+      const r = get(m);
+      return r === undefined ? "-" : `${r.tokPerS.toFixed(0)} (${r.running})`;
+    });
+    const ratio = (m: string) => {
+      const [a, o] = [get(m), get("off")];
+      return a && o ? `${(a.tokPerS / o.tokPerS).toFixed(2)}x` : "-";
+    };
+    console.log(`| ${ctx} | ${b} | ${cells.join(" | ")} | ${ratio("on")} | ${ratio("auto")} |`);
+  }
+const json = arg("json", "");
+if (json !== "")
+  writeFileSync(json, JSON.stringify({ budgetBytes, hostPoolBytes, denseLayers, rows }, null, 2));
+backend.dispose();
