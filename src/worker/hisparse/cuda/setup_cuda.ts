@@ -1,3 +1,4 @@
+import { totalmem } from "node:os";
 import { CudaHiSparseAttention } from "../../../attention/sparse/cuda_hisparse_attention.js";
 import type { DType, QkvLayout } from "../../../backends/backend.js";
 import { DTYPE_BYTES } from "../../../backends/backend.js";
@@ -14,6 +15,12 @@ import { HiSparseSlotTables, type SlotTablesConfig } from "./slot_tables.js";
 
 /** Bytes of a bf16 digest element (CudaQuestSelector). */
 const DIGEST_BF16_BYTES = 2;
+/**
+ * Largest share of the machine's RAM that the default host pool (no --host-pool-gib) pins. The
+ * default of the memory plan (HOST_POOL_DEFAULT_RATIO x the device pool's pages) would ask a GPU
+ * with more device memory than the host has RAM for more pinned memory than exists.
+ */
+export const DEFAULT_HOST_POOL_MAX_RAM_FRACTION = 0.5;
 
 /**
  * setupHiSparse on CUDA: sizes the pools as the CPU path does (worker/hisparse/memory_plan.ts,
@@ -51,17 +58,22 @@ export function setupCudaHiSparse(
     numSparseLayers: sparseLayers.length,
     numKvHeads: Hkv,
   };
-  const plan = planHiSparseMemory({
-    config: hs,
-    blockSize: bs,
-    numLayers: L,
-    numKvHeads: Hkv,
-    headDim: D,
-    kvElementBytes: DTYPE_BYTES[kvCacheDtype],
-    digestElementBytes: DIGEST_BF16_BYTES,
-    deviceBudgetBytes: deviceBudgetBytes - HiSparseSlotTables.deviceBytes(tablesConfig),
-    numGpuBlocksOverride: args.numGpuBlocksOverride,
-  });
+  const planFor = (config: HiSparseConfig) =>
+    planHiSparseMemory({
+      config,
+      blockSize: bs,
+      numLayers: L,
+      numKvHeads: Hkv,
+      headDim: D,
+      kvElementBytes: DTYPE_BYTES[kvCacheDtype],
+      digestElementBytes: DIGEST_BF16_BYTES,
+      deviceBudgetBytes: deviceBudgetBytes - HiSparseSlotTables.deviceBytes(tablesConfig),
+      numGpuBlocksOverride: args.numGpuBlocksOverride,
+    });
+  let plan = planFor(hs);
+  const ramCap = Math.floor(totalmem() * DEFAULT_HOST_POOL_MAX_RAM_FRACTION);
+  if (hs.hostPoolBytes === null && plan.numHostBlocks * plan.hostBytesPerBlock > ramCap)
+    plan = planFor({ ...hs, hostPoolBytes: ramCap });
   if (plan.reasons.length > 0) throw new ConfigError(plan.reasons);
   const denseLayers = [...hs.denseLayers].sort((a, b) => a - b);
   const kvCaches = allocateKvCaches(backend, config, bs, kvCacheDtype, sparseLayers, denseLayers, plan);
