@@ -113,7 +113,9 @@ size_t hsQuestSelectScratchBytes(int numReqs, int numKvHeads, int tableStride);
  *   score = sum over i in order of (qPos[i] * max[i] + qNeg[i] * min[i]),
  * in float64 with the oracle's operation order and no fused multiply-add, so the scores, and so
  * the selections, are the oracle's bit for bit. Selection is a radix select over order-preserving
- * 64-bit keys of the scores (-0 taken as +0). Grid (Hkv, numReqs), 256 threads.
+ * 64-bit keys of the scores (-0 taken as +0). Two kernels: scoring, grid
+ * (ceil(tableStride / 256), Hkv, numReqs), one page per thread; selection, grid (Hkv, numReqs);
+ * 256 threads each.
  * Requirements: D a multiple of 8 and <= 256, Hq a multiple of Hkv, scratch as sized above.
  */
 cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t stream);

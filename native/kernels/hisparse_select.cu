@@ -1,15 +1,19 @@
-// Quest page selection (hisparse.h hsQuestSelect), one CTA per (kv head, request):
+// Quest page selection (hisparse.h hsQuestSelect), two kernels:
+// questScoreKernel, one CTA per (chunk of kScorePages pages, kv head, request), so that even one
+// request with a long context spreads over the GPU:
 // 1. the group's query sums qPos / qNeg in float64 (heads in order, as quest.ts groupQuery);
 // 2. one thread per page computes its score sequentially over the head dim in float64 with the
 //    oracle's operation order (no FMA: __dmul_rn / __dadd_rn), and stores an order-preserving
 //    64-bit key (0 marks a forced page, which is not a candidate);
+// questSelectKernel, one CTA per (kv head, request):
 // 3. a radix select over the keys (8 passes of 8 bits, MSB first, shared-memory histograms)
 //    finds the k-th largest key T and how many keys equal to T are taken;
 // 4. one ordered pass over the pages (CTA scans) takes the forced pages, the keys > T and the
 //    first keys == T in page order (the oracle's tie rule: lower page first), and writes the
 //    selection ascending.
 // Scores are memory-bound (2 * D bf16 of digest per page); the float64 arithmetic (4 ops per
-// element) stays under the FP64 rate of an H100/H200 class GPU.
+// element) stays under the FP64 rate of an H100/H200 class GPU. Both grids are static (the
+// chunk count comes from tableStride), rows read their lengths from device memory.
 #include <cuda_bf16.h>
 
 #include "hisparse.h"
@@ -42,6 +46,9 @@ struct SelectArgs {
   int sinkPages;
   int windowPages;
 };
+
+/** Pages scored by one CTA of questScoreKernel (one per thread). */
+constexpr int kScorePages = kThreads;
 
 /** Order-preserving 64-bit key of a float64 score (larger score, larger key); -0 counts as +0. */
 __device__ __forceinline__ unsigned long long orderKey(double s) {
@@ -127,80 +134,105 @@ __device__ unsigned long long radixSelect(const unsigned long long* keys, int n,
   return prefix;
 }
 
-__global__ void __launch_bounds__(kThreads) questSelectKernel(const SelectArgs a) {
+/** A row's selection context: its slot, q row and page count, or !valid when it is skipped. */
+struct SelectRow {
+  bool valid;
+  int slot;
+  int qRow;
+  int numPages;
+  int windowStart;
+  const int32_t* pinRow;
+  __device__ bool forced(const SelectArgs& a, int p) const {
+    return p < a.sinkPages || p >= windowStart || (pinRow != nullptr && pinRow[p] != 0);
+  }
+};
+
+__device__ __forceinline__ SelectRow selectRow(const SelectArgs& a, int r) {
+  SelectRow row{};
+  const bool active = a.rowFlags == nullptr || a.rowFlags[r] != 0;
+  row.slot = a.reqSlot[r];
+  row.qRow = a.tokenRow != nullptr ? a.tokenRow[r] : r;
+  row.valid = active && row.slot >= 0 && row.slot < a.numSlots && row.qRow >= 0;
+  const int seqLen = max(a.seqLens[r], 0);
+  row.numPages = min((seqLen + a.blockSize - 1) / a.blockSize, a.tableStride);
+  row.windowStart = row.numPages - a.windowPages;
+  row.pinRow = row.valid && a.pinnedTable != nullptr ? a.pinnedTable + static_cast<size_t>(row.slot) * a.tableStride
+                                                     : nullptr;
+  return row;
+}
+
+/** Scores one chunk of pages of one (row, kv head) into the keys (step 2 of the file comment). */
+__global__ void __launch_bounds__(kThreads) questScoreKernel(const SelectArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   double* qp = reinterpret_cast<double*>(smem);
   double* qn = qp + a.headDim;
-  int* hist = reinterpret_cast<int*>(qn + a.headDim);
+  const int chunk = blockIdx.x;
+  const int g = blockIdx.y;
+  const int r = blockIdx.z;
+  const SelectRow row = selectRow(a, r);
+  // Rows that fit the budget take every page and need no score.
+  if (!row.valid || row.numPages <= a.budgetPages || chunk * kScorePages >= row.numPages) return;
+  const int G = a.numHeads / a.numKvHeads;
+  const uint16_t* q = a.qkv + static_cast<size_t>(row.qRow) * a.qkvRowStride;
+  for (int i = threadIdx.x; i < a.headDim; i += blockDim.x) {
+    double sp = 0.0;
+    double sn = 0.0;
+    for (int h = g * G; h < (g + 1) * G; ++h) {
+      const float v = bf16Bits(q[static_cast<size_t>(h) * a.headDim + i]);
+      if (v > 0.f)
+        sp = __dadd_rn(sp, static_cast<double>(v));
+      else
+        sn = __dadd_rn(sn, static_cast<double>(v));
+    }
+    qp[i] = sp;
+    qn[i] = sn;
+  }
+  __syncthreads();
+  const int p = chunk * kScorePages + static_cast<int>(threadIdx.x);
+  if (p >= row.numPages) return;
+  unsigned long long key = 0;  // forced: not a candidate
+  if (!row.forced(a, p)) {
+    const int hb = a.hostBlockTable[static_cast<size_t>(row.slot) * a.tableStride + p];
+    // An invalid host block (never in a consistent table) ranks lowest instead of faulting.
+    key = hb >= 0 && hb < a.numHostBlocks ? orderKey(pageScore(a, qp, qn, hb, g)) : 1ull;
+  }
+  a.keys[(static_cast<size_t>(r) * a.numKvHeads + g) * a.tableStride + p] = key;
+}
+
+__global__ void __launch_bounds__(kThreads) questSelectKernel(const SelectArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  int* hist = reinterpret_cast<int*>(smem);
   int* warpSums = hist + 256;
   int* bc = warpSums + 32;
   const int g = blockIdx.x;
   const int r = blockIdx.y;
-  const int Hkv = a.numKvHeads;
-  const size_t item = static_cast<size_t>(r) * Hkv + g;
+  const size_t item = static_cast<size_t>(r) * a.numKvHeads + g;
   int32_t* out = a.selPages + item * a.tableStride;
-  const bool active = a.rowFlags == nullptr || a.rowFlags[r] != 0;
-  const int slot = a.reqSlot[r];
-  const int qRow = a.tokenRow != nullptr ? a.tokenRow[r] : r;
-  if (!active || slot < 0 || slot >= a.numSlots || qRow < 0) {
+  const SelectRow row = selectRow(a, r);
+  if (!row.valid) {
     if (threadIdx.x == 0) a.selCount[item] = 0;
     return;
   }
-  const int seqLen = max(a.seqLens[r], 0);
-  const int numPages = min((seqLen + a.blockSize - 1) / a.blockSize, a.tableStride);
+  const int numPages = row.numPages;
   if (numPages <= a.budgetPages) {  // the whole context fits the budget: every page
     for (int p = threadIdx.x; p < numPages; p += blockDim.x) out[p] = p;
     if (threadIdx.x == 0) a.selCount[item] = numPages;
     return;
   }
-  const int windowStart = numPages - a.windowPages;
-  const int32_t* pinRow = a.pinnedTable != nullptr ? a.pinnedTable + static_cast<size_t>(slot) * a.tableStride : nullptr;
-  auto forced = [&](int p) {
-    return p < a.sinkPages || p >= windowStart || (pinRow != nullptr && pinRow[p] != 0);
-  };
   int myForced = 0;
-  for (int p = threadIdx.x; p < numPages; p += blockDim.x) myForced += forced(p) ? 1 : 0;
+  for (int p = threadIdx.x; p < numPages; p += blockDim.x) myForced += row.forced(a, p) ? 1 : 0;
   const int k = a.budgetPages - blockSum(myForced, warpSums);
   unsigned long long threshold = ~0ull;  // k <= 0: no score is taken
   int take = 0;
-  unsigned long long* keys = a.keys + item * a.tableStride;
-  if (k > 0) {
-    const int G = a.numHeads / Hkv;
-    const uint16_t* q = a.qkv + static_cast<size_t>(qRow) * a.qkvRowStride;
-    for (int i = threadIdx.x; i < a.headDim; i += blockDim.x) {
-      double sp = 0.0;
-      double sn = 0.0;
-      for (int h = g * G; h < (g + 1) * G; ++h) {
-        const float v = bf16Bits(q[static_cast<size_t>(h) * a.headDim + i]);
-        if (v > 0.f)
-          sp = __dadd_rn(sp, static_cast<double>(v));
-        else
-          sn = __dadd_rn(sn, static_cast<double>(v));
-      }
-      qp[i] = sp;
-      qn[i] = sn;
-    }
-    __syncthreads();
-    const int32_t* hostRow = a.hostBlockTable + static_cast<size_t>(slot) * a.tableStride;
-    for (int p = threadIdx.x; p < numPages; p += blockDim.x) {
-      unsigned long long key = 0;  // forced: not a candidate
-      if (!forced(p)) {
-        const int hb = hostRow[p];
-        // An invalid host block (never in a consistent table) ranks lowest instead of faulting.
-        key = hb >= 0 && hb < a.numHostBlocks ? orderKey(pageScore(a, qp, qn, hb, g)) : 1ull;
-      }
-      keys[p] = key;
-    }
-    __syncthreads();
-    threshold = radixSelect(keys, numPages, k, hist, bc, &take);
-  }
+  const unsigned long long* keys = a.keys + item * a.tableStride;
+  if (k > 0) threshold = radixSelect(keys, numPages, k, hist, bc, &take);
   // Ordered pass: forced pages, keys above the threshold, then the first `take` keys equal to it.
   int eqSoFar = 0;
   int selSoFar = 0;
   for (int base = 0; base < numPages; base += blockDim.x) {
     const int p = base + threadIdx.x;
     const bool in = p < numPages;
-    const bool f = in && forced(p);
+    const bool f = in && row.forced(a, p);
     const unsigned long long key = in && !f && k > 0 ? keys[p] : 0ull;
     const bool eq = key != 0 && key == threshold;
     int eqTotal = 0;
@@ -215,8 +247,11 @@ __global__ void __launch_bounds__(kThreads) questSelectKernel(const SelectArgs a
   if (threadIdx.x == 0) a.selCount[item] = selSoFar;
 }
 
-/** Dynamic shared memory of one CTA: qPos, qNeg (float64 [D] each), histogram, scan and broadcast words. */
-size_t selectSmemBytes(int headDim) { return 2 * sizeof(double) * headDim + (256 + 32 + 8) * sizeof(int); }
+/** Dynamic shared memory of a scoring CTA: qPos, qNeg (float64 [D] each). */
+size_t scoreSmemBytes(int headDim) { return 2 * sizeof(double) * headDim; }
+
+/** Dynamic shared memory of a selection CTA: histogram, scan and broadcast words. */
+size_t selectSmemBytes() { return (256 + 32 + 8) * sizeof(int); }
 
 }  // namespace
 }  // namespace hs_sparse
@@ -263,7 +298,13 @@ extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t 
   a.budgetPages = p->budgetPages;
   a.sinkPages = p->sinkPages;
   a.windowPages = p->windowPages;
+  const int chunks = (p->tableStride + kScorePages - 1) / kScorePages;
+  const dim3 scoreGrid(chunks, p->numKvHeads, p->numReqs);
+  if (p->numKvHeads > 65535) return cudaErrorInvalidValue;
+  questScoreKernel<<<scoreGrid, kThreads, scoreSmemBytes(p->headDim), stream>>>(a);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
   const dim3 grid(p->numKvHeads, p->numReqs);
-  questSelectKernel<<<grid, kThreads, selectSmemBytes(p->headDim), stream>>>(a);
+  questSelectKernel<<<grid, kThreads, selectSmemBytes(), stream>>>(a);
   return cudaGetLastError();
 }
