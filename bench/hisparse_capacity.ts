@@ -2,7 +2,7 @@
  * HiSparse capacity (issue 6), GPU machine: how many long requests decode at once without a
  * preemption, `off` vs `auto` / `on`, on the same device memory.
  *   node dist/bench/hisparse_capacity.js [--config configs/llama-3.1-8b] [--context 131072]
- *     [--kv-budget-gib 24] [--host-pool-gib 96] [--modes off,auto,on] [--max-requests 24]
+ *     [--kv-budget-gib 32] [--host-pool-gib 80] [--modes off,auto,on] [--max-requests 24]
  *     [--topk 2048] [--buffer 4096] [--dense-layers 0,1] [--json FILE]
  * Llama-3.1-8B shape, dummy weights, bf16 KV, block size 16.
  *
@@ -14,6 +14,13 @@
  * written from random rows, pages mirrored), decode steps run the real model. The figure is the
  * largest number of requests decoding in one step before the first preemption. The capacity the
  * engine's sizing predicts (src/plan, the same arithmetic as `hisparse plan`) is printed beside.
+ *
+ * What bounds it here: a HiSparse request must fit the device pool densely for its prefill (part
+ * 1's admission rule), which at 128K and this shape takes 15 GiB of main pool beside the dense
+ * layers and digests of every host page; and the host pool must hold every page of every
+ * request (15 GiB each at 128K), while this GPU machine has 128 GiB of RAM. So at 128K the host
+ * pool, not the device, sets the count (80 GiB: 5 requests); `hisparse plan` shows the
+ * device-side figures for a larger host.
  */
 import { writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
@@ -31,8 +38,8 @@ const GiB = 2 ** 30;
 const BLOCK = 16;
 const OUTPUTS = 16;
 const context = Number(arg("context", "131072"));
-const budgetBytes = Number(arg("kv-budget-gib", "24")) * GiB;
-const hostPoolBytes = Number(arg("host-pool-gib", "96")) * GiB;
+const budgetBytes = Number(arg("kv-budget-gib", "32")) * GiB;
+const hostPoolBytes = Number(arg("host-pool-gib", "80")) * GiB;
 const modes = arg("modes", "off,auto,on").split(",") as ("off" | "auto" | "on")[];
 const maxRequests = Number(arg("max-requests", "24"));
 const denseLayers = arg("dense-layers", "0,1")

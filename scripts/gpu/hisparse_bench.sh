@@ -2,9 +2,9 @@
 # HiSparse figures on the GPU machine (issue 6), a call of its own (about 9 minutes):
 #   bash scripts/device/unpack.sh && source .device/prelude.sh && bash scripts/gpu/hisparse_bench.sh
 # 1. bench/hisparse_throughput: decode tok/s vs concurrency at 32K and 128K for off / on / auto,
-#    same device KV budget (16 GiB), 64 GiB pinned host pool, Llama-3.1-8B shape, dummy weights;
+#    same device KV budget (32 GiB), 64 GiB pinned host pool, Llama-3.1-8B shape, dummy weights;
 # 2. bench/hisparse_capacity: 128K-token requests decoding at once without preemption, off / auto
-#    / on, 24 GiB of device KV memory and a 96 GiB host pool; then the same with no dense layers.
+#    / on, 32 GiB of device KV memory and an 80 GiB host pool; then the same with no dense layers.
 # JSON and logs in $OUT (or /tmp/hisparse-bench); tables last. Commit the figures under
 # bench/results/ with these commands.
 set -uo pipefail

@@ -21,7 +21,7 @@
 #  5. compute-sanitizer memcheck over hisparse_test --quick and over
 #     dist/scripts/gpu/hisparse_sequence.js (engine runs: on graphs / eager, auto with spills);
 #  6. the swap-in microbenchmark (hsSwapInPages, target >= 46 GB/s);
-#  7. reduced runs of bench/hisparse_throughput (32K, batch 1 and 16, off/on/auto) and
+#  7. reduced runs of bench/hisparse_throughput (32K, batch 1 and 8, off/on/auto) and
 #     bench/hisparse_capacity (128K, off/auto), with what time is left (the full grids are
 #     scripts/gpu/hisparse_bench.sh, a second call).
 # Logs and JSON go to $OUT (when set) or /tmp/hisparse-check. Exit 0 when every correctness step
@@ -113,7 +113,7 @@ row "swap-in 16 KiB pages" "$LAST_RC" "-" "$LAST_SECS" "$(grep -oE 'hsSwapInPage
 left=$(( 450 - ($(date +%s) - start_all) ))
 if [ "$left" -gt 90 ]; then
   run throughput "$left" node dist/bench/hisparse_throughput.js --budget-s $((left - 10)) --steps 8 \
-    --contexts 32768 --batches "32768:1,16" --json "$out/hisparse_throughput.json"
+    --contexts 32768 --batches "32768:1,8" --json "$out/hisparse_throughput.json"
   row "bench throughput (reduced)" "$LAST_RC" "-" "$LAST_SECS" "see table"
 else
   row "bench throughput" "skip" "-" "-" "no time left"
