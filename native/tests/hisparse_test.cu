@@ -2,7 +2,7 @@
 // hsSparseDecodeAttention) against the C++ ports of the CPU oracles (hisparse_ref.h) and a
 // float64 attention reference. Runs on a GPU (scripts/gpu/hisparse_check.sh builds it with nvcc)
 // and on the CPU through the emulator (bash native/tests/emu/run_emu.sh hisparse --quick).
-// Usage: hisparse_test [--quick] [--only TEXT]
+// Usage: hisparse_test [--quick] [--only TEXT] | hisparse_test --bench (resolver swap-in GB/s, GPU only)
 // Exact checks: KV rows and digests written by hsReshapeAndCacheDigest (bits), selections of
 // hsQuestSelect (pages, ties included), hsResolve over a scripted multi-step sequence (blocks,
 // lengths, LRU state, hits / misses, held pages, every copied byte), the mirror's host layout,
@@ -659,6 +659,84 @@ void sparseAttentionCase(Tally& tally, int Hq, int Hkv, int D, int bs, std::vect
   tally.record(ok, name);
 }
 
+/**
+ * Swap-in bandwidth of the fused resolver (GPU only, --bench): 32 rows at Llama-3.1-8B head
+ * geometry, 127 INACTIVE pages + the tail selected per (row, kv head), empty LRUs, so every
+ * selected slice (8 KiB: K and V of 16 tokens of one head) is a miss read from a 4 GiB mapped
+ * pinned host pool. Median of 10 launches (CUDA events); the LRU state is reset between them.
+ */
+void resolveBench() {
+  const int R = 32, Hkv = 8, D = 128, bs = 16, W = 8192, numHot = 256, sel = 128;
+  const int numHostBlocks = 65536;  // 4 GiB of [Hkv, 2, bs, D] bf16 pages
+  const int numBlocks = R * numHot + R + 16;
+  Rng rng(3);
+  std::vector<int> blockT(static_cast<size_t>(R) * W, -1), hostT(static_cast<size_t>(R) * W), hot(static_cast<size_t>(R) * numHot);
+  std::vector<int> selPages(static_cast<size_t>(R) * Hkv * W, 0), selCount(static_cast<size_t>(R) * Hkv, sel);
+  std::vector<int> seq(R, W * bs), flags(R, 1), slot(R);
+  for (int r = 0; r < R; ++r) {
+    slot[r] = r;
+    for (int p = 0; p < W; ++p) hostT[static_cast<size_t>(r) * W + p] = rng.below(numHostBlocks);
+    blockT[static_cast<size_t>(r) * W + W - 1] = R * numHot + r;  // the tail page is ACTIVE
+    for (int s = 0; s < numHot; ++s) hot[static_cast<size_t>(r) * numHot + s] = r * numHot + s;
+    for (int g = 0; g < Hkv; ++g) {
+      std::vector<int> pick;
+      for (int i = 0; i < sel - 1; ++i) pick.push_back(rng.below(W - 1));
+      std::sort(pick.begin(), pick.end());
+      pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
+      while (static_cast<int>(pick.size()) < sel - 1) {  // top up after duplicates, keeping it sorted
+        const int p = rng.below(W - 1);
+        if (!std::binary_search(pick.begin(), pick.end(), p)) pick.insert(std::lower_bound(pick.begin(), pick.end(), p), p);
+      }
+      pick.push_back(W - 1);
+      std::copy(pick.begin(), pick.end(), selPages.begin() + (static_cast<size_t>(r) * Hkv + g) * W);
+    }
+  }
+  void* host = nullptr;
+  const size_t hostBytes = static_cast<size_t>(numHostBlocks) * Hkv * 2 * bs * D * 2;
+  HS_CHECK(cudaHostAlloc(&host, hostBytes, cudaHostAllocMapped));
+  std::memset(host, 0x3c, hostBytes);
+  void* hostDev = nullptr;
+  HS_CHECK(cudaHostGetDevicePointer(&hostDev, host, 0));
+  auto dSel = toDevice(selPages), dCnt = toDevice(selCount), dSeq = toDevice(seq), dFlags = toDevice(flags);
+  auto dSlot = toDevice(slot), dBlockT = toDevice(blockT), dHostT = toDevice(hostT), dHot = toDevice(hot);
+  const size_t lru = static_cast<size_t>(R) * Hkv * numHot;
+  DeviceBuffer<int32_t> page(lru), last(lru), tick(static_cast<size_t>(R) * Hkv), held(static_cast<size_t>(R) * W), heldPages(R);
+  DeviceBuffer<int32_t> out(selPages.size()), outSeq(selCount.size());
+  DeviceBuffer<unsigned long long> counters(3);
+  DeviceBuffer<uint16_t> cache(static_cast<size_t>(numBlocks) * 2 * bs * Hkv * D);
+  HsResolveParams p{};
+  p.selPages = dSel.ptr, p.selCount = dCnt.ptr, p.selStride = W, p.rowFlags = dFlags.ptr, p.seqLens = dSeq.ptr;
+  p.reqSlot = dSlot.ptr, p.blockTable = dBlockT.ptr, p.hostBlockTable = dHostT.ptr, p.tableStride = W, p.numSlots = R;
+  p.hotBlocks = dHot.ptr, p.numHot = numHot, p.lruPage = page.ptr, p.lruLastUse = last.ptr, p.lruTick = tick.ptr;
+  p.layer = 0, p.numLayers = 1, p.heldCount = held.ptr, p.heldPages = heldPages.ptr, p.headBlockTables = out.ptr;
+  p.headSeqLens = outSeq.ptr, p.counters = counters.ptr, p.kvCache = cache.ptr, p.numBlocks = numBlocks;
+  p.hostKv = hostDev, p.numHostBlocks = numHostBlocks, p.numReqs = R, p.numKvHeads = Hkv, p.headDim = D, p.blockSize = bs;
+  cudaEvent_t e0, e1;
+  HS_CHECK(cudaEventCreate(&e0));
+  HS_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int it = 0; it < 12; ++it) {
+    page.poison(0xff);
+    last.poison(0xff);
+    HS_CHECK(cudaMemset(tick.ptr, 0, tick.bytes()));
+    HS_CHECK(cudaMemset(held.ptr, 0, held.bytes()));
+    HS_CHECK(cudaMemset(counters.ptr, 0, counters.bytes()));
+    HS_CHECK(cudaEventRecord(e0, 0));
+    HS_CHECK(hsResolve(&p, 0));
+    HS_CHECK(cudaEventRecord(e1, 0));
+    HS_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    HS_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (it >= 2) ms.push_back(t);
+  }
+  const auto c = fromDevice(counters, 3);
+  std::sort(ms.begin(), ms.end());
+  const double bytes = static_cast<double>(c[1]) * 2 * bs * D * 2;
+  std::printf("resolver swap-in: %llu misses of %d KiB in %.3f ms (median of %zu): %.1f GB/s (hsSwapInPages measured 51.3)\n",
+              c[1], 2 * bs * D * 2 / 1024, ms[ms.size() / 2], ms.size(), bytes / (ms[ms.size() / 2] * 1e-3) / 1e9);
+  HS_CHECK(cudaFreeHost(host));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -667,6 +745,10 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   HS_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  if (hasFlag(argc, argv, "--bench")) {
+    resolveBench();
+    return 0;
+  }
   Tally tally;
   digestCase(tally, 4, 2, 64, 8);
   selectCase(tally, 8, 2, 64, 16, 11);
