@@ -92,12 +92,12 @@ inline cudaError_t ensureSmem(Kernel kernel, size_t bytes, std::atomic<unsigned 
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
+  const unsigned long long bit = 1ull << (dev & 63);
+  if (doneMask.load(std::memory_order_acquire) & bit) return cudaSuccess;  // raised already (bounds checked then)
   int optin = 0;
   err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (err != cudaSuccess) return err;
   if (bytes > static_cast<size_t>(optin)) return cudaErrorInvalidValue;
-  const unsigned long long bit = 1ull << (dev & 63);
-  if (doneMask.load(std::memory_order_acquire) & bit) return cudaSuccess;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
   if (err == cudaSuccess) doneMask.fetch_or(bit, std::memory_order_acq_rel);
   return err;
