@@ -116,14 +116,15 @@ row "swap-in 16 KiB pages" "$LAST_RC" "-" "$LAST_SECS" "$(grep -oE 'hsSwapInPage
 left=$(( 450 - ($(date +%s) - start_all) ))
 if [ "$left" -gt 90 ]; then
   run throughput "$left" node dist/bench/hisparse_throughput.js --budget-s $((left - 10)) --steps 8 \
-    --contexts 32768 --batches "32768:1,8" --json "$out/hisparse_throughput.json"
+    --contexts 32768 --batches "32768:1,8" --kv-budget-gib 16 --host-pool-gib 24 --json "$out/hisparse_throughput.json"
   row "bench throughput (reduced)" "$LAST_RC" "-" "$LAST_SECS" "see table"
 else
   row "bench throughput" "skip" "-" "-" "no time left"
 fi
 left=$(( 470 - ($(date +%s) - start_all) ))
 if [ "$left" -gt 60 ]; then
-  run capacity "$left" node dist/bench/hisparse_capacity.js --max-requests 8 --modes off,auto --json "$out/hisparse_capacity.json"
+  run capacity "$left" node dist/bench/hisparse_capacity.js --max-requests 6 --modes off,auto --kv-budget-gib 24 \
+    --host-pool-gib 40 --json "$out/hisparse_capacity.json"
   row "bench capacity (reduced)" "$LAST_RC" "-" "$LAST_SECS" "see table"
 else
   row "bench capacity" "skip" "-" "-" "no time left"
