@@ -86,6 +86,7 @@ void initWorkspace(Napi::Env env, Napi::Object exports);
 void initBlas(Napi::Env env, Napi::Object exports);
 void initLaunchers(Napi::Env env, Napi::Object exports);
 void initAttention(Napi::Env env, Napi::Object exports);
+void initHiSparse(Napi::Env env, Napi::Object exports);
 
 }  // namespace hs
 

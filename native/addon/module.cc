@@ -9,7 +9,7 @@ bool haveAttention();
 bool haveSampling();
 
 /** Version of the JS-visible surface; addon.ts refuses a mismatching build. */
-constexpr int kAbiVersion = 1;
+constexpr int kAbiVersion = 2;
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("abiVersion", Napi::Number::New(env, kAbiVersion));
@@ -17,6 +17,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   build.Set("cudaRuntimeVersion", Napi::Number::New(env, CUDART_VERSION));
   build.Set("hasAttention", Napi::Boolean::New(env, haveAttention()));
   build.Set("hasSampling", Napi::Boolean::New(env, haveSampling()));
+  build.Set("hasHiSparse", Napi::Boolean::New(env, true));
 #ifdef HS_DEBUG_SYNC
   build.Set("debugSync", Napi::Boolean::New(env, true));
 #else
@@ -36,6 +37,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   initBlas(env, exports);
   initLaunchers(env, exports);
   initAttention(env, exports);
+  initHiSparse(env, exports);
   return exports;
 }
 

@@ -100,6 +100,36 @@ cudaError_t hsPagedDecodeAttention(const HsPagedAttentionParams* p, cudaStream_t
 cudaError_t hsPagedPrefillAttention(const HsPagedAttentionParams* p, int maxQueryLen, cudaStream_t s);
 
 /**
+ * HiSparse decode attention (Backend.sparsePagedAttention): hsPagedDecodeAttention where a row
+ * may read its own block table and length per (request, kv head). `base` holds the dense tables
+ * (read by rows without the per-head flag), the sizes, the workspace and maxModelLen (which sizes
+ * the split grid as for dense decode, so a row whose per-head tables equal its dense ones gives
+ * the dense result bit for bit).
+ */
+typedef struct HsSparseDecodeParams {
+  HsPagedAttentionParams base;
+  /** [numReqs, Hkv, headTableStride] i32 device blocks of each (request, kv head), in attention order. */
+  const int* headBlockTables;
+  /** [numReqs, Hkv] i32 tokens each (request, kv head) attends over (clamped to headTableStride * blockSize). */
+  const int* headSeqLens;
+  /** Row length of headBlockTables (entries). */
+  int headTableStride;
+  /** [numReqs] i32, nonzero: the request reads the per-head tables; NULL: every request does. */
+  const int* rowFlags;
+  /** [numReqs] i32 row of the request's query token in qkv and out (< 0: skip); NULL: row = request. */
+  const int* tokenRow;
+  /** Nonzero: requests without the flag are not written at all (their rows keep what is in `out`). */
+  int onlyFlaggedRows;
+} HsSparseDecodeParams;
+
+/**
+ * Decode attention with HiSparse per-head tables (see HsSparseDecodeParams); same grid, split
+ * policy, workspace and error convention as hsPagedDecodeAttention (graph-capturable). With
+ * tokenRow set, numTokens only has to cover the rows named there (it is not checked against numReqs).
+ */
+cudaError_t hsSparseDecodeAttention(const HsSparseDecodeParams* p, cudaStream_t s);
+
+/**
  * Number of KV splits the decode launcher uses for this launch (static sizes only; exposed for
  * tests, benchmarks and workspace accounting). Returns 0 for invalid sizes.
  */

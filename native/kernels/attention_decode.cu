@@ -9,6 +9,10 @@
 // writes a normalised fp32 partial and its log2-sum-exp, and decodeMergeKernel combines the
 // active splits. Split sizes are computed in the kernels from seqLens (device memory), so the
 // grid depends only on static sizes and the launch can live in a CUDA graph.
+// HiSparse (hsSparseDecodeAttention) reuses the same kernels: a row flagged sparse reads its own
+// block table and length per (request, kv head) instead of the request's; the q/out row may be
+// given per request (tokenRow, for decodes inside a mixed batch). A row whose tables equal the
+// dense ones goes through exactly the same arithmetic, so it gives the dense result bit for bit.
 #include "attention_launch.cuh"
 
 namespace hs_attn {
@@ -60,13 +64,57 @@ struct DecodeArgs {
   int log2BlockSize;
   int numSplits;
   float scaleLog2;
+  // HiSparse (null / 0 for dense attention): see HsSparseDecodeParams in attention.h.
+  const int* headBlockTables;  // [numReqs, Hkv, headTableStride]
+  const int* headSeqLens;      // [numReqs, Hkv]
+  const int* rowFlags;         // [numReqs] nonzero: per-head tables
+  const int* tokenRow;         // [numReqs] q/out row (< 0: skip the request)
+  int headTableStride;
+  int onlyFlagged;             // rows without the flag are left untouched
 };
 
-/** Clamped context length of request `req` (never past its block table row). */
-__device__ __forceinline__ int clampedSeqLen(const DecodeArgs& a, int req) {
-  const int s = __ldg(a.seqLens + req);
-  const int maxLen = a.maxBlocksPerReq << a.log2BlockSize;
-  return s < 0 ? 0 : (s > maxLen ? maxLen : s);
+/** What one (request, kv head) reads: its length, its block table row, its q/out row. */
+struct DecodeRow {
+  int seqLen;      // clamped to the table row's capacity
+  const int* bt;   // block table row
+  int row;         // q / out row
+  bool skip;       // write nothing for this request
+};
+
+/**
+ * The row of (req, kvh): dense (the request's table and length) or, in the HiSparse instantiation
+ * (kSparse), per head when flagged (or for every request without rowFlags). The dense
+ * instantiation reads exactly what the kernel read before HiSparse.
+ */
+template <bool kSparse>
+__device__ __forceinline__ DecodeRow decodeRow(const DecodeArgs& a, int req, int kvh) {
+  DecodeRow d;
+  if constexpr (!kSparse) {
+    const int s = __ldg(a.seqLens + req);
+    const int maxLen = a.maxBlocksPerReq << a.log2BlockSize;
+    d.seqLen = s < 0 ? 0 : (s > maxLen ? maxLen : s);
+    d.bt = a.blockTables + static_cast<size_t>(req) * a.maxBlocksPerReq;
+    d.row = req;
+    d.skip = false;
+    return d;
+  }
+  const bool perHead = a.rowFlags == nullptr || __ldg(a.rowFlags + req) != 0;
+  d.row = a.tokenRow != nullptr ? __ldg(a.tokenRow + req) : req;
+  d.skip = d.row < 0 || (!perHead && a.onlyFlagged != 0);
+  int s;
+  int maxLen;
+  if (perHead) {
+    const size_t item = static_cast<size_t>(req) * a.numKvHeads + kvh;
+    s = __ldg(a.headSeqLens + item);
+    maxLen = a.headTableStride << a.log2BlockSize;
+    d.bt = a.headBlockTables + item * a.headTableStride;
+  } else {
+    s = __ldg(a.seqLens + req);
+    maxLen = a.maxBlocksPerReq << a.log2BlockSize;
+    d.bt = a.blockTables + static_cast<size_t>(req) * a.maxBlocksPerReq;
+  }
+  d.seqLen = s < 0 ? 0 : (s > maxLen ? maxLen : s);
+  return d;
 }
 
 /** Writes zeros to the first nRows heads (from headBase) of output row `row`. */
@@ -83,8 +131,8 @@ __device__ void zeroOutputRows(__nv_bfloat16* out, int row, int numHeads, int he
  */
 template <int D>
 __device__ void decodeEpilogue(const DecodeArgs& a, unsigned char* smem, const float (&o)[1][D / 8][4],
-                               const float (&m)[1][2], const float (&l)[1][2], int req, int split, int headBase,
-                               int nRows) {
+                               const float (&m)[1][2], const float (&l)[1][2], int req, int outRow, int split,
+                               int headBase, int nRows) {
   using Cfg = DecodeCfg<D>;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -138,7 +186,7 @@ __device__ void decodeEpilogue(const DecodeArgs& a, unsigned char* smem, const f
     acc = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
     if (a.numSplits == 1) {
       uint2 packed = make_uint2(packBf16x2(acc.x, acc.y), packBf16x2(acc.z, acc.w));
-      *reinterpret_cast<uint2*>(a.out + (static_cast<size_t>(req) * a.numHeads + head) * D + d) = packed;
+      *reinterpret_cast<uint2*>(a.out + (static_cast<size_t>(outRow) * a.numHeads + head) * D + d) = packed;
     } else {
       *reinterpret_cast<float4*>(a.partialO + partRow * D + d) = acc;
     }
@@ -147,7 +195,7 @@ __device__ void decodeEpilogue(const DecodeArgs& a, unsigned char* smem, const f
 }
 
 /** One (split, kv head tile, request) of decode attention; see the file comment. */
-template <int D>
+template <int D, bool kSparse>
 __global__ void __launch_bounds__(kDecodeThreads) pagedDecodeKernel(const DecodeArgs a) {
   using Cfg = DecodeCfg<D>;
   constexpr int kStages = Cfg::kStages;
@@ -162,13 +210,24 @@ __global__ void __launch_bounds__(kDecodeThreads) pagedDecodeKernel(const Decode
   const int headBase = kvh * a.groupSize + headTile * kDecodeHeadsPerCta;
   const int nRows = min(kDecodeHeadsPerCta, a.groupSize - headTile * kDecodeHeadsPerCta);
 
-  const int seqLen = clampedSeqLen(a, req);
+  int seqLen;
+  int outRow = req;
+  const int* btRow = nullptr;
+  if constexpr (kSparse) {
+    const DecodeRow dr = decodeRow<kSparse>(a, req, kvh);
+    if (dr.skip) return;
+    seqLen = dr.seqLen;
+    outRow = dr.row;
+    btRow = dr.bt;
+  } else {
+    seqLen = decodeRow<false>(a, req, kvh).seqLen;
+  }
   const int chunk = decodeSplitTokens(seqLen, a.numSplits);
   const int kvStart = split * chunk;
   const int kvEnd = min(seqLen, kvStart + chunk);
   if (kvStart >= kvEnd) {
     // Only split 0 of a padded row (seqLen 0) writes, and only without a merge pass.
-    if (a.numSplits == 1) zeroOutputRows<D>(a.out, req, a.numHeads, headBase, nRows);
+    if (a.numSplits == 1) zeroOutputRows<D>(a.out, outRow, a.numHeads, headBase, nRows);
     return;
   }
   const int numTiles = (kvEnd - kvStart + kTileKeys - 1) / kTileKeys;
@@ -178,7 +237,7 @@ __global__ void __launch_bounds__(kDecodeThreads) pagedDecodeKernel(const Decode
   const uint32_t sV0 = sK0 + kStages * Cfg::kTileBytes;
   const int tokenStride = a.numKvHeads * D;
   const __nv_bfloat16* kvHead = a.kvCache + static_cast<size_t>(kvh) * D;
-  const int* btRow = a.blockTables + static_cast<size_t>(req) * a.maxBlocksPerReq;
+  if constexpr (!kSparse) btRow = a.blockTables + static_cast<size_t>(req) * a.maxBlocksPerReq;
 
   // Q rows (zero-filled past the group) join the first cp.async group.
   for (int i = tid; i < kDecodeHeadsPerCta * (D / 8); i += kDecodeThreads) {
@@ -186,7 +245,7 @@ __global__ void __launch_bounds__(kDecodeThreads) pagedDecodeKernel(const Decode
     const int c = i - r * (D / 8);
     const bool valid = r < nRows;
     const __nv_bfloat16* src =
-        valid ? a.qkv + static_cast<size_t>(req) * a.qkvRowStride + (headBase + r) * D + c * 8 : a.qkv;
+        valid ? a.qkv + static_cast<size_t>(outRow) * a.qkvRowStride + (headBase + r) * D + c * 8 : a.qkv;
     cpAsync16(sQ + swz<D>(r, c), src, valid ? 16 : 0);
   }
   typename Cfg::Loader loader(reinterpret_cast<int*>(smem + Cfg::kIdOffset), tid);
@@ -247,7 +306,7 @@ __global__ void __launch_bounds__(kDecodeThreads) pagedDecodeKernel(const Decode
   l[0][1] = quadSum(l[0][1]);
   cpAsyncWait<0>();
   __syncthreads();
-  decodeEpilogue<D>(a, smem, o, m, l, req, split, headBase, nRows);
+  decodeEpilogue<D>(a, smem, o, m, l, req, outRow, split, headBase, nRows);
 }
 
 /**
@@ -255,16 +314,17 @@ __global__ void __launch_bounds__(kDecodeThreads) pagedDecodeKernel(const Decode
  * w_s = 2^(lse_s - max lse). One warp per (request, head); rows with seqLen 0 get zeros.
  * Grid (ceil(Hq / 4), numReqs), 128 threads.
  */
-template <int D>
+template <int D, bool kSparse>
 __global__ void __launch_bounds__(128) decodeMergeKernel(const DecodeArgs a) {
   constexpr int kPer = D / 32;  // d values per lane
   const int lane = threadIdx.x & 31;
   const int head = blockIdx.x * 4 + (threadIdx.x >> 5);
   const int req = blockIdx.y;
   if (head >= a.numHeads) return;
-  const int seqLen = clampedSeqLen(a, req);
-  const int nAct = decodeActiveSplits(seqLen, a.numSplits);
-  __nv_bfloat16* dst = a.out + (static_cast<size_t>(req) * a.numHeads + head) * D + lane * kPer;
+  const DecodeRow dr = decodeRow<kSparse>(a, req, head / a.groupSize);
+  if (dr.skip) return;
+  const int nAct = decodeActiveSplits(dr.seqLen, a.numSplits);
+  __nv_bfloat16* dst = a.out + (static_cast<size_t>(dr.row) * a.numHeads + head) * D + lane * kPer;
   const size_t base = static_cast<size_t>(req) * a.numSplits * a.numHeads + head;  // split 0 row
   float acc[kPer];
 #pragma unroll
@@ -300,11 +360,20 @@ __global__ void __launch_bounds__(128) decodeMergeKernel(const DecodeArgs a) {
   }
 }
 
-/** Launches decode (+ merge) for head dim D; sizes already validated. */
-template <int D>
-cudaError_t launchDecode(const HsPagedAttentionParams* p, int numSplits, cudaStream_t stream) {
+/** Launches decode (+ merge) for head dim D; sizes already validated. sp: HiSparse tables or null (dense). */
+template <int D, bool kSparse>
+cudaError_t launchDecode(const HsPagedAttentionParams* p, const HsSparseDecodeParams* sp, int numSplits,
+                         cudaStream_t stream) {
   using Cfg = DecodeCfg<D>;
   DecodeArgs a{};
+  if (sp != nullptr) {
+    a.headBlockTables = sp->headBlockTables;
+    a.headSeqLens = sp->headSeqLens;
+    a.headTableStride = sp->headTableStride;
+    a.rowFlags = sp->rowFlags;
+    a.tokenRow = sp->tokenRow;
+    a.onlyFlagged = sp->onlyFlaggedRows;
+  }
   a.qkv = p->qkv;
   a.kvCache = p->kvCache;
   a.out = p->out;
@@ -324,16 +393,16 @@ cudaError_t launchDecode(const HsPagedAttentionParams* p, int numSplits, cudaStr
     a.partialO = static_cast<float*>(p->workspace);
     a.partialLse = reinterpret_cast<float*>(static_cast<char*>(p->workspace) + align256(rows * D * sizeof(float)));
   }
-  static std::atomic<unsigned long long> smemLimitSet{0};  // per head dim, one bit per device
-  cudaError_t err = ensureSmemLimit(pagedDecodeKernel<D>, Cfg::kSmemBytes, smemLimitSet);
+  static std::atomic<unsigned long long> smemLimitSet{0};  // per instantiation, one bit per device
+  cudaError_t err = ensureSmemLimit(pagedDecodeKernel<D, kSparse>, Cfg::kSmemBytes, smemLimitSet);
   if (err != cudaSuccess) return err;
   const dim3 grid(numSplits, p->numKvHeads * a.headTiles, p->numReqs);
   if (grid.y > 65535) return cudaErrorInvalidValue;
-  pagedDecodeKernel<D><<<grid, kDecodeThreads, Cfg::kSmemBytes, stream>>>(a);
+  pagedDecodeKernel<D, kSparse><<<grid, kDecodeThreads, Cfg::kSmemBytes, stream>>>(a);
   err = cudaGetLastError();
   if (err != cudaSuccess || numSplits == 1) return err;
   const dim3 mergeGrid((p->numHeads + 3) / 4, p->numReqs);
-  decodeMergeKernel<D><<<mergeGrid, 128, 0, stream>>>(a);
+  decodeMergeKernel<D, kSparse><<<mergeGrid, 128, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -376,5 +445,21 @@ extern "C" cudaError_t hsPagedDecodeAttention(const HsPagedAttentionParams* p, c
   if (splits > 1 && (p->workspace == nullptr ||
                      p->workspaceBytes < decodeWorkspaceBytes(p->numReqs, splits, p->numHeads, p->headDim)))
     return cudaErrorInvalidValue;
-  return p->headDim == 128 ? launchDecode<128>(p, splits, s) : launchDecode<64>(p, splits, s);
+  return p->headDim == 128 ? launchDecode<128, false>(p, nullptr, splits, s)
+                            : launchDecode<64, false>(p, nullptr, splits, s);
+}
+
+extern "C" cudaError_t hsSparseDecodeAttention(const HsSparseDecodeParams* sp, cudaStream_t s) {
+  using namespace hs_attn;
+  if (sp == nullptr) return cudaErrorInvalidValue;
+  const HsPagedAttentionParams* p = &sp->base;
+  const int splits = decodeSplitsFor(p);
+  if (splits == 0 || sp->headBlockTables == nullptr || sp->headSeqLens == nullptr || sp->headTableStride <= 0)
+    return cudaErrorInvalidValue;
+  if (sp->tokenRow == nullptr && p->numTokens < p->numReqs) return cudaErrorInvalidValue;
+  if (p->numReqs == 0) return cudaSuccess;
+  if (splits > 1 && (p->workspace == nullptr ||
+                     p->workspaceBytes < decodeWorkspaceBytes(p->numReqs, splits, p->numHeads, p->headDim)))
+    return cudaErrorInvalidValue;
+  return p->headDim == 128 ? launchDecode<128, true>(p, sp, splits, s) : launchDecode<64, true>(p, sp, splits, s);
 }

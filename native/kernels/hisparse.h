@@ -1,4 +1,20 @@
-// Launchers of the HiSparse kernels (plain C ABI, conventions of kernels.h).
+// Launchers of the HiSparse kernels (plain C ABI, conventions of kernels.h): the Quest digest
+// update fused with reshape_and_cache, Quest page selection, the hot-buffer resolver (with the
+// swap-in of misses from mapped pinned host memory), the eager mirror of filled pages to the host
+// tier, and the generic swap-in gather. DESIGN.md §4 states the algorithm; the CPU oracles are
+// src/attention/sparse/quest.ts (QuestSelector) and hot_buffer.ts (LruHotBufferResolver): the
+// kernels reproduce their results exactly (same pages, same LRU victims, same digests).
+//
+// Layouts (bf16 unless named otherwise; Hkv kv heads, D head dim, bs block size):
+//   KV cache of a layer      [numBlocks, 2, bs, Hkv, D]            (DESIGN.md §3)
+//   digests of a sparse layer [numHostBlocks, 2, Hkv, D]: min then max of the page's keys
+//   host tier of a layer     [numHostBlocks, Hkv, 2, bs, D]: head-major, so the K and V of one
+//                            (page, kv head) are one contiguous 2*bs*D slice (one UVA read burst)
+//   per-request tables       [numSlots, tableStride] i32, row = the request's slot (reqSlot[r])
+//
+// Every grid depends only on the sizes passed in (padded batch, model dims, static bounds); the
+// live counts (seqLens, selection sizes, misses) are read from device memory, so every launch can
+// be captured in a CUDA graph. Rows whose flag is 0 (or whose slot is -1) are skipped.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,6 +38,172 @@ extern "C" {
  */
 cudaError_t hsSwapInPages(void* dst, const void* src, const int64_t* srcOffsets, const int64_t* dstOffsets,
                           const int32_t* count, int maxCopies, size_t bytesPerCopy, cudaStream_t stream);
+
+/**
+ * vLLM reshape_and_cache fused with the Quest digest update (bf16 only). For each token t:
+ * - K and V of qkv row t go to kvCache at slotMapping[t] (skipped when < 0 or out of range), as
+ *   hsReshapeAndCache does;
+ * - its key (all kv heads) is folded into the digest of host block hostSlotMapping[t] / bs:
+ *   offset 0 starts the digest over (min = max = key: the host block may be reused), a later
+ *   offset updates min / max element-wise with `v < min` / `v > max` (the CPU oracle's
+ *   comparisons, so even signed zeros match). Tokens of one page in one step (a prefill) are
+ *   folded in token order by the CTA of the run's first token, so no two CTAs touch one digest.
+ *   Skipped when hostSlotMapping[t] < 0 or out of range.
+ * bf16 digests are exact here: the keys are bf16, and min / max of bf16 values are bf16 values.
+ * qkv: [numTokens, rowStride] (k at column numHeads*D, v after it); kvCache: [numBlocks, 2, bs,
+ * Hkv, D]; slotMapping, hostSlotMapping: i32 [numTokens]; digests: [numHostBlocks, 2, Hkv, D].
+ * Requirements: Hkv*D and rowStride multiples of 8, numHeads*D a multiple of 8, pointers 16-byte
+ * aligned. Grid: numTokens CTAs.
+ */
+cudaError_t hsReshapeAndCacheDigest(const void* qkv, void* kvCache, const int32_t* slotMapping, void* digests,
+                                    const int32_t* hostSlotMapping, int numTokens, int rowStride, int numHeads,
+                                    int numKvHeads, int headDim, int blockSize, int numBlocks, int numHostBlocks,
+                                    cudaStream_t stream);
+
+/** Arguments of hsQuestSelect (device pointers; see the file comment for the tables). */
+typedef struct HsQuestSelectParams {
+  /** bf16 [*, qkvRowStride]: the q heads (numHeads * D) of each row's query token. */
+  const void* qkv;
+  int qkvRowStride;
+  /** i32 [numReqs] qkv row of request r's query token; NULL: row r. */
+  const int32_t* tokenRow;
+  /** bf16 [numHostBlocks, 2, Hkv, D] this sparse layer's digests. */
+  const void* digests;
+  int numHostBlocks;
+  /** i32 [numReqs] context length after this step (tokens, this step's included). */
+  const int32_t* seqLens;
+  /** i32 [numReqs] nonzero: select for this row; NULL: every row. */
+  const int32_t* rowFlags;
+  /** i32 [numReqs] the request's row in the tables (< 0: skip). */
+  const int32_t* reqSlot;
+  /** i32 [numSlots, tableStride] host block of each page (the index of its digest). */
+  const int32_t* hostBlockTable;
+  /** i32 [numSlots, tableStride] nonzero for pinned pages; NULL: none. */
+  const int32_t* pinnedTable;
+  int tableStride;
+  int numSlots;
+  /** Out: i32 [numReqs, Hkv, tableStride] the selected pages of (r, g), ascending. */
+  int32_t* selPages;
+  /** Out: i32 [numReqs, Hkv] how many (0 for skipped rows). */
+  int32_t* selCount;
+  /** Scratch: hsQuestSelectScratchBytes bytes, 8-byte aligned. */
+  void* scratch;
+  size_t scratchBytes;
+  int numReqs;
+  int numHeads;
+  int numKvHeads;
+  int headDim;
+  int blockSize;
+  /** topk / bs, sinkTokens / bs, windowTokens / bs (window >= 1: the tail page is always in it). */
+  int budgetPages;
+  int sinkPages;
+  int windowPages;
+} HsQuestSelectParams;
+
+/** Scratch bytes hsQuestSelect needs: one 64-bit sort key per (request, kv head, page). */
+size_t hsQuestSelectScratchBytes(int numReqs, int numKvHeads, int tableStride);
+
+/**
+ * Quest page selection per (request, kv head), exactly the rule of QuestSelector (quest.ts):
+ * with numPages = ceil(seqLen / bs) <= budgetPages, every page; else the sink pages
+ * (p < sinkPages), the window pages (p >= numPages - windowPages), the pinned pages, then the
+ * k = budgetPages - #forced highest scores of the other pages, ties to the lower page (none when
+ * k <= 0). Score (Quest, arXiv 2406.10774, summed over the GQA group as quest.ts questScore):
+ *   qPos[i] = sum of the group's positive q[h, i], qNeg[i] = the non-positive ones (heads in order),
+ *   score = sum over i in order of (qPos[i] * max[i] + qNeg[i] * min[i]),
+ * in float64 with the oracle's operation order and no fused multiply-add, so the scores, and so
+ * the selections, are the oracle's bit for bit. Selection is a radix select over order-preserving
+ * 64-bit keys of the scores (-0 taken as +0). Two kernels: scoring, grid
+ * (ceil(tableStride / 256), Hkv, numReqs), one page per thread; selection, grid (Hkv, numReqs);
+ * 256 threads each.
+ * Requirements: D a multiple of 8 and <= 256, Hq a multiple of Hkv, scratch as sized above.
+ */
+cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t stream);
+
+/** Arguments of hsResolve (device pointers; see the file comment for the tables). */
+typedef struct HsResolveParams {
+  /** i32 [numReqs, Hkv, selStride] / [numReqs, Hkv]: hsQuestSelect's output. */
+  const int32_t* selPages;
+  const int32_t* selCount;
+  int selStride;
+  /** i32 [numReqs] nonzero: resolve this row; NULL: every row. */
+  const int32_t* rowFlags;
+  /** i32 [numReqs] context length after this step. */
+  const int32_t* seqLens;
+  /** i32 [numReqs] the request's row in the tables (< 0: skip). */
+  const int32_t* reqSlot;
+  /** i32 [numSlots, tableStride] device block of each page, < 0 when INACTIVE. */
+  const int32_t* blockTable;
+  /** i32 [numSlots, tableStride] host block of each page. */
+  const int32_t* hostBlockTable;
+  int tableStride;
+  int numSlots;
+  /** i32 [numSlots, numHot] each request's hot-buffer blocks (LRU slot s = hotBlocks[., s]). */
+  const int32_t* hotBlocks;
+  int numHot;
+  /** LRU state, i32 [numSlots, numLayers, Hkv, numHot]: page held by each slot (-1 empty), last use. */
+  int32_t* lruPage;
+  int32_t* lruLastUse;
+  /** i32 [numSlots, numLayers, Hkv]: resolve rounds so far (the "step" of lastUse). */
+  int32_t* lruTick;
+  /** This launch's sparse layer and the number of sparse layers. */
+  int layer;
+  int numLayers;
+  /** i32 [numSlots, tableStride]: number of (layer, kv head) slots holding each page. */
+  int32_t* heldCount;
+  /** i32 [numSlots]: pages with heldCount > 0 (SPARSE pages) of each request. */
+  int32_t* heldPages;
+  /** Out: i32 [numReqs, Hkv, selStride] device block of each selected page. */
+  int32_t* headBlockTables;
+  /** Out: i32 [numReqs, Hkv] tokens (r, g) attends over: full selected pages + the tail's tokens. */
+  int32_t* headSeqLens;
+  /** u64 [3], accumulated: hits, misses, errors (a selection without its tail page, or more misses than free slots). */
+  unsigned long long* counters;
+  /** bf16 [numBlocks, 2, bs, Hkv, D] this layer's cache (misses land in hot blocks here). */
+  void* kvCache;
+  int numBlocks;
+  /** bf16 [numHostBlocks, Hkv, 2, bs, D] this layer's host tier, device-visible (mapped pinned). */
+  const void* hostKv;
+  int numHostBlocks;
+  int numReqs;
+  int numKvHeads;
+  int headDim;
+  int blockSize;
+} HsResolveParams;
+
+/**
+ * The fused resolver (DESIGN.md §4 step 3; SGLang HiSparse's swap-in kernel; CPU oracle
+ * LruHotBufferResolver with HotBufferLru), one CTA per (kv head, request) of one sparse layer:
+ * 1. the round starts: tick = ++lruTick;
+ * 2. hits: every LRU slot looks its page up in the (ascending) selection by binary search; a
+ *    selected INACTIVE page found there is a hit: its slot is marked used (lastUse = tick);
+ * 3. each selected page gets its own block when ACTIVE, its slot's hot block on a hit, else it is
+ *    a miss; the m-th miss (selection order) takes the m-th slot not used in this round in
+ *    (lastUse, slot) order (empty slots have lastUse -1), which is exactly the sequence of
+ *    victims of the oracle's one-at-a-time LRU inserts;
+ * 4. each miss's K and V slice of kv head g (2*bs*D contiguous bf16 in the host tier) is read
+ *    from mapped pinned host memory with 16-byte loads (4 in flight per thread) and written to
+ *    the hot block's head-g rows: no CPU work, no cudaMemcpy;
+ * 5. headSeqLens = (#selected - 1) * bs + the tail page's tokens.
+ * Counts hits and misses; counts an error (and points the page at a hot block, so nothing reads
+ * out of bounds) when the last selected page is not the tail or misses outnumber free slots.
+ * Requirements: numHot <= 4096, D a multiple of 8, 16-byte aligned kvCache and hostKv.
+ * Grid (Hkv, numReqs), 256 threads.
+ */
+cudaError_t hsResolve(const HsResolveParams* p, cudaStream_t stream);
+
+/**
+ * Eager mirror of filled pages to the host tier, every layer in one launch: for i < count and
+ * layer l < numLayers, copies device block blockIds[i] of kvCaches[l] ([numBlocks, 2, bs, Hkv, D])
+ * to host block hostBlockIds[i] of hostTiers[l] ([numHostBlocks, Hkv, 2, bs, D], mapped pinned
+ * memory written over the host link), transposing to the head-major host layout. Entries out of
+ * range are skipped. kvCaches, hostTiers: u64 [numLayers] device arrays of addresses; blockIds,
+ * hostBlockIds: i32 [count]. Grid (count, numLayers), 256 threads. Issue it on a side stream
+ * after an event of the compute stream (the worker does).
+ */
+cudaError_t hsMirrorPages(const uint64_t* kvCaches, const uint64_t* hostTiers, const int32_t* blockIds,
+                          const int32_t* hostBlockIds, int count, int numLayers, int numKvHeads, int headDim,
+                          int blockSize, int numBlocks, int numHostBlocks, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

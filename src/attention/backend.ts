@@ -11,6 +11,12 @@ export interface AttentionBackend {
    * qkv: [T, (Hq + 2*Hkv) * D] after RoPE -> [T, Hq * D].
    */
   forward(layerIdx: number, qkv: Tensor, kvCache: Tensor, meta: AttentionMetadata): Tensor;
+  /**
+   * Optional: only the cache side effects of `forward` (K/V written, feature state such as page
+   * digests updated), no attention. Benchmarks use it to fill long contexts quickly
+   * (ModelRunner.fastPrefill).
+   */
+  writeKv?(layerIdx: number, qkv: Tensor, kvCache: Tensor, meta: AttentionMetadata): void;
 }
 
 /** Dense paged attention: every layer attends over all of each request's pages. */
@@ -21,8 +27,12 @@ export class DensePagedAttention implements AttentionBackend {
     private readonly blockSize: number,
   ) {}
 
-  forward(_layerIdx: number, qkv: Tensor, kvCache: Tensor, meta: AttentionMetadata): Tensor {
-    this.backend.reshapeAndCache(qkv, this.layout, kvCache, meta.slotMapping, this.blockSize);
+  forward(layerIdx: number, qkv: Tensor, kvCache: Tensor, meta: AttentionMetadata): Tensor {
+    this.writeKv(layerIdx, qkv, kvCache, meta);
     return this.backend.pagedAttention(qkv, this.layout, kvCache, meta, this.blockSize);
+  }
+
+  writeKv(_layerIdx: number, qkv: Tensor, kvCache: Tensor, meta: AttentionMetadata): void {
+    this.backend.reshapeAndCache(qkv, this.layout, kvCache, meta.slotMapping, this.blockSize);
   }
 }

@@ -10,7 +10,13 @@ import {
 import { resolveModelDir } from "../models/registry.js";
 import { type BudgetSource, budgetLines, denseLines, hisparseLines } from "../plan/format.js";
 import { planHiSparseKnobs } from "../plan/hisparse_knobs.js";
-import { kvBudgetFromGpu, type PlanInput, planDense, planHiSparse } from "../plan/plan.js";
+import {
+  CUDA_DIGEST_ELEMENT_BYTES,
+  kvBudgetFromGpu,
+  type PlanInput,
+  planDense,
+  planHiSparse,
+} from "../plan/plan.js";
 import { parseFloatArg, parseGibArg, parseIntArg } from "./engine_flags.js";
 import { action } from "./errors.js";
 
@@ -144,6 +150,7 @@ async function runPlan(o: PlanOptions): Promise<void> {
     contextTokens: o.context,
     blockSize: o.blockSize,
     kvElementBytes: DTYPE_BYTES[o.kvCacheDtype],
+    digestElementBytes: CUDA_DIGEST_ELEMENT_BYTES,
     hisparse: planHiSparseKnobs({
       json: o.hisparseConfig,
       topk: o.hybridSparseTopk,

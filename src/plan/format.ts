@@ -83,7 +83,7 @@ export function hisparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan): 
     `  sparse layers  = ${m.numHiddenLayers} − ${h.numDenseLayers} dense = ${h.numSparseLayers}`,
     `  GPU block      = ${h.numSparseLayers} sparse layers × 2 × ${p.blockSize} × ${m.numKeyValueHeads} × ${m.headDim} × ${p.kvElementBytes} B = ${formatBytes(h.mainBytesPerBlock)}`,
     `  host page      = the same sparse-layer K and V = ${formatBytes(h.hostBytesPerBlock)}`,
-    `  GPU per page   = dense layers ${h.numDenseLayers} × 2 × ${p.blockSize} × ${m.numKeyValueHeads} × ${m.headDim} × ${p.kvElementBytes} B + digests ${h.numSparseLayers} × 2 × ${m.numKeyValueHeads} × ${m.headDim} × 4 B = ${formatBytes(h.deviceBytesPerHostBlock)} (digests ${formatBytes(h.digestBytesPerPage)})`,
+    `  GPU per page   = dense layers ${h.numDenseLayers} × 2 × ${p.blockSize} × ${m.numKeyValueHeads} × ${m.headDim} × ${p.kvElementBytes} B + digests ${h.numSparseLayers} × 2 × ${m.numKeyValueHeads} × ${m.headDim} × ${h.digestBytesPerPage / (h.numSparseLayers * 2 * m.numKeyValueHeads * m.headDim)} B = ${formatBytes(h.deviceBytesPerHostBlock)} (digests ${formatBytes(h.digestBytesPerPage)})`,
     `  per request    = ${formatInt(h.pagesPerRequest)} pages; on the GPU ceil((${c.sinkTokens} + ${c.windowTokens} + ${c.deviceBufferTokens}) / ${p.blockSize}) + 1 = ${formatInt(h.devicePagesPerRequest)} blocks`,
     `                 = ${formatInt(h.devicePagesPerRequest)} × ${formatBytes(h.mainBytesPerBlock)} + ${formatInt(h.pagesPerRequest)} × ${formatBytes(h.deviceBytesPerHostBlock)} = ${formatBytes(h.deviceBytesPerRequest)} of GPU memory (dense: ${formatBytes(dense.pagesPerRequest * dense.kvBytesPerBlock)})`,
     ...poolLines(given, h.given, h, ratio(h.given.maxConcurrent)),

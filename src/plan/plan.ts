@@ -8,7 +8,7 @@
  * - every page of every request has a host block (all sparse layers' K and V, in the host pool
  *   `--host-pool-gib`), and on the device its dense layers' K and V (default: the first two
  *   layers) and its Quest digest (per sparse layer and KV head, min and max of the keys: 2 ×
- *   headDim f32 values, i.e. 2/blockSize of K's size at the same width);
+ *   headDim values, f32 on the CPU engine, bf16 on CUDA: 2/blockSize of K's size in bf16);
  * - so the device budget = gpu blocks × main bytes per block + host blocks × device bytes per
  *   host block.
  * Pure arithmetic over numbers; every count is floored as the engine floors it.
@@ -43,8 +43,10 @@ export const PLAN_HISPARSE_DEFAULTS = {
   hostPoolDefaultRatio: 2,
 } as const;
 
-/** Bytes of one digest value: the engine keeps digests in f32. */
+/** Bytes of one digest value by default: the CPU engine keeps digests in f32. */
 export const DIGEST_ELEMENT_BYTES = 4;
+/** Bytes of one digest value on the CUDA engine (bf16, exact there: the keys are bf16); `hisparse plan` uses it. */
+export const CUDA_DIGEST_ELEMENT_BYTES = 2;
 
 /** Everything the plan is computed from. */
 export interface PlanInput {
@@ -57,6 +59,8 @@ export interface PlanInput {
   /** Bytes per KV element (2 for bf16/f16, 4 for f32). */
   kvElementBytes: number;
   hisparse: PlanHiSparse;
+  /** Bytes per digest element; default DIGEST_ELEMENT_BYTES (the CUDA engine keeps bf16 digests: 2). */
+  digestElementBytes?: number;
 }
 
 /** The dense engine's figures. */
@@ -162,7 +166,8 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
   const numSparse = L - numDense;
   const layerBlockBytes = 2 * bs * m.numKeyValueHeads * m.headDim * p.kvElementBytes;
   const mainBytesPerBlock = numSparse * layerBlockBytes;
-  const digestBytesPerPage = numSparse * 2 * m.numKeyValueHeads * m.headDim * DIGEST_ELEMENT_BYTES;
+  const digestBytesPerPage =
+    numSparse * 2 * m.numKeyValueHeads * m.headDim * (p.digestElementBytes ?? DIGEST_ELEMENT_BYTES);
   const deviceBytesPerHostBlock = numDense * layerBlockBytes + digestBytesPerPage;
   const hostBytesPerBlock = numSparse * layerBlockBytes;
   const pagesPerRequest = Math.ceil(p.contextTokens / bs);

@@ -1,7 +1,9 @@
 import type { AttentionBackend } from "../attention/backend.js";
 import type { AttentionMetadata, Backend, BackendGraphs, GraphHandle, Tensor } from "../backends/backend.js";
 import { PAD_SLOT_ID } from "../core/ids.js";
+import type { SchedulerOutput } from "../core/sched/output.js";
 import type { LlamaForCausalLM } from "../models/llama.js";
+import type { ExtensionGraphBucket, WorkerExtension } from "./extension.js";
 import type { PreparedInputs } from "./input_batch.js";
 
 /**
@@ -31,6 +33,32 @@ interface Bucket {
   graph: GraphHandle | null;
   /** The logits tensor the captured forward returned: f32 [b, V], valid after each replay. */
   logits: Tensor | null;
+  /** Per-bucket state of the features taking part (name -> state), in extension order. */
+  ext: Map<string, ExtensionGraphBucket>;
+}
+
+/** The features of a step that replays from a graph, each with the variant it asks for. */
+export interface GraphStepExtensions {
+  so: SchedulerOutput;
+  items: { ext: WorkerExtension; variant: string }[];
+}
+
+/**
+ * The graph variants of a step: one per extension (each must have graph hooks and accept the
+ * step), or null when the step must run eagerly.
+ */
+export function graphStepExtensions(
+  extensions: readonly WorkerExtension[],
+  so: SchedulerOutput,
+  inputs: PreparedInputs,
+): GraphStepExtensions | null {
+  const items: GraphStepExtensions["items"] = [];
+  for (const ext of extensions) {
+    const variant = ext.graph?.variant(so, inputs) ?? null;
+    if (variant === null) return null;
+    items.push({ ext, variant });
+  }
+  return { so, items };
 }
 
 /**
@@ -44,7 +72,8 @@ interface Bucket {
  */
 export class CudaGraphRunner {
   private readonly sizes: number[];
-  private readonly buckets = new Map<number, Bucket>();
+  /** Buckets by key: size, then each feature's variant ("16", "16|hisparse:sparse"). */
+  private readonly buckets = new Map<string, Bucket>();
   readonly maxBlocksPerReq: number;
 
   constructor(
@@ -80,18 +109,26 @@ export class CudaGraphRunner {
   }
 
   /**
-   * Runs the decode step through its bucket's graph (capturing it first if needed).
+   * Runs the decode step through its bucket's graph (capturing it first if needed). Features
+   * (`ext`) get their own persistent state per bucket and variant; a bucket's graph is keyed by
+   * its size and the variants.
    * @returns logits f32 [bucketSize, V]; rows past `inputs.reqIds.length` are padding.
    */
-  run(inputs: PreparedInputs): Tensor {
+  run(inputs: PreparedInputs, ext: GraphStepExtensions | null = null): Tensor {
     const n = inputs.reqIds.length;
     const size = this.sizes.find((s) => s >= n)!;
-    const bucket = this.buckets.get(size) ?? this.createBucket(size);
+    const items = ext?.items ?? [];
+    const key = [String(size), ...items.map((i) => `${i.ext.name}:${i.variant}`)].join("|");
+    const bucket = this.buckets.get(key) ?? this.createBucket(size, key, items);
     this.writeInputs(bucket, inputs);
+    for (const st of bucket.ext.values()) st.write(ext!.so, inputs);
     if (bucket.graph === null) {
-      // Warm up eagerly (cuBLASLt plans, kernel attributes), then capture.
+      // Warm up eagerly (cuBLASLt plans, kernel attributes), then capture; features restore the
+      // device state the warm-up changed, so that the replay below computes this step once.
       this.backend.resetWorkspace();
+      for (const st of bucket.ext.values()) st.saveState?.();
       this.forward(bucket);
+      for (const st of bucket.ext.values()) st.restoreState?.();
       this.backend.resetWorkspace();
       bucket.graph = this.graphs.capture(() => {
         bucket.logits = this.forward(bucket);
@@ -103,8 +140,23 @@ export class CudaGraphRunner {
   }
 
   private forward(b: Bucket): Tensor {
+    const meta = this.bucketMeta(b);
+    if (b.ext.size > 0) {
+      meta.extensions = new Map([...b.ext].map(([name, st]) => [name, st.meta]));
+      for (const st of b.ext.values()) st.beginForward?.();
+    }
+    return this.model.forward(
+      b.inputIds,
+      b.positions,
+      { meta, attention: this.attention(), kvCaches: this.kvCaches },
+      b.logitsIndices,
+    );
+  }
+
+  /** The bucket's attention metadata over its persistent tensors. */
+  private bucketMeta(b: Bucket): AttentionMetadata {
     const size = b.size;
-    const meta: AttentionMetadata = {
+    return {
       numReqs: size,
       numTokens: size,
       queryStartLoc: b.queryStartLoc,
@@ -123,15 +175,9 @@ export class CudaGraphRunner {
         positions: new Int32Array(0),
       },
     };
-    return this.model.forward(
-      b.inputIds,
-      b.positions,
-      { meta, attention: this.attention(), kvCaches: this.kvCaches },
-      b.logitsIndices,
-    );
   }
 
-  private createBucket(size: number): Bucket {
+  private createBucket(size: number, key: string, items: GraphStepExtensions["items"]): Bucket {
     const up = (shape: number[]) =>
       this.backend.upload(new Int32Array(shape.reduce((a, x) => a * x, 1)), shape, "i32");
     const bucket: Bucket = {
@@ -145,12 +191,16 @@ export class CudaGraphRunner {
       logitsIndices: up([size]),
       graph: null,
       logits: null,
+      ext: new Map(),
     };
     this.backend.writeTensor(
       bucket.logitsIndices,
       Int32Array.from({ length: size }, (_, i) => i),
     );
-    this.buckets.set(size, bucket);
+    const base = this.bucketMeta(bucket);
+    for (const { ext, variant } of items)
+      bucket.ext.set(ext.name, ext.graph!.createBucket(size, variant, base));
+    this.buckets.set(key, bucket);
     return bucket;
   }
 
@@ -184,6 +234,7 @@ export class CudaGraphRunner {
   dispose(): void {
     for (const b of this.buckets.values()) {
       if (b.graph !== null) this.graphs.dispose(b.graph);
+      for (const st of b.ext.values()) st.dispose();
       for (const t of [
         b.inputIds,
         b.positions,

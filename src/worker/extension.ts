@@ -27,4 +27,43 @@ export interface WorkerExtension {
    * @returns data stored as `modelRunnerOutput.extensions.get(name)`; undefined stores nothing.
    */
   afterForward?(so: SchedulerOutput): unknown;
+  /**
+   * Optional: lets decode steps run by this feature replay from CUDA graphs (CudaGraphRunner).
+   * Without it, steps with this extension always run eagerly.
+   */
+  readonly graph?: ExtensionGraphHooks;
+  /** Optional: releases what the extension holds (device tables, pinned memory, streams). */
+  dispose?(): void;
+}
+
+/** How a feature takes part in graph-captured decode steps. */
+export interface ExtensionGraphHooks {
+  /**
+   * The graph variant of this decode step (steps of one batch bucket with different variants
+   * replay different graphs, e.g. "dense" and "sparse"), or null to run the step eagerly.
+   */
+  variant(so: SchedulerOutput, inputs: PreparedInputs): string | null;
+  /**
+   * Creates the persistent state of one (bucket size, variant). `base` is the bucket's metadata
+   * (its tensors persist; rows past the step's requests are padding).
+   */
+  createBucket(size: number, variant: string, base: AttentionMetadata): ExtensionGraphBucket;
+}
+
+/** One bucket's persistent state of a feature: metadata whose tensors every replay reads. */
+export interface ExtensionGraphBucket {
+  /** Stored as `meta.extensions.get(name)` while the forward is recorded. */
+  readonly meta: unknown;
+  /** Writes the step's inputs into the bucket's tensors; called before each replay (never while capturing). */
+  write(so: SchedulerOutput, inputs: PreparedInputs): void;
+  /** Recorded into the graph before the model's layers (device ops deriving per-step tables). */
+  beginForward?(): void;
+  /**
+   * Save and restore device state that a forward changes, around the eager warm-up run that
+   * precedes capture (the replay that follows must start from the same state).
+   */
+  saveState?(): void;
+  restoreState?(): void;
+  /** Frees the bucket's tensors. */
+  dispose(): void;
 }

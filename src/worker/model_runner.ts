@@ -3,7 +3,7 @@ import type { AttentionMetadata, Backend, Tensor } from "../backends/backend.js"
 import type { RequestId } from "../core/ids.js";
 import type { ModelRunnerOutput, SchedulerOutput, TokenLogprobs } from "../core/sched/output.js";
 import type { LlamaForCausalLM } from "../models/llama.js";
-import { CudaGraphRunner } from "./cuda_graph_runner.js";
+import { CudaGraphRunner, graphStepExtensions } from "./cuda_graph_runner.js";
 import type { WorkerExtension } from "./extension.js";
 import { type CachedRequestState, type PreparedInputs, prepareInputs, updateStates } from "./input_batch.js";
 import { RequestSampler } from "./request_sampler.js";
@@ -31,6 +31,15 @@ export class ModelRunner {
   attention: AttentionBackend;
   /** The worker halves of optional features (HiSparse), called around each step. */
   readonly extensions: WorkerExtension[] = [];
+  /**
+   * Benchmarks only: a step with prefill tokens does not run the model; every layer's K/V (and
+   * feature state such as HiSparse digests) is written from a fixed random qkv through
+   * AttentionBackend.writeKv, and rows that sample get zero logits (token 0). Fills long contexts
+   * in a fraction of a real prefill's time; the decode steps that follow run the real model.
+   */
+  fastPrefill = false;
+  /** bf16 [rows, qkv width] random rows used by fastPrefill (grown on demand). */
+  private fillQkv: Tensor | null = null;
 
   /** Replays decode steps from CUDA graphs (null: eager, e.g. CPU or --enforce-eager). */
   private readonly graphRunner: CudaGraphRunner | null;
@@ -59,9 +68,50 @@ export class ModelRunner {
           );
   }
 
-  /** Frees graph resources. */
+  /** Frees graph resources and what the extensions hold. */
   dispose(): void {
     this.graphRunner?.dispose();
+    for (const ext of this.extensions) ext.dispose?.();
+    if (this.fillQkv !== null) this.backend.free(this.fillQkv);
+    this.fillQkv = null;
+  }
+
+  /**
+   * fastPrefill's step: K/V of every token from random qkv rows (no attention, no MLP).
+   * @returns zero logits f32 [B, V], or null when no row samples.
+   * @throws Error when the attention backend cannot write K/V alone.
+   */
+  private fill(inputs: PreparedInputs, meta: AttentionMetadata): Tensor | null {
+    const attn = this.attention;
+    if (attn.writeKv === undefined) throw new Error("fastPrefill needs an attention backend with writeKv");
+    const b = this.backend;
+    const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = this.model.layout;
+    const W = (Hq + 2 * Hkv) * D;
+    const T = inputs.inputIds.length;
+    if (this.fillQkv === null || (this.fillQkv.shape[0] ?? 0) < T) {
+      if (this.fillQkv !== null) b.free(this.fillQkv);
+      const rows = Math.max(T, 2048);
+      const data = new Float32Array(rows * W);
+      let x = 0x9e3779b9;
+      for (let i = 0; i < data.length; i++) {
+        x = (Math.imul(x ^ (x >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) | 0;
+        data[i] = ((x >>> 8) / 2 ** 24 - 0.5) * 2; // uniform in [-1, 1)
+      }
+      this.fillQkv = b.upload(data, [rows, W], "bf16");
+    }
+    const qkv = b.gatherRows(
+      this.fillQkv,
+      b.stage(
+        Int32Array.from({ length: T }, (_, t) => t),
+        [T],
+        "i32",
+      ),
+    );
+    for (let l = 0; l < this.kvCaches.length; l++) attn.writeKv(l, qkv, this.kvCaches[l]!, meta);
+    const B = inputs.logitsIndices.length;
+    return B === 0
+      ? null
+      : b.stage(new Float32Array(B * this.model.config.vocabSize), [B, this.model.config.vocabSize], "f32");
   }
 
   /** Number of requests whose state the runner holds. */
@@ -104,12 +154,15 @@ export class ModelRunner {
   }
 
   /**
-   * Runs the model: a captured graph for pure decode batches (dense attention only, until the
-   * HiSparse kernels exist on CUDA), else eagerly.
+   * Runs the model: a captured graph for pure decode batches when every extension takes part in
+   * graphs (WorkerExtension.graph; HiSparse on CUDA does), else eagerly.
    * @returns logits [>= B, V] (a graph's padded rows follow the B real ones); null when no row samples
    */
   private forward(inputs: PreparedInputs, so: SchedulerOutput): Tensor | null {
-    if (this.extensions.length === 0 && this.graphRunner?.canRun(inputs)) return this.graphRunner.run(inputs);
+    if (this.graphRunner?.canRun(inputs)) {
+      const ext = graphStepExtensions(this.extensions, so, inputs);
+      if (ext !== null) return this.graphRunner.run(inputs, ext);
+    }
     const b = this.backend;
     b.resetWorkspace();
     const T = inputs.inputIds.length;
@@ -140,6 +193,7 @@ export class ModelRunner {
       }
       meta.extensions = perFeature;
     }
+    if (this.fastPrefill && inputs.maxQueryLen > 1) return this.fill(inputs, meta);
     const ids = b.stage(inputs.inputIds, [T], "i32");
     const pos = b.stage(inputs.positions, [T], "i32");
     const B = inputs.logitsIndices.length;

@@ -1,6 +1,7 @@
 import { totalmem } from "node:os";
 import type { Backend, DType, Tensor } from "../backends/backend.js";
 import { DTYPE_BYTES } from "../backends/backend.js";
+import type { CudaBackend } from "../backends/cuda/cuda_backend.js";
 import { createBackend } from "../backends/registry.js";
 import type { EngineArgs } from "../config/engine_args.js";
 import { ConfigError } from "../config/engine_args.js";
@@ -13,6 +14,7 @@ import {
 } from "../config/model_config.js";
 import type { ModelRunnerOutput, SchedulerOutput } from "../core/sched/output.js";
 import { loadModel, resolveModelDir } from "../models/registry.js";
+import { setupCudaHiSparse } from "./hisparse/cuda/setup_cuda.js";
 import { type HiSparseWorkerInfo, setupHiSparse } from "./hisparse/setup.js";
 import { ModelRunner } from "./model_runner.js";
 
@@ -64,10 +66,13 @@ export class Worker {
       const { config, model, modelDir, maxModelLen } = loaded;
       const kvCacheDtype = resolveKvDtype(args, backend);
       const hs = hisparseConfigOf(args.extensions);
+      const budget = () => kvMemoryBudget(args, backend);
       const sparse =
         hs === null
           ? null
-          : setupHiSparse(backend, model, args, hs, kvCacheDtype, kvMemoryBudget(args, backend));
+          : backend.name === "cuda"
+            ? setupCudaHiSparse(backend as CudaBackend, model, args, hs, kvCacheDtype, budget(), maxModelLen)
+            : setupHiSparse(backend, model, args, hs, kvCacheDtype, budget());
       const kv = sparse ?? denseKvCache(args, backend, config, kvCacheDtype);
       const runner = new ModelRunner(backend, model, kv.kvCaches, args.blockSize, {
         seed: args.seed,

@@ -1,5 +1,6 @@
 // Runtime side of the CPU emulation (see cuda_emu.h): grid execution and the subset of the CUDA
-// runtime API the tests call (memory, copies, streams, graph capture of launches, events).
+// runtime API the tests call (memory, mapped host memory, copies, streams, graph capture of
+// launches, events).
 #include "cuda_emu.h"
 
 #include <chrono>
@@ -117,7 +118,15 @@ cudaError_t cudaGetDevice(int* d) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* v, enum cudaDeviceAttr attr, int) {
-  *v = attr == cudaDevAttrMultiProcessorCount ? 132 : 0;
+  *v = attr == cudaDevAttrMultiProcessorCount ? 132
+       : attr == cudaDevAttrMaxSharedMemoryPerBlockOptin ? static_cast<int>(hs_emu::kSmemBytes) - 1024
+                                                          : 0;
+  return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** p, size_t n, unsigned int) { return cudaMalloc(p, n); }
+cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+cudaError_t cudaHostGetDevicePointer(void** dev, void* host, unsigned int) {
+  *dev = host;  // one address space: UVA
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int) {

@@ -1,4 +1,4 @@
-// CPU emulation of the CUDA subset used by native/kernels/{attention,sampling}*.cu and the tests in
+// CPU emulation of the CUDA subset used by native/kernels/{attention,sampling,hisparse}*.cu and the tests in
 // native/tests/, so that the real kernel sources and test programs run without a GPU (g++,
 // force-included with -include). One OS thread per CUDA thread, CTAs one after another; warp
 // collectives (shuffles, ballot, ldmatrix, mma) exchange values through a per-warp area between
@@ -151,6 +151,20 @@ inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b)
   return static_cast<unsigned long long>((static_cast<unsigned __int128>(a) * b) >> 64);
 }
 inline float __log2f(float x) { return std::log2(x); }
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+inline int atomicSub(int* p, int v) { return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); }
+inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
+inline double __dmul_rn(double a, double b) { return a * b; }  // g++ -std=c++20 does not contract
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline long long __double_as_longlong(double d) {
+  long long r;
+  std::memcpy(&r, &d, 8);
+  return r;
+}
+template <typename T>
+inline T __ldcs(const T* p) {
+  return *p;
+}
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
   return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);

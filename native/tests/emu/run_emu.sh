@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs the attention and sampler tests on the CPU through the emulation in cuda_emu.{h,cpp}:
+# Runs the attention, HiSparse and sampler tests on the CPU through the emulation in cuda_emu.{h,cpp}:
 # the kernel and test sources are copied with the two constructs g++ cannot read rewritten
 # (kernel<<<grid, block, smem, stream>>>(args) -> hs_emu::launch(kernel, grid, block, smem,
 # stream, args); __shared__ declarations -> the emulated CTA's shared memory), then compiled with
 # g++ -DHS_ATTN_HOST_EMU. Slow (one OS thread per CUDA thread): use the --quick test subsets.
-# Usage: bash native/tests/emu/run_emu.sh [attention|sampling|all] [test args...]
+# Usage: bash native/tests/emu/run_emu.sh [attention|hisparse|sampling|all] [test args...]
 #   HS_EMU_CP_ASYNC=late   cp.async copies land only at the wait that retires them
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
@@ -40,6 +40,11 @@ status=0
 if [ "$what" = attention ] || [ "$what" = all ]; then
   build attention_test "$work/tests/attention_test.cu" "$work/kernels/attention_decode.cu" "$work/kernels/attention_prefill.cu"
   "$work/attention_test" "$@" || status=1
+fi
+if [ "$what" = hisparse ] || [ "$what" = all ]; then
+  build hisparse_test "$work/tests/hisparse_test.cu" "$work/kernels/hisparse_digest.cu" "$work/kernels/hisparse_select.cu" \
+    "$work/kernels/hisparse_resolve.cu" "$work/kernels/hisparse_mirror.cu" "$work/kernels/attention_decode.cu"
+  "$work/hisparse_test" "$@" || status=1
 fi
 if [ "$what" = sampling ] || [ "$what" = all ]; then
   build sampling_test "$work/tests/sampling_test.cu" "$work/kernels/sampling.cu"

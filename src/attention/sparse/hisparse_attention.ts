@@ -75,6 +75,19 @@ export class HiSparseAttention implements AttentionBackend {
     return b.sparsePagedAttention(qkv, this.layout, kvCache, meta, tables, this.blockSize);
   }
 
+  /** Only the cache side effects of forward: K/V writes (host slots for dense layers) and digests. */
+  writeKv(layerIdx: number, qkv: Tensor, kvCache: Tensor, meta: AttentionMetadata): void {
+    const hs = meta.extensions?.get(HISPARSE) as HiSparseStepMeta | undefined;
+    if (hs === undefined) throw new Error("HiSparseAttention needs the step's hisparse metadata");
+    const li = this.layers.sparseIndex[layerIdx]!;
+    if (li < 0) {
+      this.backend.reshapeAndCache(qkv, this.layout, kvCache, hs.denseMeta.slotMapping, this.blockSize);
+      return;
+    }
+    this.backend.reshapeAndCache(qkv, this.layout, kvCache, meta.slotMapping, this.blockSize);
+    this.selector.updateDigests(li, qkv, hs.hostSlotMapping);
+  }
+
   /**
    * Per-(request, kv head) tables [R, Hkv, maxBlocks] and seqLens [R, Hkv]: every head of a dense
    * request repeats its row of meta's block table and its seqLen; a sparse request's heads get

@@ -7,6 +7,7 @@ import {
   type HostTensorData,
   type KvCacheSpec,
   type MemoryInfo,
+  type PerHeadBlockTables,
   type QkvLayout,
   type Tensor,
 } from "../backend.js";
@@ -23,12 +24,24 @@ import {
 import * as attn from "./attention_ops.js";
 import { CudaGraphs } from "./graphs.js";
 import { bf16ArrayToF32, f16ArrayToF32 } from "./half.js";
+import * as hisparse from "./hisparse_ops.js";
 import { HostStaging } from "./host_io.js";
 import * as ops from "./ops.js";
+import { SideStream } from "./side_stream.js";
 import { StepWorkspace } from "./step_workspace.js";
 import { CudaTensor, describe, numelOf } from "./tensor.js";
 
 const MiB = 2 ** 20;
+
+/** Page-locked host memory mapped into the device address space (cudaHostAlloc Mapped). */
+export interface PinnedHostMemory {
+  /** Device-visible address (UVA: the host address). */
+  readonly ptr: number;
+  readonly byteLength: number;
+  /** The memory as an ArrayBuffer (detached after dispose()). */
+  readonly buffer: ArrayBuffer;
+  dispose(): void;
+}
 
 /** Construction options of CudaBackend (sizes in bytes). */
 export interface CudaBackendOptions {
@@ -262,6 +275,66 @@ export class CudaBackend implements Backend {
     this.streamObj.synchronize();
   }
 
+  /**
+   * Allocates page-locked host memory mapped into the device address space, which kernels read
+   * and write directly (UVA). @throws Error when the memory cannot be pinned.
+   */
+  allocatePinned(bytes: number): PinnedHostMemory {
+    if (this.disposed) throw new Error("the CUDA backend is disposed");
+    return new this.addon.PinnedBuffer(bytes);
+  }
+
+  /**
+   * A persistent tensor with every byte set to `byteValue` (0: zeros; 0xff: i32 -1), without a
+   * host copy of its contents (large tables and digests).
+   */
+  allocateFilled(shape: readonly number[], dtype: DType, byteValue = 0): Tensor {
+    const t = this.allocPersistent(shape, dtype);
+    this.addon.memsetAsync(t.ptr, byteValue, t.bytes, this.stream);
+    return t;
+  }
+
+  /** Asynchronously copies every byte of `src` into `dst` (same byte size; device to device). */
+  copyTensor(dst: Tensor, src: Tensor): void {
+    const d = this.dev(dst, "copyTensor dst");
+    const s = this.dev(src, "copyTensor src");
+    if (d.bytes !== s.bytes) throw new Error(`copyTensor: ${describe(src)} does not fit ${describe(dst)}`);
+    if (d.bytes > 0) this.addon.memcpyAsync(d.ptr, s.ptr, d.bytes, this.stream);
+  }
+
+  /** A second stream ordered against this backend's stream by events (eager copies). */
+  createSideStream(): SideStream {
+    return new SideStream(this.addon, this.stream, (e) => this.waitEvent(e));
+  }
+
+  /** Work queued on this backend's stream from now on waits for the event (no host wait). */
+  waitEvent(eventHandle: number): void {
+    this.streamObj.waitEvent(eventHandle);
+  }
+
+  /**
+   * Asynchronously writes i32 values into an i32 tensor from element `offset` on (a slice of a
+   * persistent table; the caller may reuse `data` at once).
+   * @throws Error when the range leaves the tensor.
+   */
+  writeRange(t: Tensor, offset: number, data: Int32Array): void {
+    const d = this.dev(t, "writeRange");
+    if (t.dtype !== "i32") throw new Error(`writeRange takes an i32 tensor, got ${t.dtype}`);
+    if (!Number.isInteger(offset) || offset < 0 || offset + data.length > d.numel)
+      throw new Error(`writeRange: [${offset}, ${offset + data.length}) is outside a tensor of ${d.numel}`);
+    if (data.length === 0) return;
+    this.uploadBytes(d.ptr + offset * 4, data);
+  }
+
+  /** Asynchronously sets `count` elements of a tensor from element `offset` on to the byte `value` repeated. */
+  fillRange(t: Tensor, offset: number, count: number, value: number): void {
+    const d = this.dev(t, "fillRange");
+    if (!Number.isInteger(offset) || offset < 0 || count < 0 || offset + count > d.numel)
+      throw new Error(`fillRange: [${offset}, ${offset + count}) is outside a tensor of ${d.numel}`);
+    const eb = DTYPE_BYTES[t.dtype];
+    if (count > 0) this.addon.memsetAsync(d.ptr + offset * eb, value, count * eb, this.stream);
+  }
+
   /** Releases everything; every step is attempted even if one fails (the first error is rethrown). */
   dispose(): void {
     if (this.disposed) return;
@@ -325,6 +398,31 @@ export class CudaBackend implements Backend {
     blockSize: number,
   ): Tensor {
     return attn.pagedAttention(this, qkv, layout, kvCache, meta, blockSize);
+  }
+  /**
+   * HiSparse decode attention with per-(request, kv head) tables for every row (Backend contract;
+   * hisparse_ops.ts sparseDecodeAttention). Decode batches only (one query token per request).
+   * @throws Error for any other batch.
+   */
+  sparsePagedAttention(
+    qkv: Tensor,
+    layout: QkvLayout,
+    kvCache: Tensor,
+    meta: AttentionMetadata,
+    tables: PerHeadBlockTables,
+    blockSize: number,
+  ): Tensor {
+    if (meta.maxQueryLen > 1 || meta.numTokens !== meta.numReqs)
+      throw new Error("sparsePagedAttention on CUDA takes decode batches (one query token per request)");
+    return hisparse.sparseDecodeAttention(
+      this,
+      qkv,
+      layout,
+      kvCache,
+      meta,
+      { headBlockTables: tables.blockTables, headSeqLens: tables.seqLens },
+      blockSize,
+    );
   }
   gatherRows(x: Tensor, indices: Tensor): Tensor {
     return ops.gatherRows(this, x, indices);

@@ -9,6 +9,8 @@ export interface HiSparseMemoryInput {
   headDim: number;
   /** Bytes per KV element on the device and in the host tier. */
   kvElementBytes: number;
+  /** Bytes per digest element: 4 (f32, the CPU selector) unless given; 2 on CUDA (bf16, exact there). */
+  digestElementBytes?: number;
   /** Device bytes for KV (main pool, dense-layer tensors, digests), when the pool is not fixed. */
   deviceBudgetBytes: number;
   /** `--num-gpu-blocks-override`. */
@@ -21,7 +23,7 @@ export interface HiSparseMemoryPlan {
   numHostBlocks: number;
   /** Device bytes of one main-pool block (sparse layers only). */
   mainBytesPerBlock: number;
-  /** Device bytes per host block: the page's dense-layer KV and its digests (f32 min and max). */
+  /** Device bytes per host block: the page's dense-layer KV and its digests (min and max). */
   deviceBytesPerHostBlock: number;
   /** Host bytes of one host block (every sparse layer's K and V). */
   hostBytesPerBlock: number;
@@ -47,7 +49,9 @@ export function planHiSparseMemory(m: HiSparseMemoryInput): HiSparseMemoryPlan {
   const numSparse = m.numLayers - numDense;
   const layerBlockBytes = 2 * bs * m.numKvHeads * m.headDim * m.kvElementBytes;
   const mainBytesPerBlock = numSparse * layerBlockBytes;
-  const deviceBytesPerHostBlock = numDense * layerBlockBytes + numSparse * 2 * m.numKvHeads * m.headDim * 4;
+  const digestBytes = m.digestElementBytes ?? 4;
+  const deviceBytesPerHostBlock =
+    numDense * layerBlockBytes + numSparse * 2 * m.numKvHeads * m.headDim * digestBytes;
   const hostBytesPerBlock = numSparse * layerBlockBytes;
   let numGpuBlocks: number;
   let numHostBlocks: number;

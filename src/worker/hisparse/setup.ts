@@ -1,3 +1,4 @@
+import type { AttentionBackend } from "../../attention/backend.js";
 import { HiSparseAttention } from "../../attention/sparse/hisparse_attention.js";
 import { LruHotBufferResolver } from "../../attention/sparse/hot_buffer.js";
 import { QuestSelector } from "../../attention/sparse/quest.js";
@@ -6,6 +7,7 @@ import { DTYPE_BYTES } from "../../backends/backend.js";
 import { ConfigError, type EngineArgs } from "../../config/engine_args.js";
 import { type HiSparseConfig, sparseLayersOf, validateHiSparseConfig } from "../../config/hisparse_config.js";
 import type { ModelConfig } from "../../config/model_config.js";
+import type { WorkerExtension } from "../extension.js";
 import { HiSparseWorker } from "./hisparse_worker.js";
 import { CpuHostKvCache } from "./host_kv_cache.js";
 import { planHiSparseMemory } from "./memory_plan.js";
@@ -28,20 +30,28 @@ export interface HiSparseSetup {
   kvBytesPerBlock: number;
   /** [numLayers] the main pool's tensor for sparse layers, the host-block-indexed one for dense layers. */
   kvCaches: Tensor[];
-  attention: HiSparseAttention;
-  extension: HiSparseWorker;
+  attention: AttentionBackend;
+  extension: WorkerExtension;
   info: HiSparseWorkerInfo;
 }
 
 /** Reasons the settings cannot work on this model and backend (empty when they can). */
-function modelReasons(backend: Backend, config: ModelConfig, args: EngineArgs, hs: HiSparseConfig): string[] {
+export function modelReasons(
+  backend: Backend,
+  config: ModelConfig,
+  args: EngineArgs,
+  hs: HiSparseConfig,
+): string[] {
   const reasons = validateHiSparseConfig(hs, {
     blockSize: args.blockSize,
     enablePrefixCaching: args.enablePrefixCaching,
     numLayers: config.numHiddenLayers,
     vocabSize: config.vocabSize,
   });
-  if (backend.hostView === undefined || backend.sparsePagedAttention === undefined)
+  if (
+    backend.name !== "cuda" &&
+    (backend.hostView === undefined || backend.sparsePagedAttention === undefined)
+  )
     reasons.push(
       `--enable-hybrid-sparse ${hs.mode} needs HiSparse kernels, which the ${backend.name} backend does not have yet (use --device cpu, or --enable-hybrid-sparse off)`,
     );
@@ -52,7 +62,7 @@ function modelReasons(backend: Backend, config: ModelConfig, args: EngineArgs, h
  * [numLayers] KV tensors: the main pool ([numGpuBlocks, 2, blockSize, Hkv, D]) for each sparse
  * layer, a host-block-indexed one ([numHostBlocks, ...]) for each dense layer.
  */
-function allocateKvCaches(
+export function allocateKvCaches(
   backend: Backend,
   config: ModelConfig,
   blockSize: number,

@@ -21,9 +21,9 @@ describe("hisparse plan (CLI)", () => {
       "  KV per token   = 2 (K, V) × 32 layers × 8 KV heads × 128 head_dim × 2 B = 131,072 B",
       "  max requests   = floor(56,290 / 8,192) = 6   (without paging: floor(budget / (131,072 × 131,072 B)) = 6)",
       "  per request    = 8,192 pages; on the GPU ceil((64 + 256 + 4096) / 16) + 1 = 277 blocks",
-      "    max requests   = 10 (1.7× dense)",
-      "  with the best host pool for this context: --host-pool-gib 480.00",
-      "    max requests   = 32 (5.3× dense)",
+      "    max requests   = 11 (1.8× dense)",
+      "  with the best host pool for this context: --host-pool-gib 660.00",
+      "    max requests   = 44 (7.3× dense)",
     ])
       assert.ok(r.stdout.includes(`${line}\n`), `missing: ${line}\n${r.stdout}`);
   });

@@ -1,0 +1,179 @@
+/**
+ * The engine pieces of the HiSparse benchmarks (bench/hisparse_throughput.ts,
+ * bench/hisparse_capacity.ts) on one CUDA backend and one loaded model: for each configuration
+ * the KV cache is sized and allocated as Worker.create does (dense, or HiSparse through
+ * setupCudaHiSparse), with a ModelRunner in fastPrefill mode (prefill tokens' K/V and digests
+ * are written from random rows instead of running the model, so 128K-token contexts fill in
+ * seconds; decode steps run the real model, captured in CUDA graphs) and the engine's own
+ * Scheduler (with HiSparse scheduling: spills, offload, mirrors, admission). The model is loaded
+ * once (dummy weights) and shared by every configuration.
+ */
+import type { Tensor } from "../src/backends/backend.js";
+import { DTYPE_BYTES } from "../src/backends/backend.js";
+import type { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
+import {
+  cacheConfigOf,
+  type EngineArgs,
+  makeEngineArgs,
+  schedulerConfigOf,
+} from "../src/config/engine_args.js";
+import { type HiSparseConfig, hisparseConfigOf } from "../src/config/hisparse_config.js";
+import { kvBytesPerToken } from "../src/config/model_config.js";
+import {
+  createHiSparseScheduling,
+  type HiSparseScheduling,
+} from "../src/core/hisparse/hisparse_scheduling.js";
+import { asRequestId } from "../src/core/ids.js";
+import { Request, RequestStatus } from "../src/core/request.js";
+import { makeSamplingParams } from "../src/core/sampling_params.js";
+import type { EngineCoreOutput, SchedulerOutput } from "../src/core/sched/output.js";
+import { Scheduler } from "../src/core/sched/scheduler.js";
+import type { LlamaForCausalLM } from "../src/models/llama.js";
+import { setupCudaHiSparse } from "../src/worker/hisparse/cuda/setup_cuda.js";
+import { ModelRunner } from "../src/worker/model_runner.js";
+
+/** One engine configuration over the shared model. */
+export interface BenchEngine {
+  args: EngineArgs;
+  runner: ModelRunner;
+  scheduler: Scheduler;
+  hisparse: HiSparseScheduling | null;
+  numGpuBlocks: number;
+  numHostBlocks: number;
+  kvCaches: Tensor[];
+  /** Frees the KV cache, the HiSparse tables and pinned memory, the graphs. */
+  dispose(): void;
+}
+
+/** What a configuration needs besides the model. */
+export interface BenchEngineOptions {
+  blockSize: number;
+  maxModelLen: number;
+  maxNumSeqs: number;
+  maxNumBatchedTokens: number;
+  /** Device bytes for the KV cache (dense) or for HiSparse's pools, digests and tables. */
+  kvBudgetBytes: number;
+  /** HiSparse settings (mode on / auto), or null for the dense engine. */
+  hisparse: HiSparseConfig | null;
+}
+
+/**
+ * Allocates one configuration's KV state, runner and scheduler over `model`.
+ * @throws ConfigError when the configuration does not fit (the message says why).
+ */
+export function createBenchEngine(
+  backend: CudaBackend,
+  model: LlamaForCausalLM,
+  o: BenchEngineOptions,
+): BenchEngine {
+  const args = makeEngineArgs({
+    device: "cuda",
+    loadFormat: "dummy",
+    blockSize: o.blockSize,
+    maxModelLen: o.maxModelLen,
+    maxNumSeqs: o.maxNumSeqs,
+    maxNumBatchedTokens: o.maxNumBatchedTokens,
+    extensions: o.hisparse === null ? {} : { hisparse: o.hisparse },
+  });
+  const config = model.config;
+  let kvCaches: Tensor[];
+  let numGpuBlocks: number;
+  let numHostBlocks = 0;
+  let extensionSetup: ReturnType<typeof setupCudaHiSparse> | null = null;
+  const hs = hisparseConfigOf(args.extensions);
+  if (hs === null) {
+    numGpuBlocks = Math.floor(o.kvBudgetBytes / (o.blockSize * kvBytesPerToken(config, DTYPE_BYTES.bf16)));
+    kvCaches = backend.allocateKvCache({
+      numLayers: config.numHiddenLayers,
+      numBlocks: numGpuBlocks,
+      blockSize: o.blockSize,
+      numKvHeads: config.numKeyValueHeads,
+      headDim: config.headDim,
+      dtype: "bf16",
+    });
+  } else {
+    extensionSetup = setupCudaHiSparse(backend, model, args, hs, "bf16", o.kvBudgetBytes, o.maxModelLen);
+    kvCaches = extensionSetup.kvCaches;
+    numGpuBlocks = extensionSetup.numGpuBlocks;
+    numHostBlocks = extensionSetup.info.numHostBlocks;
+  }
+  const runner = new ModelRunner(backend, model, kvCaches, o.blockSize, {
+    seed: 0,
+    enforceEager: false,
+    maxModelLen: o.maxModelLen,
+    maxNumSeqs: o.maxNumSeqs,
+  });
+  runner.fastPrefill = true;
+  if (extensionSetup !== null) {
+    runner.attention = extensionSetup.attention;
+    runner.extensions.push(extensionSetup.extension);
+  }
+  const hisparse =
+    hs === null
+      ? null
+      : createHiSparseScheduling(hs, { blockSize: o.blockSize, numGpuBlocks, numHostBlocks });
+  const scheduler = new Scheduler(
+    schedulerConfigOf(args, o.maxModelLen),
+    cacheConfigOf(args, numGpuBlocks),
+    hisparse?.schedulerOptions ?? {},
+  );
+  return {
+    args,
+    runner,
+    scheduler,
+    hisparse,
+    numGpuBlocks,
+    numHostBlocks,
+    kvCaches,
+    dispose: () => {
+      runner.dispose();
+      for (const t of kvCaches) backend.free(t);
+    },
+  };
+}
+
+let nextId = 0;
+
+/**
+ * Adds n requests of `promptLen` deterministic pseudo-random tokens (ids in [1, vocab)), each
+ * generating `maxTokens` tokens with EOS ignored. @returns their ids.
+ */
+export function addRequests(
+  e: BenchEngine,
+  vocab: number,
+  n: number,
+  promptLen: number,
+  maxTokens: number,
+): string[] {
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const id = `bench-${nextId++}`;
+    const seed = nextId * 7919;
+    const prompt = Array.from({ length: promptLen }, (_, j) => 1 + ((seed + j * 104729) % (vocab - 1)));
+    const sp = makeSamplingParams({ temperature: 0, maxTokens, ignoreEos: true });
+    e.scheduler.addRequest(new Request(asRequestId(id), prompt, sp, [], 0));
+    ids.push(id);
+  }
+  return ids;
+}
+
+/** One engine step (schedule, execute, update), as LLMEngine.step does. */
+export function step(e: BenchEngine): { so: SchedulerOutput; outs: EngineCoreOutput[] } {
+  const so = e.scheduler.schedule();
+  const mro = e.runner.executeModel(so);
+  const outs = e.scheduler.updateFromOutput(so, mro);
+  return { so, outs };
+}
+
+/** Aborts every request and runs the steps that release them (pools whole again). */
+export function abortAll(e: BenchEngine, ids: readonly string[]): void {
+  e.scheduler.finishRequests(ids.map(asRequestId), RequestStatus.FINISHED_ABORTED);
+  for (let i = 0; i < 4 && (e.scheduler.hasUnfinishedRequests() || e.scheduler.hasFinishedRequests()); i++)
+    step(e);
+}
+
+/** True when the step is a pure decode step (every scheduled request computes one token). */
+export function isDecodeStep(so: SchedulerOutput): boolean {
+  for (const n of so.numScheduledTokens.values()) if (n !== 1) return false;
+  return so.numScheduledTokens.size > 0;
+}

@@ -1,0 +1,220 @@
+/**
+ * HiSparse decode throughput vs concurrency (issue 6), GPU machine:
+ *   node dist/bench/hisparse_throughput.js [--config configs/llama-3.1-8b] [--contexts 32768,131072]
+ *     [--batches 32768:1,4,8,16;131072:1,2,4] [--modes off,on,auto] [--steps 16]
+ *     [--kv-budget-gib 32] [--host-pool-gib 64] [--topk 2048] [--buffer 4096] [--dense-layers 0,1]
+ *     [--json FILE] [--budget-s 420]
+ * Llama-3.1-8B shape with seeded dummy weights (bf16), block size 16, CUDA graphs.
+ *
+ * Same device memory for every mode: `--kv-budget-gib` bytes hold the dense KV cache (off), or
+ * HiSparse's main pool, dense-layer KV, digests and tables (on, auto); the host tier is
+ * `--host-pool-gib` of pinned memory. (The defaults emulate a node whose host memory is twice its
+ * KV memory, the regime HiSparse is for: this GPU machine has 128 GiB of RAM for 141 GB of HBM,
+ * so a host tier larger than the device pool is impossible at full device size. With 32 GiB,
+ * `off` holds 7 requests of 32K and 1 of 128K; the 64 GiB host pool holds 17 and 4.)
+ *
+ * Dummy weights and random keys make Quest's choice of pages change much more from one step to
+ * the next than a trained model's (whose attention is coherent over time: arXiv 2608.07009
+ * reports 7-13% misses at topk 2048): the hit rate printed with each point says how
+ * miss-heavy the run was; the figures are pessimistic for HiSparse in that respect.
+ *
+ * Filling contexts: prefills do not run the model (ModelRunner.fastPrefill): each prefill chunk
+ * writes every layer's K/V and Quest digests from fixed random qkv rows, through the same kernels
+ * a real prefill uses, and mirrors its pages to the host tier as a real prefill does (in `on`
+ * the request then goes host-resident). A 128K-token context fills in about a second instead of
+ * the tens of seconds a real prefill takes; decode steps then run the real model (graph replays),
+ * over random keys, so Quest selects different pages from step to step (a miss-heavy workload).
+ *
+ * Per mode, one configuration sized for the longest context serves every point. Per (context,
+ * batch B): add B requests of `context` prompt tokens, step until every
+ * running request decodes (requests that do not fit wait, or are preempted by `off`, or spill in
+ * `auto`), run 3 decode steps (graph capture), then time `--steps` decode steps with the host
+ * clock (each step ends with device sampling, which waits for the GPU): tokens/s = decoded tokens
+ * / seconds. Printed: one row per (context, B) with tok/s per mode, running requests, and the
+ * on/off and auto/off ratios; then HiSparse hit rates and host-to-device GB/s.
+ */
+import { writeFileSync } from "node:fs";
+import { performance } from "node:perf_hooks";
+import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
+import { type HiSparseConfig, resolveHiSparseConfig } from "../src/config/hisparse_config.js";
+import type { HiSparseStats } from "../src/core/hisparse/plan.js";
+import { loadModel } from "../src/models/registry.js";
+import {
+  abortAll,
+  addRequests,
+  type BenchEngine,
+  createBenchEngine,
+  isDecodeStep,
+  step,
+} from "./hisparse_harness.js";
+
+const arg = (name: string, d: string) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1]! : d;
+};
+const GiB = 2 ** 30;
+const BLOCK = 16;
+const contexts = arg("contexts", "32768,131072").split(",").map(Number);
+const batchSpec = arg("batches", "32768:1,4,8,16;131072:1,2,4");
+const modes = arg("modes", "off,on,auto").split(",") as ("off" | "on" | "auto")[];
+const STEPS = Number(arg("steps", "16"));
+const budgetBytes = Number(arg("kv-budget-gib", "32")) * GiB;
+const hostPoolBytes = Number(arg("host-pool-gib", "64")) * GiB;
+const deadline = performance.now() + Number(arg("budget-s", "420")) * 1000;
+const denseLayers = arg("dense-layers", "0,1")
+  .split(",")
+  .filter((x) => x !== "")
+  .map(Number);
+
+/** Batch sizes per context: "C:b1,b2;C2:..." or one list for every context. */
+function batchesFor(ctx: number): number[] {
+  for (const part of batchSpec.split(";")) {
+    const [c, list] = part.includes(":") ? part.split(":") : [String(ctx), part];
+    if (Number(c) === ctx) return list!.split(",").map(Number);
+  }
+  return [1];
+}
+
+interface Row {
+  context: number;
+  mode: string;
+  batch: number;
+  tokPerS: number;
+  stepMs: number;
+  running: number;
+  waiting: number;
+  preemptions: number;
+  hitRate: number | null;
+  h2dGBps: number | null;
+  note: string;
+}
+
+function hisparseConfig(mode: "on" | "auto"): HiSparseConfig {
+  return resolveHiSparseConfig({
+    mode,
+    topk: Number(arg("topk", "2048")),
+    deviceBufferTokens: Number(arg("buffer", "4096")),
+    denseLayers,
+    hostPoolBytes,
+    minSparseTokens: 0,
+  });
+}
+
+/** Steps until every running request decodes and nothing more gets admitted (or a step cap). */
+function rampUp(e: BenchEngine, cap: number): void {
+  let stable = 0;
+  for (let i = 0; i < cap && stable < 3; i++) {
+    const { so } = step(e);
+    stable = isDecodeStep(so) ? stable + 1 : 0;
+  }
+}
+
+function measure(e: BenchEngine, vocab: number, ctx: number, batch: number, mode: string): Row {
+  const ids = addRequests(e, vocab, batch, ctx, 100_000);
+  const fillSteps = Math.ceil(ctx / e.args.maxNumBatchedTokens) * batch + 50;
+  rampUp(e, fillSteps);
+  for (let i = 0; i < 3; i++) step(e); // graph capture of this bucket
+  const st0 = e.hisparse?.stats();
+  const pre0 = e.scheduler.makeStats().numPreemptions;
+  let tokens = 0;
+  const t0 = performance.now();
+  for (let i = 0; i < STEPS; i++) for (const o of step(e).outs) tokens += o.newTokenIds.length;
+  const secs = (performance.now() - t0) / 1000;
+  const s = e.scheduler.makeStats();
+  const st1 = e.hisparse?.stats();
+  const diff = (k: keyof HiSparseStats) => (st1 && st0 ? st1[k] - st0[k] : 0);
+  const lookups = diff("hitsTotal") + diff("missesTotal");
+  const row: Row = {
+    context: ctx,
+    mode,
+    batch,
+    tokPerS: tokens / secs,
+    stepMs: (secs * 1000) / STEPS,
+    running: s.numRunningReqs,
+    waiting: s.numWaitingReqs,
+    preemptions: s.numPreemptions - pre0,
+    hitRate: lookups > 0 ? diff("hitsTotal") / lookups : null,
+    h2dGBps: st1 ? diff("hostToDeviceBytesTotal") / secs / 1e9 : null,
+    note: "",
+  };
+  abortAll(e, ids);
+  return row;
+}
+
+const backend = new CudaBackend({ workspaceBytes: 8 * GiB });
+const maxCtx = Math.max(...contexts);
+const t0 = performance.now();
+const { config, model } = loadModel({
+  modelDir: arg("config", "configs/llama-3.1-8b"),
+  backend,
+  loadFormat: "dummy",
+  seed: 0,
+  maxModelLen: maxCtx + 4096,
+});
+console.log(
+  `loaded ${config.architecture} (dummy, ${config.numHiddenLayers} layers) in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+);
+console.log(
+  `device KV budget ${(budgetBytes / GiB).toFixed(1)} GiB for every mode; host pool ${(hostPoolBytes / GiB).toFixed(1)} GiB; topk ${arg("topk", "2048")}, buffer ${arg("buffer", "4096")}, dense layers [${denseLayers}]`,
+);
+const rows: Row[] = [];
+// One configuration per mode, sized for the longest context, serves every context (fewer
+// pinned allocations; graph buckets depend only on the batch size).
+outer: for (const mode of modes) {
+  let e: BenchEngine;
+  try {
+    e = createBenchEngine(backend, model, {
+      blockSize: BLOCK,
+      maxModelLen: maxCtx + 1024,
+      maxNumSeqs: Math.max(...contexts.flatMap(batchesFor)),
+      maxNumBatchedTokens: 8192,
+      kvBudgetBytes: budgetBytes,
+      hisparse: mode === "off" ? null : hisparseConfig(mode),
+    });
+  } catch (err) {
+    console.log(`${mode}: does not start: ${(err as Error).message}`);
+    continue;
+  }
+  console.log(`${mode}: ${e.numGpuBlocks} device blocks, ${e.numHostBlocks} host blocks`);
+  for (const ctx of contexts)
+    for (const b of batchesFor(ctx)) {
+      if (performance.now() > deadline) {
+        console.log("time budget reached: remaining points skipped");
+        e.dispose();
+        break outer;
+      }
+      const r = measure(e, config.vocabSize, ctx, b, mode);
+      rows.push(r);
+      console.log(
+        `  ${mode} context ${ctx} B=${b}: ${r.tokPerS.toFixed(0)} tok/s, step ${r.stepMs.toFixed(2)} ms, running ${r.running}, waiting ${r.waiting}, preemptions ${r.preemptions}` +
+          (r.hitRate === null
+            ? ""
+            : `, hit rate ${(100 * r.hitRate).toFixed(1)}%, H2D ${r.h2dGBps!.toFixed(1)} GB/s`),
+      );
+    }
+  e.dispose();
+  backend.resetWorkspace();
+}
+
+console.log(
+  "\n| context | B | " + modes.map((m) => `${m} tok/s (running)`).join(" | ") + " | on/off | auto/off |",
+);
+console.log(`|---|---|${modes.map(() => "---|").join("")}---|---|`);
+for (const ctx of contexts)
+  for (const b of batchesFor(ctx)) {
+    const get = (m: string) => rows.find((r) => r.context === ctx && r.batch === b && r.mode === m);
+    if (!modes.some((m) => get(m) !== undefined)) continue;
+    const cells = modes.map((m) => {
+      const r = get(m);
+      return r === undefined ? "-" : `${r.tokPerS.toFixed(0)} (${r.running})`;
+    });
+    const ratio = (m: string) => {
+      const [a, o] = [get(m), get("off")];
+      return a && o ? `${(a.tokPerS / o.tokPerS).toFixed(2)}x` : "-";
+    };
+    console.log(`| ${ctx} | ${b} | ${cells.join(" | ")} | ${ratio("on")} | ${ratio("auto")} |`);
+  }
+const json = arg("json", "");
+if (json !== "")
+  writeFileSync(json, JSON.stringify({ budgetBytes, hostPoolBytes, denseLayers, rows }, null, 2));
+backend.dispose();

@@ -1,0 +1,126 @@
+// reshape_and_cache fused with the Quest digest update (hisparse.h hsReshapeAndCacheDigest).
+// One CTA per token: it writes the token's K and V into the paged cache (16-byte vectors), and
+// when the token is the first of its run (consecutive tokens of the step in one page), it folds
+// the run's keys into the page's digest in token order. So the digest of a page is touched by
+// exactly one CTA per launch, and the result equals the CPU oracle's sequential fold
+// (QuestSelector.updateDigests in src/attention/sparse/quest.ts).
+#include <cuda_bf16.h>
+
+#include "hisparse.h"
+#include "hisparse_common.cuh"
+
+namespace hs_sparse {
+namespace {
+
+/** Sizes of one launch, in 16-byte vectors (8 bf16) unless named otherwise. */
+struct DigestArgs {
+  const uint4* qkv;
+  uint4* cache;
+  const int32_t* slots;
+  uint4* digests;
+  const int32_t* hostSlots;
+  int numTokens;
+  int rowVecs;  // qkv row stride
+  int kVecs;    // offset of k in a row (numHeads * D / 8)
+  int kvVecs;   // Hkv * D / 8: one token's K (or V) of every kv head
+  int blockSize;
+  long long numSlots;      // numBlocks * blockSize
+  long long numHostSlots;  // numHostBlocks * blockSize
+};
+
+/** Min/max fold of 8 bf16 keys into (mn, mx), with the oracle's comparisons (v < min, v > max). */
+__device__ __forceinline__ void fold(uint32_t (&mn)[8], uint32_t (&mx)[8], const uint4& key) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const uint32_t b = lane16(key, e);
+    const float v = bf16Bits(b);
+    if (v < bf16Bits(mn[e])) mn[e] = b;
+    if (v > bf16Bits(mx[e])) mx[e] = b;
+  }
+}
+
+__global__ void __launch_bounds__(256) reshapeDigestKernel(const DigestArgs a) {
+  const int t = blockIdx.x;
+  const uint4* k = a.qkv + static_cast<size_t>(t) * a.rowVecs + a.kVecs;
+  const long long slot = a.slots[t];
+  if (slot >= 0 && slot < a.numSlots) {
+    const long long block = slot / a.blockSize;
+    const long long off = slot % a.blockSize;
+    uint4* kd = a.cache + static_cast<size_t>((block * 2) * a.blockSize + off) * a.kvVecs;
+    uint4* vd = a.cache + static_cast<size_t>((block * 2 + 1) * a.blockSize + off) * a.kvVecs;
+    for (int i = threadIdx.x; i < a.kvVecs; i += blockDim.x) {
+      kd[i] = k[i];
+      vd[i] = k[a.kvVecs + i];
+    }
+  }
+  const long long hs = a.hostSlots[t];
+  if (hs < 0 || hs >= a.numHostSlots) return;  // padding, or a token without a page identity
+  const int off = static_cast<int>(hs % a.blockSize);
+  // Not the first token of its run: the CTA of the run's first token folds this key.
+  if (off != 0 && t > 0 && a.hostSlots[t - 1] == hs - 1) return;
+  int n = 1;
+  while (t + n < a.numTokens && off + n < a.blockSize && a.hostSlots[t + n] == hs + n) ++n;
+  const long long hb = hs / a.blockSize;
+  uint4* dmin = a.digests + static_cast<size_t>(hb) * 2 * a.kvVecs;
+  uint4* dmax = dmin + a.kvVecs;
+  for (int i = threadIdx.x; i < a.kvVecs; i += blockDim.x) {
+    uint32_t mn[8];
+    uint32_t mx[8];
+    int first = 0;
+    if (off == 0) {
+      // First token of the page: the digest starts over (the host block may be reused).
+      const uint4 key = k[i];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) mn[e] = mx[e] = lane16(key, e);
+      first = 1;
+    } else {
+      const uint4 lo = dmin[i];
+      const uint4 hi = dmax[i];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        mn[e] = lane16(lo, e);
+        mx[e] = lane16(hi, e);
+      }
+    }
+    for (int j = first; j < n; ++j) fold(mn, mx, k[static_cast<size_t>(j) * a.rowVecs + i]);
+    dmin[i] = pack16(mn);
+    dmax[i] = pack16(mx);
+  }
+}
+
+}  // namespace
+}  // namespace hs_sparse
+
+extern "C" cudaError_t hsReshapeAndCacheDigest(const void* qkv, void* kvCache, const int32_t* slotMapping,
+                                               void* digests, const int32_t* hostSlotMapping, int numTokens,
+                                               int rowStride, int numHeads, int numKvHeads, int headDim,
+                                               int blockSize, int numBlocks, int numHostBlocks, cudaStream_t stream) {
+  using namespace hs_sparse;
+  if (numTokens < 0 || numHeads <= 0 || numKvHeads <= 0 || headDim <= 0 || blockSize <= 0 || numBlocks < 0 ||
+      numHostBlocks < 0)
+    return cudaErrorInvalidValue;
+  const int kvElems = numKvHeads * headDim;
+  if (kvElems % 8 != 0 || (numHeads * headDim) % 8 != 0 || rowStride % 8 != 0 ||
+      rowStride < (numHeads + 2 * numKvHeads) * headDim)
+    return cudaErrorInvalidValue;
+  if (numTokens == 0) return cudaSuccess;
+  if (qkv == nullptr || kvCache == nullptr || digests == nullptr || slotMapping == nullptr ||
+      hostSlotMapping == nullptr || !aligned16(qkv) || !aligned16(kvCache) || !aligned16(digests))
+    return cudaErrorInvalidValue;
+  DigestArgs a{};
+  a.qkv = static_cast<const uint4*>(qkv);
+  a.cache = static_cast<uint4*>(kvCache);
+  a.slots = slotMapping;
+  a.digests = static_cast<uint4*>(digests);
+  a.hostSlots = hostSlotMapping;
+  a.numTokens = numTokens;
+  a.rowVecs = rowStride / 8;
+  a.kVecs = numHeads * headDim / 8;
+  a.kvVecs = kvElems / 8;
+  a.blockSize = blockSize;
+  a.numSlots = static_cast<long long>(numBlocks) * blockSize;
+  a.numHostSlots = static_cast<long long>(numHostBlocks) * blockSize;
+  const int threads = a.kvVecs >= 256 ? 256 : (a.kvVecs + 31) / 32 * 32;
+  reshapeDigestKernel<<<numTokens, threads, 0, stream>>>(a);
+  return cudaGetLastError();
+}

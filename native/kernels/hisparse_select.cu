@@ -1,0 +1,310 @@
+// Quest page selection (hisparse.h hsQuestSelect), two kernels:
+// questScoreKernel, one CTA per (chunk of kScorePages pages, kv head, request), so that even one
+// request with a long context spreads over the GPU:
+// 1. the group's query sums qPos / qNeg in float64 (heads in order, as quest.ts groupQuery);
+// 2. one thread per page computes its score sequentially over the head dim in float64 with the
+//    oracle's operation order (no FMA: __dmul_rn / __dadd_rn), and stores an order-preserving
+//    64-bit key (0 marks a forced page, which is not a candidate);
+// questSelectKernel, one CTA per (kv head, request):
+// 3. a radix select over the keys (8 passes of 8 bits, MSB first, shared-memory histograms)
+//    finds the k-th largest key T and how many keys equal to T are taken;
+// 4. one ordered pass over the pages (CTA scans) takes the forced pages, the keys > T and the
+//    first keys == T in page order (the oracle's tie rule: lower page first), and writes the
+//    selection ascending.
+// Scores are memory-bound (2 * D bf16 of digest per page); the float64 arithmetic (4 ops per
+// element) stays under the FP64 rate of an H100/H200 class GPU. Both grids are static (the
+// chunk count comes from tableStride), rows read their lengths from device memory.
+#include <cuda_bf16.h>
+
+#include "hisparse.h"
+#include "hisparse_common.cuh"
+
+namespace hs_sparse {
+namespace {
+
+struct SelectArgs {
+  const uint16_t* qkv;
+  int qkvRowStride;
+  const int32_t* tokenRow;
+  const uint16_t* digests;
+  int numHostBlocks;
+  const int32_t* seqLens;
+  const int32_t* rowFlags;
+  const int32_t* reqSlot;
+  const int32_t* hostBlockTable;
+  const int32_t* pinnedTable;
+  int tableStride;
+  int numSlots;
+  int32_t* selPages;
+  int32_t* selCount;
+  unsigned long long* keys;  // [numReqs, Hkv, tableStride]
+  int numHeads;
+  int numKvHeads;
+  int headDim;
+  int blockSize;
+  int budgetPages;
+  int sinkPages;
+  int windowPages;
+};
+
+/** Pages scored by one CTA of questScoreKernel (one per thread). */
+constexpr int kScorePages = kThreads;
+
+/** Order-preserving 64-bit key of a float64 score (larger score, larger key); -0 counts as +0. */
+__device__ __forceinline__ unsigned long long orderKey(double s) {
+  const unsigned long long b = s == 0.0 ? 0ull : static_cast<unsigned long long>(__double_as_longlong(s));
+  return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
+}
+
+/** Quest bound of one page for one group (see the file comment); hb a valid host block. */
+__device__ __forceinline__ double pageScore(const SelectArgs& a, const double* qp, const double* qn, int hb, int g) {
+  const int D = a.headDim;
+  const uint4* mn = reinterpret_cast<const uint4*>(a.digests + (static_cast<size_t>(hb) * 2 * a.numKvHeads + g) * D);
+  const uint4* mx = mn + static_cast<size_t>(a.numKvHeads) * D / 8;
+  double s = 0.0;
+  for (int c = 0; c < D / 8; ++c) {
+    const uint4 lo = mn[c];
+    const uint4 hi = mx[c];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int i = c * 8 + e;
+      const double up = __dmul_rn(qp[i], static_cast<double>(bf16Bits(lane16(hi, e))));
+      const double dn = __dmul_rn(qn[i], static_cast<double>(bf16Bits(lane16(lo, e))));
+      s = __dadd_rn(s, __dadd_rn(up, dn));
+    }
+  }
+  return s;
+}
+
+/**
+ * Radix select: the k-th largest nonzero key of keys[0, n) (k >= 1, at least k nonzero keys).
+ * Returns T; *take receives how many keys equal to T belong to the top k.
+ */
+__device__ unsigned long long radixSelect(const unsigned long long* keys, int n, int k, int* hist, int* bc,
+                                          int* take) {
+  const int lane = threadIdx.x & 31;
+  unsigned long long prefix = 0;
+  unsigned long long mask = 0;
+  int need = k;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (int p = threadIdx.x; p < n; p += blockDim.x) {
+      const unsigned long long key = keys[p];
+      if (key != 0 && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      // Lane l owns digits 255 - 8l down to 248 - 8l: lanes in order walk the digits descending.
+      int c[8];
+      int sum = 0;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        c[e] = hist[255 - 8 * lane - e];
+        sum += c[e];
+      }
+      int incl = sum;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+      }
+      const unsigned ballot = __ballot_sync(0xffffffffu, incl >= need);
+      const int owner = __ffs(ballot) - 1;  // the invariant (>= need candidates) makes ballot nonzero
+      if (lane == owner) {
+        int cum = incl - sum;
+        for (int e = 0; e < 8; ++e) {
+          if (cum + c[e] >= need) {
+            bc[0] = 255 - 8 * lane - e;
+            bc[1] = need - cum;
+            break;
+          }
+          cum += c[e];
+        }
+      }
+    }
+    __syncthreads();
+    const int digit = bc[0];
+    need = bc[1];
+    prefix |= static_cast<unsigned long long>(digit) << shift;
+    mask |= 0xffull << shift;
+    __syncthreads();  // bc and hist are rewritten by the next pass
+  }
+  *take = need;
+  return prefix;
+}
+
+/** A row's selection context: its slot, q row and page count, or !valid when it is skipped. */
+struct SelectRow {
+  bool valid;
+  int slot;
+  int qRow;
+  int numPages;
+  int windowStart;
+  const int32_t* pinRow;
+  __device__ bool forced(const SelectArgs& a, int p) const {
+    return p < a.sinkPages || p >= windowStart || (pinRow != nullptr && pinRow[p] != 0);
+  }
+};
+
+__device__ __forceinline__ SelectRow selectRow(const SelectArgs& a, int r) {
+  SelectRow row{};
+  const bool active = a.rowFlags == nullptr || a.rowFlags[r] != 0;
+  row.slot = a.reqSlot[r];
+  row.qRow = a.tokenRow != nullptr ? a.tokenRow[r] : r;
+  row.valid = active && row.slot >= 0 && row.slot < a.numSlots && row.qRow >= 0;
+  const int seqLen = max(a.seqLens[r], 0);
+  row.numPages = min((seqLen + a.blockSize - 1) / a.blockSize, a.tableStride);
+  row.windowStart = row.numPages - a.windowPages;
+  row.pinRow = row.valid && a.pinnedTable != nullptr ? a.pinnedTable + static_cast<size_t>(row.slot) * a.tableStride
+                                                     : nullptr;
+  return row;
+}
+
+/** Scores one chunk of pages of one (row, kv head) into the keys (step 2 of the file comment). */
+__global__ void __launch_bounds__(kThreads) questScoreKernel(const SelectArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  double* qp = reinterpret_cast<double*>(smem);
+  double* qn = qp + a.headDim;
+  const int chunk = blockIdx.x;
+  const int g = blockIdx.y;
+  const int r = blockIdx.z;
+  const SelectRow row = selectRow(a, r);
+  // Rows that fit the budget take every page and need no score.
+  if (!row.valid || row.numPages <= a.budgetPages || chunk * kScorePages >= row.numPages) return;
+  const int G = a.numHeads / a.numKvHeads;
+  const uint16_t* q = a.qkv + static_cast<size_t>(row.qRow) * a.qkvRowStride;
+  for (int i = threadIdx.x; i < a.headDim; i += blockDim.x) {
+    double sp = 0.0;
+    double sn = 0.0;
+    for (int h = g * G; h < (g + 1) * G; ++h) {
+      const float v = bf16Bits(q[static_cast<size_t>(h) * a.headDim + i]);
+      if (v > 0.f)
+        sp = __dadd_rn(sp, static_cast<double>(v));
+      else
+        sn = __dadd_rn(sn, static_cast<double>(v));
+    }
+    qp[i] = sp;
+    qn[i] = sn;
+  }
+  __syncthreads();
+  const int p = chunk * kScorePages + static_cast<int>(threadIdx.x);
+  if (p >= row.numPages) return;
+  unsigned long long key = 0;  // forced: not a candidate
+  if (!row.forced(a, p)) {
+    const int hb = a.hostBlockTable[static_cast<size_t>(row.slot) * a.tableStride + p];
+    // An invalid host block (never in a consistent table) ranks lowest instead of faulting.
+    key = hb >= 0 && hb < a.numHostBlocks ? orderKey(pageScore(a, qp, qn, hb, g)) : 1ull;
+  }
+  a.keys[(static_cast<size_t>(r) * a.numKvHeads + g) * a.tableStride + p] = key;
+}
+
+__global__ void __launch_bounds__(kThreads) questSelectKernel(const SelectArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  int* hist = reinterpret_cast<int*>(smem);
+  int* warpSums = hist + 256;
+  int* bc = warpSums + 32;
+  const int g = blockIdx.x;
+  const int r = blockIdx.y;
+  const size_t item = static_cast<size_t>(r) * a.numKvHeads + g;
+  int32_t* out = a.selPages + item * a.tableStride;
+  const SelectRow row = selectRow(a, r);
+  if (!row.valid) {
+    if (threadIdx.x == 0) a.selCount[item] = 0;
+    return;
+  }
+  const int numPages = row.numPages;
+  if (numPages <= a.budgetPages) {  // the whole context fits the budget: every page
+    for (int p = threadIdx.x; p < numPages; p += blockDim.x) out[p] = p;
+    if (threadIdx.x == 0) a.selCount[item] = numPages;
+    return;
+  }
+  int myForced = 0;
+  for (int p = threadIdx.x; p < numPages; p += blockDim.x) myForced += row.forced(a, p) ? 1 : 0;
+  const int k = a.budgetPages - blockSum(myForced, warpSums);
+  unsigned long long threshold = ~0ull;  // k <= 0: no score is taken
+  int take = 0;
+  const unsigned long long* keys = a.keys + item * a.tableStride;
+  if (k > 0) threshold = radixSelect(keys, numPages, k, hist, bc, &take);
+  // Ordered pass: forced pages, keys above the threshold, then the first `take` keys equal to it.
+  int eqSoFar = 0;
+  int selSoFar = 0;
+  for (int base = 0; base < numPages; base += blockDim.x) {
+    const int p = base + threadIdx.x;
+    const bool in = p < numPages;
+    const bool f = in && row.forced(a, p);
+    const unsigned long long key = in && !f && k > 0 ? keys[p] : 0ull;
+    const bool eq = key != 0 && key == threshold;
+    int eqTotal = 0;
+    const int eqRank = eqSoFar + blockExclusiveScan(eq ? 1 : 0, &eqTotal, warpSums);
+    const bool sel = f || (key != 0 && key > threshold) || (eq && eqRank < take);
+    int selTotal = 0;
+    const int idx = selSoFar + blockExclusiveScan(sel ? 1 : 0, &selTotal, warpSums);
+    if (sel) out[idx] = p;
+    eqSoFar += eqTotal;
+    selSoFar += selTotal;
+  }
+  if (threadIdx.x == 0) a.selCount[item] = selSoFar;
+}
+
+/** Dynamic shared memory of a scoring CTA: qPos, qNeg (float64 [D] each). */
+size_t scoreSmemBytes(int headDim) { return 2 * sizeof(double) * headDim; }
+
+/** Dynamic shared memory of a selection CTA: histogram, scan and broadcast words. */
+size_t selectSmemBytes() { return (256 + 32 + 8) * sizeof(int); }
+
+}  // namespace
+}  // namespace hs_sparse
+
+extern "C" size_t hsQuestSelectScratchBytes(int numReqs, int numKvHeads, int tableStride) {
+  if (numReqs <= 0 || numKvHeads <= 0 || tableStride <= 0) return 0;
+  return static_cast<size_t>(numReqs) * numKvHeads * tableStride * sizeof(unsigned long long);
+}
+
+extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t stream) {
+  using namespace hs_sparse;
+  if (p == nullptr) return cudaErrorInvalidValue;
+  if (p->numReqs < 0 || p->numReqs > 65535 || p->numKvHeads <= 0 || p->numHeads <= 0 ||
+      p->numHeads % p->numKvHeads != 0 || p->headDim <= 0 || p->headDim % 8 != 0 || p->headDim > 256 ||
+      p->blockSize <= 0 || p->tableStride <= 0 || p->numSlots <= 0 || p->budgetPages <= 0 || p->sinkPages < 0 ||
+      p->windowPages < 1 || p->qkvRowStride < p->numHeads * p->headDim)
+    return cudaErrorInvalidValue;
+  if (p->numReqs == 0) return cudaSuccess;
+  if (p->qkv == nullptr || p->digests == nullptr || p->seqLens == nullptr || p->reqSlot == nullptr ||
+      p->hostBlockTable == nullptr || p->selPages == nullptr || p->selCount == nullptr || p->scratch == nullptr ||
+      !aligned16(p->digests) || (reinterpret_cast<uintptr_t>(p->scratch) & 7) != 0 ||
+      p->scratchBytes < hsQuestSelectScratchBytes(p->numReqs, p->numKvHeads, p->tableStride))
+    return cudaErrorInvalidValue;
+  SelectArgs a{};
+  a.qkv = static_cast<const uint16_t*>(p->qkv);
+  a.qkvRowStride = p->qkvRowStride;
+  a.tokenRow = p->tokenRow;
+  a.digests = static_cast<const uint16_t*>(p->digests);
+  a.numHostBlocks = p->numHostBlocks;
+  a.seqLens = p->seqLens;
+  a.rowFlags = p->rowFlags;
+  a.reqSlot = p->reqSlot;
+  a.hostBlockTable = p->hostBlockTable;
+  a.pinnedTable = p->pinnedTable;
+  a.tableStride = p->tableStride;
+  a.numSlots = p->numSlots;
+  a.selPages = p->selPages;
+  a.selCount = p->selCount;
+  a.keys = static_cast<unsigned long long*>(p->scratch);
+  a.numHeads = p->numHeads;
+  a.numKvHeads = p->numKvHeads;
+  a.headDim = p->headDim;
+  a.blockSize = p->blockSize;
+  a.budgetPages = p->budgetPages;
+  a.sinkPages = p->sinkPages;
+  a.windowPages = p->windowPages;
+  const int chunks = (p->tableStride + kScorePages - 1) / kScorePages;
+  const dim3 scoreGrid(chunks, p->numKvHeads, p->numReqs);
+  if (p->numKvHeads > 65535) return cudaErrorInvalidValue;
+  questScoreKernel<<<scoreGrid, kThreads, scoreSmemBytes(p->headDim), stream>>>(a);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  const dim3 grid(p->numKvHeads, p->numReqs);
+  questSelectKernel<<<grid, kThreads, selectSmemBytes(), stream>>>(a);
+  return cudaGetLastError();
+}

@@ -1,0 +1,183 @@
+// C++ ports of the CPU oracles of the HiSparse kernels, line for line, for the standalone kernel
+// tests (hisparse_test.cu): QuestSelector.updateDigests / select (src/attention/sparse/quest.ts)
+// and HotBufferLru / LruHotBufferResolver.resolve (src/attention/sparse/hot_buffer.ts). Digests
+// are f32 here as in the oracle; the kernels' bf16 digests must hold the same values.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <vector>
+
+#include "test_common.h"
+
+namespace hs_test {
+
+/** QuestSelector.updateDigests for one layer: digests f32 [numHostBlocks, 2, Hkv, D]. */
+inline void refUpdateDigests(std::vector<float>& dg, const std::vector<uint16_t>& qkv, int rowStride, int Hq,
+                             int Hkv, int D, int bs, const std::vector<int>& hostSlots) {
+  const int kvDim = Hkv * D;
+  for (size_t t = 0; t < hostSlots.size(); ++t) {
+    const int slot = hostSlots[t];
+    if (slot < 0) continue;
+    const size_t mn = static_cast<size_t>(slot / bs) * 2 * kvDim;
+    const size_t mx = mn + kvDim;
+    const size_t k = t * rowStride + static_cast<size_t>(Hq) * D;
+    if (slot % bs == 0) {
+      for (int i = 0; i < kvDim; ++i) dg[mn + i] = dg[mx + i] = bf16ToFloat(qkv[k + i]);
+      continue;
+    }
+    for (int i = 0; i < kvDim; ++i) {
+      const float v = bf16ToFloat(qkv[k + i]);
+      if (v < dg[mn + i]) dg[mn + i] = v;
+      if (v > dg[mx + i]) dg[mx + i] = v;
+    }
+  }
+}
+
+/** Settings of one selection (QuestSelectorConfig in pages). */
+struct RefSelectConfig {
+  int Hq, Hkv, D, bs, budgetPages, sinkPages, windowPages;
+};
+
+/**
+ * QuestSelector.selectOne: the pages of one request and kv head g, ascending.
+ * q: the request's query row (bf16 bits, q heads first); hostRow / pinned: the request's pages.
+ */
+inline std::vector<int> refSelectOne(const RefSelectConfig& c, const std::vector<float>& dg, const uint16_t* q,
+                                     const int* hostRow, const int* pinned, int numTokens, int g) {
+  const int numPages = (numTokens + c.bs - 1) / c.bs;
+  std::vector<int> all(numPages);
+  for (int p = 0; p < numPages; ++p) all[p] = p;
+  if (numPages <= c.budgetPages) return all;
+  const int windowStart = numPages - c.windowPages;
+  std::vector<uint8_t> isForced(numPages, 0);
+  int numForced = 0;
+  for (int p = 0; p < numPages; ++p)
+    if (p < c.sinkPages || p >= windowStart || (pinned != nullptr && pinned[p] != 0)) {
+      isForced[p] = 1;
+      ++numForced;
+    }
+  const int k = c.budgetPages - numForced;
+  if (k > 0) {
+    const int G = c.Hq / c.Hkv;
+    std::vector<double> qPos(c.D, 0.0), qNeg(c.D, 0.0);
+    for (int h = g * G; h < (g + 1) * G; ++h)
+      for (int i = 0; i < c.D; ++i) {
+        const float v = bf16ToFloat(q[static_cast<size_t>(h) * c.D + i]);
+        if (v > 0)
+          qPos[i] += v;
+        else
+          qNeg[i] += v;
+      }
+    std::vector<std::pair<double, int>> scored;
+    for (int p = 0; p < numPages; ++p) {
+      if (isForced[p]) continue;
+      const size_t base = static_cast<size_t>(hostRow[p]) * 2 * c.Hkv * c.D;
+      const size_t mn = base + static_cast<size_t>(g) * c.D;
+      const size_t mx = base + static_cast<size_t>(c.Hkv + g) * c.D;
+      double s = 0;
+      for (int i = 0; i < c.D; ++i) {
+        const double up = qPos[i] * static_cast<double>(dg[mx + i]);
+        const double dn = qNeg[i] * static_cast<double>(dg[mn + i]);
+        s = s + (up + dn);
+      }
+      scored.emplace_back(s, p);
+    }
+    std::stable_sort(scored.begin(), scored.end(), [](const std::pair<double, int>& a, const std::pair<double, int>& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
+    for (int i = 0; i < k; ++i) isForced[scored[i].second] = 1;
+  }
+  std::vector<int> out;
+  for (int p = 0; p < numPages; ++p)
+    if (isForced[p]) out.push_back(p);
+  return out;
+}
+
+/** HotBufferLru: one (request, layer, kv head). */
+struct RefLru {
+  std::vector<int> slotPage, lastUse;
+  std::map<int, int> pageToSlot;
+  int tick = 0;
+  explicit RefLru(int n) : slotPage(n, -1), lastUse(n, -1) {}
+  void beginRound() { ++tick; }
+  int hit(int page) {
+    auto it = pageToSlot.find(page);
+    if (it == pageToSlot.end()) return -1;
+    lastUse[it->second] = tick;
+    return it->second;
+  }
+  /** Returns {slot, evicted}; throws when every slot was used in this round. */
+  std::pair<int, int> insert(int page) {
+    int best = -1;
+    for (int s = 0; s < static_cast<int>(slotPage.size()); ++s) {
+      if (lastUse[s] >= tick) continue;
+      if (best < 0 || lastUse[s] < lastUse[best]) best = s;
+    }
+    if (best < 0) throw std::runtime_error("hot buffer full");
+    const int evicted = slotPage[best];
+    if (evicted != -1) pageToSlot.erase(evicted);
+    slotPage[best] = page;
+    lastUse[best] = tick;
+    pageToSlot[page] = best;
+    return {best, evicted};
+  }
+};
+
+/** One copy the resolver makes: host block `hostBlock`, kv head g -> device block `block`. */
+struct RefCopy {
+  int hostBlock, g, block;
+};
+
+/** Result of resolving one (request, kv head). */
+struct RefResolved {
+  std::vector<int> blocks;
+  int seqLen = 0;
+  int hits = 0;
+  int misses = 0;
+  std::vector<RefCopy> copies;
+};
+
+/**
+ * LruHotBufferResolver.resolve for one (request, layer, kv head): own block, hit, or miss into
+ * the LRU victim. held: page -> (layer, head) slots holding it, for this request.
+ */
+inline RefResolved refResolveOne(RefLru& lru, const std::vector<int>& sel, const int* blockRow, const int* hostRow,
+                                 const int* hot, int numTokens, int bs, int g, std::map<int, int>& held) {
+  RefResolved r;
+  const int numPages = (numTokens + bs - 1) / bs;
+  if (sel.empty() || sel.back() != numPages - 1) throw std::runtime_error("selection lacks its tail page");
+  lru.beginRound();
+  r.blocks.assign(sel.size(), -1);
+  std::vector<int> misses;
+  for (size_t j = 0; j < sel.size(); ++j) {
+    const int page = sel[j];
+    const int own = blockRow[page];
+    if (own >= 0) {
+      r.blocks[j] = own;
+    } else {
+      const int slot = lru.hit(page);
+      if (slot < 0) {
+        misses.push_back(static_cast<int>(j));
+      } else {
+        r.blocks[j] = hot[slot];
+        ++r.hits;
+      }
+    }
+  }
+  for (int j : misses) {
+    const int page = sel[j];
+    const auto [slot, evicted] = lru.insert(page);
+    if (evicted != -1 && --held[evicted] == 0) held.erase(evicted);
+    ++held[page];
+    r.blocks[j] = hot[slot];
+    r.copies.push_back({hostRow[page], g, hot[slot]});
+    ++r.misses;
+  }
+  r.seqLen = static_cast<int>(sel.size() - 1) * bs + (numTokens - (numPages - 1) * bs);
+  return r;
+}
+
+}  // namespace hs_test

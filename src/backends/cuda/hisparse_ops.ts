@@ -1,0 +1,418 @@
+/**
+ * The HiSparse ops of the CUDA backend (DESIGN.md §4), over the launchers of
+ * native/kernels/hisparse.h and hsSparseDecodeAttention (attention.h): shape and dtype checks in
+ * TS, then one launcher call each. Every op is asynchronous on the backend's stream and
+ * graph-capturable (grids from static sizes; counts read from device memory). The CPU oracles of
+ * the kernels are src/attention/sparse/quest.ts and hot_buffer.ts.
+ *
+ * Per-request tables live in persistent i32 tensors with one row per request slot (`reqSlot[r]`
+ * names the row of batch row r); see worker/hisparse/cuda/slot_tables.ts.
+ */
+import type { AttentionMetadata, QkvLayout, Tensor } from "../backend.js";
+import type { CudaAttentionContext } from "./attention_ops.js";
+import { type CudaTensor, expectDtype, expectShape } from "./tensor.js";
+
+/** Device address of an optional tensor (0 = NULL). */
+function ptrOf(ctx: CudaAttentionContext, t: Tensor | null | undefined, what: string): number {
+  return t === null || t === undefined ? 0 : ctx.dev(t, what).ptr;
+}
+
+/** Checks an i32 tensor of the given shape and returns it. */
+function i32(
+  ctx: CudaAttentionContext,
+  t: Tensor,
+  what: string,
+  dims: readonly (number | null)[],
+): CudaTensor {
+  const c = ctx.dev(t, what);
+  expectDtype(t, what, ["i32"]);
+  expectShape(t, what, dims);
+  return c;
+}
+
+function dim(t: Tensor, i: number): number {
+  return t.shape[i] ?? 0;
+}
+
+/**
+ * reshape_and_cache fused with the Quest digest update (hsReshapeAndCacheDigest): writes K/V of
+ * each token at slotMapping[t] and folds its key into the digest of host block
+ * hostSlotMapping[t] / blockSize (offset 0 starts the digest over).
+ * qkv: bf16 [T, (Hq+2Hkv)*D]; kvCache: bf16 [numBlocks, 2, bs, Hkv, D]; digests: bf16
+ * [numHostBlocks, 2, Hkv, D]; slotMapping, hostSlotMapping: i32 [T].
+ */
+export function reshapeAndCacheDigest(
+  ctx: CudaAttentionContext,
+  qkv: Tensor,
+  layout: QkvLayout,
+  kvCache: Tensor,
+  slotMapping: Tensor,
+  digests: Tensor,
+  hostSlotMapping: Tensor,
+  blockSize: number,
+): void {
+  const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
+  const W = (Hq + 2 * Hkv) * D;
+  const q = ctx.dev(qkv, "reshapeAndCacheDigest qkv");
+  expectShape(qkv, "reshapeAndCacheDigest qkv", [null, W]);
+  const T = dim(qkv, 0);
+  for (const [t, what] of [
+    [qkv, "qkv"],
+    [kvCache, "kvCache"],
+    [digests, "digests"],
+  ] as const)
+    expectDtype(t, `reshapeAndCacheDigest ${what}`, ["bf16"]);
+  const cache = ctx.dev(kvCache, "reshapeAndCacheDigest kvCache");
+  expectShape(kvCache, "reshapeAndCacheDigest kvCache", [null, 2, blockSize, Hkv, D]);
+  const dg = ctx.dev(digests, "reshapeAndCacheDigest digests");
+  expectShape(digests, "reshapeAndCacheDigest digests", [null, 2, Hkv, D]);
+  const slots = i32(ctx, slotMapping, "reshapeAndCacheDigest slotMapping", [T]);
+  const hostSlots = i32(ctx, hostSlotMapping, "reshapeAndCacheDigest hostSlotMapping", [T]);
+  ctx.addon.reshapeAndCacheDigest(
+    ctx.stream,
+    q.ptr,
+    cache.ptr,
+    slots.ptr,
+    dg.ptr,
+    hostSlots.ptr,
+    T,
+    W,
+    Hq,
+    Hkv,
+    D,
+    blockSize,
+    dim(kvCache, 0),
+    dim(digests, 0),
+  );
+}
+
+/** Inputs of {@link questSelect}; R = rows of the step, S = request slots, W = table width (pages). */
+export interface QuestSelectInputs {
+  /** bf16 [T, (Hq+2Hkv)*D] after RoPE. */
+  qkv: Tensor;
+  layout: QkvLayout;
+  /** i32 [R] qkv row of each row's query token; null: row r. */
+  tokenRow: Tensor | null;
+  /** bf16 [numHostBlocks, 2, Hkv, D] the layer's digests. */
+  digests: Tensor;
+  /** i32 [R] context length after the step. */
+  seqLens: Tensor;
+  /** i32 [R] nonzero: select for the row; null: every row. */
+  rowFlags: Tensor | null;
+  /** i32 [R] request slot of each row (-1: skip). */
+  reqSlot: Tensor;
+  /** i32 [S, W] host block of each page. */
+  hostBlockTable: Tensor;
+  /** i32 [S, W] nonzero for pinned pages; null: none. */
+  pinnedTable: Tensor | null;
+  blockSize: number;
+  /** topk / blockSize, sinkTokens / blockSize, windowTokens / blockSize. */
+  budgetPages: number;
+  sinkPages: number;
+  windowPages: number;
+}
+
+/** Selected pages per (row, kv head), ascending (workspace tensors). */
+export interface PageSelectionTensors {
+  /** i32 [R, Hkv, W]. */
+  selPages: Tensor;
+  /** i32 [R, Hkv]. */
+  selCount: Tensor;
+}
+
+/** Quest selection per (row, kv head), exactly QuestSelector's rule (hsQuestSelect). */
+export function questSelect(ctx: CudaAttentionContext, a: QuestSelectInputs): PageSelectionTensors {
+  const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = a.layout;
+  const qkvW = (Hq + 2 * Hkv) * D;
+  const q = ctx.dev(a.qkv, "questSelect qkv");
+  expectShape(a.qkv, "questSelect qkv", [null, qkvW]);
+  expectDtype(a.qkv, "questSelect qkv", ["bf16"]);
+  const dg = ctx.dev(a.digests, "questSelect digests");
+  expectShape(a.digests, "questSelect digests", [null, 2, Hkv, D]);
+  expectDtype(a.digests, "questSelect digests", ["bf16"]);
+  const R = dim(a.reqSlot, 0);
+  const slot = i32(ctx, a.reqSlot, "questSelect reqSlot", [R]);
+  const seq = i32(ctx, a.seqLens, "questSelect seqLens", [R]);
+  const host = i32(ctx, a.hostBlockTable, "questSelect hostBlockTable", [null, null]);
+  const [S, W] = [dim(a.hostBlockTable, 0), dim(a.hostBlockTable, 1)];
+  if (a.tokenRow !== null) i32(ctx, a.tokenRow, "questSelect tokenRow", [R]);
+  if (a.rowFlags !== null) i32(ctx, a.rowFlags, "questSelect rowFlags", [R]);
+  if (a.pinnedTable !== null) i32(ctx, a.pinnedTable, "questSelect pinnedTable", [S, W]);
+  const selPages = ctx.out([R, Hkv, W], "i32");
+  const selCount = ctx.out([R, Hkv], "i32");
+  if (R === 0) return { selPages, selCount };
+  const scratchBytes = ctx.addon.questSelectScratchBytes(R, Hkv, W);
+  const scratch = ctx.scratch(scratchBytes);
+  ctx.addon.questSelect(
+    ctx.stream,
+    q.ptr,
+    qkvW,
+    ptrOf(ctx, a.tokenRow, "questSelect tokenRow"),
+    dg.ptr,
+    dim(a.digests, 0),
+    seq.ptr,
+    ptrOf(ctx, a.rowFlags, "questSelect rowFlags"),
+    slot.ptr,
+    host.ptr,
+    ptrOf(ctx, a.pinnedTable, "questSelect pinnedTable"),
+    W,
+    S,
+    ctx.dev(selPages, "selPages").ptr,
+    ctx.dev(selCount, "selCount").ptr,
+    scratch,
+    scratchBytes,
+    R,
+    Hq,
+    Hkv,
+    D,
+    a.blockSize,
+    a.budgetPages,
+    a.sinkPages,
+    a.windowPages,
+  );
+  return { selPages, selCount };
+}
+
+/** The resolver's per-request state on the device (persistent tensors; slot-major). */
+export interface ResolverState {
+  /** i32 [S, W] device block of each page, -1 when INACTIVE. */
+  blockTable: Tensor;
+  /** i32 [S, W] host block of each page. */
+  hostBlockTable: Tensor;
+  /** i32 [S, numHot] each request's hot blocks. */
+  hotBlocks: Tensor;
+  /** i32 [S, numSparseLayers, Hkv, numHot] LRU page per slot (-1 empty) and last use. */
+  lruPage: Tensor;
+  lruLastUse: Tensor;
+  /** i32 [S, numSparseLayers, Hkv] rounds so far. */
+  lruTick: Tensor;
+  /** i32 [S, W] (layer, head) slots holding each page; i32 [S] pages held per request. */
+  heldCount: Tensor;
+  heldPages: Tensor;
+  /** i32 [6]: u64 hits, misses, errors (little-endian pairs), accumulated. */
+  counters: Tensor;
+}
+
+/** Inputs of {@link resolve} for one sparse layer. */
+export interface ResolveInputs {
+  selection: PageSelectionTensors;
+  /** i32 [R] nonzero: resolve the row; null: every row. */
+  rowFlags: Tensor | null;
+  /** i32 [R] context length after the step. */
+  seqLens: Tensor;
+  /** i32 [R] request slot of each row (-1: skip). */
+  reqSlot: Tensor;
+  state: ResolverState;
+  /** Index of the layer among the sparse layers. */
+  layer: number;
+  /** bf16 [numBlocks, 2, bs, Hkv, D] the layer's cache. */
+  kvCache: Tensor;
+  /** Device-visible address of the layer's host tier ([numHostBlocks, Hkv, 2, bs, D] bf16). */
+  hostTierPtr: number;
+  numHostBlocks: number;
+  blockSize: number;
+}
+
+/** Device blocks and lengths per (row, kv head) for sparse attention (workspace tensors). */
+export interface ResolvedTensors {
+  /** i32 [R, Hkv, W]. */
+  headBlockTables: Tensor;
+  /** i32 [R, Hkv]. */
+  headSeqLens: Tensor;
+}
+
+/** The fused resolver of one sparse layer (hsResolve): hits, LRU victims, UVA swap-in, tables. */
+export function resolve(ctx: CudaAttentionContext, a: ResolveInputs): ResolvedTensors {
+  const st = a.state;
+  const [S, W] = [dim(st.blockTable, 0), dim(st.blockTable, 1)];
+  const numHot = dim(st.hotBlocks, 1);
+  const [numLayers, Hkv] = [dim(st.lruPage, 1), dim(st.lruPage, 2)];
+  const R = dim(a.reqSlot, 0);
+  const sel = i32(ctx, a.selection.selPages, "resolve selPages", [R, Hkv, W]);
+  const cnt = i32(ctx, a.selection.selCount, "resolve selCount", [R, Hkv]);
+  const slot = i32(ctx, a.reqSlot, "resolve reqSlot", [R]);
+  const seq = i32(ctx, a.seqLens, "resolve seqLens", [R]);
+  if (a.rowFlags !== null) i32(ctx, a.rowFlags, "resolve rowFlags", [R]);
+  const tables = {
+    block: i32(ctx, st.blockTable, "resolve blockTable", [S, W]),
+    host: i32(ctx, st.hostBlockTable, "resolve hostBlockTable", [S, W]),
+    hot: i32(ctx, st.hotBlocks, "resolve hotBlocks", [S, numHot]),
+    page: i32(ctx, st.lruPage, "resolve lruPage", [S, numLayers, Hkv, numHot]),
+    last: i32(ctx, st.lruLastUse, "resolve lruLastUse", [S, numLayers, Hkv, numHot]),
+    tick: i32(ctx, st.lruTick, "resolve lruTick", [S, numLayers, Hkv]),
+    held: i32(ctx, st.heldCount, "resolve heldCount", [S, W]),
+    heldPages: i32(ctx, st.heldPages, "resolve heldPages", [S]),
+    counters: i32(ctx, st.counters, "resolve counters", [6]),
+  };
+  const cache = ctx.dev(a.kvCache, "resolve kvCache");
+  expectDtype(a.kvCache, "resolve kvCache", ["bf16"]);
+  expectShape(a.kvCache, "resolve kvCache", [null, 2, a.blockSize, Hkv, null]);
+  const D = dim(a.kvCache, 4);
+  const headBlockTables = ctx.out([R, Hkv, W], "i32");
+  const headSeqLens = ctx.out([R, Hkv], "i32");
+  if (R === 0) return { headBlockTables, headSeqLens };
+  ctx.addon.resolve(
+    ctx.stream,
+    sel.ptr,
+    cnt.ptr,
+    W,
+    ptrOf(ctx, a.rowFlags, "resolve rowFlags"),
+    seq.ptr,
+    slot.ptr,
+    tables.block.ptr,
+    tables.host.ptr,
+    W,
+    S,
+    tables.hot.ptr,
+    numHot,
+    tables.page.ptr,
+    tables.last.ptr,
+    tables.tick.ptr,
+    a.layer,
+    numLayers,
+    tables.held.ptr,
+    tables.heldPages.ptr,
+    ctx.dev(headBlockTables, "headBlockTables").ptr,
+    ctx.dev(headSeqLens, "headSeqLens").ptr,
+    tables.counters.ptr,
+    cache.ptr,
+    dim(a.kvCache, 0),
+    a.hostTierPtr,
+    a.numHostBlocks,
+    R,
+    Hkv,
+    D,
+    a.blockSize,
+  );
+  return { headBlockTables, headSeqLens };
+}
+
+/** Geometry and address tables of {@link mirrorPages}. */
+export interface MirrorInputs {
+  /** i32 [2 * numLayers]: the device address of each layer's cache as (low, high) 32-bit words. */
+  kvCachePtrs: Tensor;
+  /** i32 [2 * numLayers]: each layer's host tier (device-visible address), same encoding. */
+  hostTierPtrs: Tensor;
+  /** i32 [>= count] device blocks to copy, and i32 [>= count] their host blocks. */
+  blockIds: Tensor;
+  hostBlockIds: Tensor;
+  count: number;
+  numLayers: number;
+  numKvHeads: number;
+  headDim: number;
+  blockSize: number;
+  numBlocks: number;
+  numHostBlocks: number;
+}
+
+/** Eager mirror of `count` pages of every layer to the host tier, on `stream` (hsMirrorPages). */
+export function mirrorPages(ctx: CudaAttentionContext, stream: number, a: MirrorInputs): void {
+  const caches = i32(ctx, a.kvCachePtrs, "mirrorPages kvCachePtrs", [2 * a.numLayers]);
+  const hosts = i32(ctx, a.hostTierPtrs, "mirrorPages hostTierPtrs", [2 * a.numLayers]);
+  const blocks = i32(ctx, a.blockIds, "mirrorPages blockIds", [null]);
+  const hostBlocks = i32(ctx, a.hostBlockIds, "mirrorPages hostBlockIds", [null]);
+  if (dim(a.blockIds, 0) < a.count || dim(a.hostBlockIds, 0) < a.count)
+    throw new Error(`mirrorPages: ${a.count} copies but block id tensors of ${dim(a.blockIds, 0)} entries`);
+  if (a.count === 0) return;
+  ctx.addon.mirrorPages(
+    stream,
+    caches.ptr,
+    hosts.ptr,
+    blocks.ptr,
+    hostBlocks.ptr,
+    a.count,
+    a.numLayers,
+    a.numKvHeads,
+    a.headDim,
+    a.blockSize,
+    a.numBlocks,
+    a.numHostBlocks,
+  );
+}
+
+/** Which rows read per-head tables, and where their q / output rows are. */
+export interface SparseDecodeOptions {
+  /** i32 [R] nonzero: per-head tables; null: every row. */
+  rowFlags?: Tensor | null;
+  /** i32 [R] q / out row of each request (-1: skip); null: row r. */
+  tokenRow?: Tensor | null;
+  /** Leave rows without the flag unwritten (their output comes from another kernel). */
+  onlyFlaggedRows?: boolean;
+  /** Output to write into (bf16 [T, Hq*D]); default a new workspace tensor. */
+  out?: Tensor;
+}
+
+/**
+ * Decode attention where flagged rows read per-(row, kv head) block tables and lengths
+ * (hsSparseDecodeAttention); other rows read meta.blockTables / meta.seqLens. The split grid is
+ * sized from max(dense, per-head table width) * blockSize, the dense launcher's bound when both
+ * widths are equal: then dense-equal tables give pagedAttention's bits.
+ * qkv: bf16 [T, (Hq+2Hkv)*D]; tables: i32 [R, Hkv, W'], i32 [R, Hkv] -> bf16 [T, Hq*D].
+ * @throws Error when the batch is not one query token per row and no tokenRow is given.
+ */
+export function sparseDecodeAttention(
+  ctx: CudaAttentionContext,
+  qkv: Tensor,
+  layout: QkvLayout,
+  kvCache: Tensor,
+  meta: AttentionMetadata,
+  tables: ResolvedTensors,
+  blockSize: number,
+  opts: SparseDecodeOptions = {},
+): Tensor {
+  const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
+  const W = (Hq + 2 * Hkv) * D;
+  const q = ctx.dev(qkv, "sparseDecodeAttention qkv");
+  expectShape(qkv, "sparseDecodeAttention qkv", [meta.numTokens, W]);
+  expectDtype(qkv, "sparseDecodeAttention qkv", ["bf16"]);
+  const cache = ctx.dev(kvCache, "sparseDecodeAttention kvCache");
+  expectShape(kvCache, "sparseDecodeAttention kvCache", [null, 2, blockSize, Hkv, D]);
+  expectDtype(kvCache, "sparseDecodeAttention kvCache", ["bf16"]);
+  const R = meta.numReqs;
+  const T = meta.numTokens;
+  if (!opts.tokenRow && T !== R)
+    throw new Error(`sparseDecodeAttention takes one query token per request (${T} tokens, ${R} requests)`);
+  const bt = i32(ctx, meta.blockTables, "sparseDecodeAttention blockTables", [R, null]);
+  const seq = i32(ctx, meta.seqLens, "sparseDecodeAttention seqLens", [R]);
+  const qsl = ctx.dev(meta.queryStartLoc, "sparseDecodeAttention queryStartLoc");
+  const headT = i32(ctx, tables.headBlockTables, "sparseDecodeAttention headBlockTables", [R, Hkv, null]);
+  const headS = i32(ctx, tables.headSeqLens, "sparseDecodeAttention headSeqLens", [R, Hkv]);
+  const out = opts.out ?? ctx.out([T, Hq * D], "bf16");
+  expectShape(out, "sparseDecodeAttention out", [T, Hq * D]);
+  expectDtype(out, "sparseDecodeAttention out", ["bf16"]);
+  if (R === 0 || T === 0) return out;
+  const denseW = dim(meta.blockTables, 1);
+  const headW = dim(tables.headBlockTables, 2);
+  const maxModelLen = Math.max(denseW, headW) * blockSize;
+  const a = ctx.addon;
+  const wsBytes = a.pagedAttentionWorkspaceBytes(R, T, Hq, D, maxModelLen, blockSize);
+  const ws = wsBytes > 0 ? ctx.sharedScratch(wsBytes) : 0;
+  a.sparseDecodeAttention(
+    ctx.stream,
+    q.ptr,
+    W,
+    cache.ptr,
+    ctx.dev(out, "sparseDecodeAttention out").ptr,
+    qsl.ptr,
+    seq.ptr,
+    bt.ptr,
+    denseW,
+    R,
+    T,
+    Hq,
+    Hkv,
+    D,
+    blockSize,
+    1 / Math.sqrt(D),
+    maxModelLen,
+    ws,
+    wsBytes,
+    headT.ptr,
+    headS.ptr,
+    headW,
+    ptrOf(ctx, opts.rowFlags, "sparseDecodeAttention rowFlags"),
+    ptrOf(ctx, opts.tokenRow, "sparseDecodeAttention tokenRow"),
+    opts.onlyFlaggedRows === true ? 1 : 0,
+  );
+  return out;
+}

@@ -1,0 +1,144 @@
+import type { Tensor } from "../../../backends/backend.js";
+import type { CudaBackend, PinnedHostMemory } from "../../../backends/cuda/cuda_backend.js";
+import { mirrorPages } from "../../../backends/cuda/hisparse_ops.js";
+import type { SideStream } from "../../../backends/cuda/side_stream.js";
+import type { CudaTensor } from "../../../backends/cuda/tensor.js";
+
+/** Geometry of the host tier. */
+export interface CudaHostTierSpec {
+  numSparseLayers: number;
+  numHostBlocks: number;
+  blockSize: number;
+  numKvHeads: number;
+  headDim: number;
+}
+
+/** Bytes of one bf16 element. */
+const BF16_BYTES = 2;
+
+/**
+ * The host tier on CUDA (DESIGN.md §4): per sparse layer, pinned host memory mapped into the
+ * device address space, laid out head-major ([numHostBlocks, Hkv, 2, blockSize, D] bf16) so that
+ * the resolver kernel reads one contiguous slice per (page, kv head) with 16-byte UVA loads.
+ * Eager mirrors: after a step's forward, the pages it filled are copied device -> host by one
+ * kernel (every sparse layer) on a side stream that starts after the forward (event); the next
+ * step's forward waits for it on the device (`beforeForward`), so a spilled block is never
+ * rewritten while its mirror still reads it. Spills copy nothing: the scheduler only drops
+ * device blocks of mirrored pages.
+ */
+export class CudaHostKvTier {
+  /** Per sparse layer, the pinned memory. */
+  readonly layers: PinnedHostMemory[] = [];
+  /** Bytes of one (page, sparse layer, kv head) slice: K and V of blockSize tokens. */
+  readonly sliceBytes: number;
+  /** Bytes of one page over every sparse layer (what a mirror copies). */
+  readonly pageBytes: number;
+  private readonly side: SideStream;
+  /** i32 [2 * numSparseLayers]: cache and host addresses as (low, high) words. */
+  private readonly cachePtrs: Tensor;
+  private readonly hostPtrs: Tensor;
+  /** Mirror arguments (persistent: the side stream reads them after the step's workspace is recycled). */
+  private args: { blockIds: Tensor; hostBlockIds: Tensor; capacity: number } | null = null;
+
+  /**
+   * @param sparseKvCaches the main pool's tensor of each sparse layer, in sparse-layer order.
+   * @throws Error when the pinned memory cannot be allocated (the message names its size).
+   */
+  constructor(
+    private readonly backend: CudaBackend,
+    readonly spec: CudaHostTierSpec,
+    private readonly sparseKvCaches: readonly Tensor[],
+  ) {
+    const { numSparseLayers: L, numHostBlocks, blockSize: bs, numKvHeads: Hkv, headDim: D } = spec;
+    const layerPage = 2 * bs * Hkv * D * BF16_BYTES;
+    this.sliceBytes = 2 * bs * D * BF16_BYTES;
+    this.pageBytes = L * layerPage;
+    try {
+      for (let l = 0; l < L; l++)
+        this.layers.push(backend.allocatePinned(Math.max(1, numHostBlocks * layerPage)));
+    } catch (e) {
+      for (const m of this.layers) m.dispose();
+      const gib = (L * numHostBlocks * layerPage) / 2 ** 30;
+      throw new Error(
+        `the host KV pool (${gib.toFixed(2)} GiB of pinned memory) could not be allocated; lower --host-pool-gib (${(e as Error).message})`,
+      );
+    }
+    const words = (addrs: number[]) => {
+      const w = new Int32Array(2 * addrs.length);
+      addrs.forEach((a, i) => {
+        w[2 * i] = (a % 2 ** 32) | 0;
+        w[2 * i + 1] = Math.floor(a / 2 ** 32) | 0;
+      });
+      return w;
+    };
+    const cacheAddrs = sparseKvCaches.map((t) => backend.dev(t, "host tier kvCache").ptr);
+    this.cachePtrs = backend.upload(words(cacheAddrs), [2 * L], "i32");
+    this.hostPtrs = backend.upload(words(this.layers.map((m) => m.ptr)), [2 * L], "i32");
+    this.side = backend.createSideStream();
+  }
+
+  /** Device-visible address of a sparse layer's host tier. */
+  layerPtr(sparseLayer: number): number {
+    return this.layers[sparseLayer]!.ptr;
+  }
+
+  /**
+   * Eager mirror: copies device block blockIds[i] to host block hostBlockIds[i], every sparse
+   * layer, on the side stream after the work queued so far (the step's forward).
+   */
+  mirror(blockIds: readonly number[], hostBlockIds: readonly number[]): void {
+    const n = blockIds.length;
+    if (n === 0) return;
+    const args = this.argsFor(n);
+    this.backend.writeRange(args.blockIds, 0, Int32Array.from(blockIds));
+    this.backend.writeRange(args.hostBlockIds, 0, Int32Array.from(hostBlockIds));
+    const { numSparseLayers: L, numHostBlocks, blockSize, numKvHeads, headDim } = this.spec;
+    this.side.afterCompute();
+    mirrorPages(this.backend, this.side.handle, {
+      kvCachePtrs: this.cachePtrs,
+      hostTierPtrs: this.hostPtrs,
+      blockIds: args.blockIds,
+      hostBlockIds: args.hostBlockIds,
+      count: n,
+      numLayers: L,
+      numKvHeads,
+      headDim,
+      blockSize,
+      numBlocks: (this.sparseKvCaches[0] as CudaTensor | undefined)?.shape[0] ?? 0,
+      numHostBlocks,
+    });
+    this.side.recordDone();
+  }
+
+  /** Makes the compute stream wait (on the device) for the mirrors issued so far. */
+  beforeForward(): void {
+    this.side.computeWaits();
+  }
+
+  /** Waits for every mirror and frees the pinned memory. */
+  dispose(): void {
+    this.side.dispose();
+    if (this.args !== null) {
+      this.backend.free(this.args.blockIds);
+      this.backend.free(this.args.hostBlockIds);
+    }
+    this.backend.free(this.cachePtrs);
+    this.backend.free(this.hostPtrs);
+    for (const m of this.layers) m.dispose();
+    this.layers.length = 0;
+  }
+
+  /** Argument tensors holding at least n entries (grown after the side stream drained). */
+  private argsFor(n: number): { blockIds: Tensor; hostBlockIds: Tensor; capacity: number } {
+    if (this.args !== null && this.args.capacity >= n) return this.args;
+    const capacity = Math.max(n, 2 * (this.args?.capacity ?? 64));
+    if (this.args !== null) {
+      this.side.synchronize(); // the side stream may still read the old tensors
+      this.backend.free(this.args.blockIds);
+      this.backend.free(this.args.hostBlockIds);
+    }
+    const up = () => this.backend.upload(new Int32Array(capacity).fill(-1), [capacity], "i32");
+    this.args = { blockIds: up(), hostBlockIds: up(), capacity };
+    return this.args;
+  }
+}

@@ -1,0 +1,321 @@
+/**
+ * Argument marshalling of the HiSparse launchers (src/backends/cuda/hisparse_ops.ts) on the
+ * host-memory double of the addon: each op passes its tensors and sizes in the order of the C
+ * parameter structs (native/kernels/hisparse.h, attention.h HsSparseDecodeParams), NULL (0) for
+ * absent optional tensors, and refuses wrong shapes. The kernels themselves are tested by
+ * native/tests/hisparse_test.cu (CPU emulator and GPU) and test/native/hisparse*.test.ts.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import type { AttentionMetadata, QkvLayout, Tensor } from "../../../../src/backends/backend.js";
+import { CudaBackend } from "../../../../src/backends/cuda/cuda_backend.js";
+import * as hs from "../../../../src/backends/cuda/hisparse_ops.js";
+import type { CudaTensor } from "../../../../src/backends/cuda/tensor.js";
+import { createFakeAddon } from "./fake_addon.js";
+
+const layout: QkvLayout = { numHeads: 4, numKvHeads: 2, headDim: 16 };
+const W = (4 + 2 * 2) * 16;
+const ptr = (t: Tensor) => (t as CudaTensor).ptr;
+
+function setup() {
+  const fake = createFakeAddon();
+  const be = new CudaBackend({ addon: fake, workspaceBytes: 4 << 20, stagingBytes: 4096 });
+  const i32 = (n: number[]) => be.allocateFilled(n, "i32");
+  return { fake, be, i32 };
+}
+
+describe("HiSparse ops marshalling (fake addon)", () => {
+  it("reshapeAndCacheDigest: qkv, cache, slots, digests, host slots, then T and the geometry", () => {
+    const { fake, be, i32 } = setup();
+    const qkv = be.allocateFilled([3, W], "bf16");
+    const cache = be.allocateFilled([10, 2, 8, 2, 16], "bf16");
+    const digests = be.allocateFilled([12, 2, 2, 16], "bf16");
+    const slots = i32([3]);
+    const hostSlots = i32([3]);
+    hs.reshapeAndCacheDigest(be, qkv, layout, cache, slots, digests, hostSlots, 8);
+    const c = fake.calls.at(-1)!;
+    assert.equal(c.fn, "reshapeAndCacheDigest");
+    assert.deepEqual(c.args.slice(1), [
+      ptr(qkv),
+      ptr(cache),
+      ptr(slots),
+      ptr(digests),
+      ptr(hostSlots),
+      3,
+      W,
+      4,
+      2,
+      16,
+      8,
+      10,
+      12,
+    ]);
+    assert.throws(
+      () =>
+        hs.reshapeAndCacheDigest(
+          be,
+          qkv,
+          layout,
+          cache,
+          slots,
+          be.allocateFilled([12, 2, 16], "bf16"),
+          hostSlots,
+          8,
+        ),
+      /digests: expected shape \[\*, 2, 2, 16\]/,
+    );
+  });
+
+  it("questSelect and resolve follow the fields of their C structs; outputs are [R, Hkv, W] and [R, Hkv]", () => {
+    const { fake, be, i32 } = setup();
+    const R = 3;
+    const S = 5;
+    const Wp = 40;
+    const numHot = 6;
+    const qkv = be.allocateFilled([4, W], "bf16");
+    const digests = be.allocateFilled([100, 2, 2, 16], "bf16");
+    const [reqSlot, seqLens, flags, tokenRow] = [i32([R]), i32([R]), i32([R]), i32([R])];
+    const [hostT, blockT, pinT] = [i32([S, Wp]), i32([S, Wp]), i32([S, Wp])];
+    const sel = hs.questSelect(be, {
+      qkv,
+      layout,
+      tokenRow,
+      digests,
+      seqLens,
+      rowFlags: flags,
+      reqSlot,
+      hostBlockTable: hostT,
+      pinnedTable: null,
+      blockSize: 8,
+      budgetPages: 6,
+      sinkPages: 1,
+      windowPages: 2,
+    });
+    assert.deepEqual(
+      [sel.selPages.shape, sel.selCount.shape],
+      [
+        [R, 2, Wp],
+        [R, 2],
+      ],
+    );
+    const q = fake.calls.at(-1)!;
+    assert.equal(q.fn, "questSelect");
+    assert.equal(q.args.length, 25);
+    assert.deepEqual(q.args.slice(1, 15), [
+      ptr(qkv),
+      W,
+      ptr(tokenRow),
+      ptr(digests),
+      100,
+      ptr(seqLens),
+      ptr(flags),
+      ptr(reqSlot),
+      ptr(hostT),
+      0, // no pinned table
+      Wp,
+      S,
+      ptr(sel.selPages),
+      ptr(sel.selCount),
+    ]);
+    assert.deepEqual(q.args.slice(16), [R * 2 * Wp * 8, R, 4, 2, 16, 8, 6, 1, 2]);
+
+    const state: hs.ResolverState = {
+      blockTable: blockT,
+      hostBlockTable: hostT,
+      hotBlocks: i32([S, numHot]),
+      lruPage: i32([S, 3, 2, numHot]),
+      lruLastUse: i32([S, 3, 2, numHot]),
+      lruTick: i32([S, 3, 2]),
+      heldCount: i32([S, Wp]),
+      heldPages: i32([S]),
+      counters: i32([6]),
+    };
+    const cache = be.allocateFilled([50, 2, 8, 2, 16], "bf16");
+    const res = hs.resolve(be, {
+      selection: sel,
+      rowFlags: flags,
+      seqLens,
+      reqSlot,
+      state,
+      layer: 1,
+      kvCache: cache,
+      hostTierPtr: 0x7000_0000_0000,
+      numHostBlocks: 100,
+      blockSize: 8,
+    });
+    const r = fake.calls.at(-1)!;
+    assert.equal(r.fn, "resolve");
+    assert.deepEqual(r.args.slice(1), [
+      ptr(sel.selPages),
+      ptr(sel.selCount),
+      Wp,
+      ptr(flags),
+      ptr(seqLens),
+      ptr(reqSlot),
+      ptr(blockT),
+      ptr(hostT),
+      Wp,
+      S,
+      ptr(state.hotBlocks),
+      numHot,
+      ptr(state.lruPage),
+      ptr(state.lruLastUse),
+      ptr(state.lruTick),
+      1,
+      3,
+      ptr(state.heldCount),
+      ptr(state.heldPages),
+      ptr(res.headBlockTables),
+      ptr(res.headSeqLens),
+      ptr(state.counters),
+      ptr(cache),
+      50,
+      0x7000_0000_0000,
+      100,
+      R,
+      2,
+      16,
+      8,
+    ]);
+    void pinT;
+  });
+
+  it("sparseDecodeAttention: the decode arguments, then the per-head tables, flags, token rows and mode", () => {
+    const { fake, be, i32 } = setup();
+    const R = 2;
+    const qkv = be.allocateFilled([R, W], "bf16");
+    const cache = be.allocateFilled([20, 2, 8, 2, 16], "bf16");
+    const meta: AttentionMetadata = {
+      numReqs: R,
+      numTokens: R,
+      queryStartLoc: i32([R + 1]),
+      seqLens: i32([R]),
+      blockTables: i32([R, 4]),
+      slotMapping: i32([R]),
+      maxQueryLen: 1,
+      maxSeqLen: 32,
+      host: {
+        queryStartLoc: new Int32Array(R + 1),
+        seqLens: new Int32Array(R),
+        blockTables: new Int32Array(R * 4),
+        maxBlocksPerReq: 4,
+        slotMapping: new Int32Array(R),
+        positions: new Int32Array(R),
+      },
+    };
+    const tables = { headBlockTables: i32([R, 2, 6]), headSeqLens: i32([R, 2]) };
+    const flags = i32([R]);
+    const out = hs.sparseDecodeAttention(be, qkv, layout, cache, meta, tables, 8, { rowFlags: flags });
+    const c = fake.calls.at(-1)!;
+    assert.equal(c.fn, "sparseDecodeAttention");
+    assert.equal(c.args.length, 25);
+    assert.deepEqual(c.args.slice(1, 17), [
+      ptr(qkv),
+      W,
+      ptr(cache),
+      ptr(out),
+      ptr(meta.queryStartLoc),
+      ptr(meta.seqLens),
+      ptr(meta.blockTables),
+      4,
+      R,
+      R,
+      4,
+      2,
+      16,
+      8,
+      1 / 4,
+      6 * 8, // max(dense width 4, per-head width 6) * blockSize
+    ]);
+    assert.deepEqual(c.args.slice(19), [
+      ptr(tables.headBlockTables),
+      ptr(tables.headSeqLens),
+      6,
+      ptr(flags),
+      0,
+      0,
+    ]);
+    // The Backend method: every row per head, decode batches only.
+    be.sparsePagedAttention(
+      qkv,
+      layout,
+      cache,
+      meta,
+      {
+        blockTables: tables.headBlockTables,
+        seqLens: tables.headSeqLens,
+        maxBlocks: 6,
+        host: { blockTables: new Int32Array(0), seqLens: new Int32Array(0) },
+      },
+      8,
+    );
+    assert.deepEqual(
+      fake.calls.at(-1)!.args.slice(22),
+      [0, 0, 0],
+      "no flags: every row reads per-head tables",
+    );
+    assert.throws(
+      () =>
+        be.sparsePagedAttention(
+          qkv,
+          layout,
+          cache,
+          { ...meta, maxQueryLen: 2 },
+          {
+            blockTables: tables.headBlockTables,
+            seqLens: tables.headSeqLens,
+            maxBlocks: 6,
+            host: { blockTables: new Int32Array(0), seqLens: new Int32Array(0) },
+          },
+          8,
+        ),
+      /takes decode batches/,
+    );
+  });
+
+  it("mirrorPages launches on the given stream with the address tables; writeRange / fillRange move exact bytes", () => {
+    const { fake, be, i32 } = setup();
+    const side = be.createSideStream();
+    const a = {
+      kvCachePtrs: i32([4]),
+      hostTierPtrs: i32([4]),
+      blockIds: i32([8]),
+      hostBlockIds: i32([8]),
+      count: 3,
+      numLayers: 2,
+      numKvHeads: 2,
+      headDim: 16,
+      blockSize: 8,
+      numBlocks: 20,
+      numHostBlocks: 30,
+    };
+    hs.mirrorPages(be, side.handle, a);
+    const c = fake.calls.at(-1)!;
+    assert.equal(c.fn, "mirrorPages");
+    assert.notEqual(side.handle, be.stream);
+    assert.deepEqual(c.args, [
+      side.handle,
+      ptr(a.kvCachePtrs),
+      ptr(a.hostTierPtrs),
+      ptr(a.blockIds),
+      ptr(a.hostBlockIds),
+      3,
+      2,
+      2,
+      16,
+      8,
+      20,
+      30,
+    ]);
+    assert.throws(
+      () => hs.mirrorPages(be, side.handle, { ...a, count: 9 }),
+      /9 copies but block id tensors of 8/,
+    );
+    const t = be.allocateFilled([10], "i32", 0xff);
+    be.writeRange(t, 3, Int32Array.from([5, 6, 7]));
+    be.fillRange(t, 8, 2, 0);
+    assert.deepEqual(Array.from(be.toHost(t)), [-1, -1, -1, 5, 6, 7, -1, -1, 0, 0]);
+    assert.throws(() => be.writeRange(t, 9, Int32Array.from([1, 2])), /outside a tensor of 10/);
+    side.dispose();
+  });
+});
