@@ -53,7 +53,7 @@ const { config, model } = loadModel({
   backend,
   loadFormat: "dummy",
   seed: 0,
-  maxModelLen: context + 1024,
+  maxModelLen: context,
 });
 console.log(
   `${config.architecture} (dummy, ${config.numHiddenLayers} layers); context ${context}; device KV budget ${(budgetBytes / GiB).toFixed(1)} GiB; host pool ${(hostPoolBytes / GiB).toFixed(1)} GiB; dense layers [${denseLayers}]`,
@@ -99,7 +99,7 @@ for (const mode of modes) {
   try {
     e = createBenchEngine(backend, model, {
       blockSize: BLOCK,
-      maxModelLen: context + 1024,
+      maxModelLen: context,
       maxNumSeqs: maxRequests,
       maxNumBatchedTokens: 8192,
       kvBudgetBytes: budgetBytes,

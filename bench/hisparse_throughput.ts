@@ -37,8 +37,9 @@ import { writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../src/config/hisparse_config.js";
+import { loadModelConfig } from "../src/config/model_config.js";
 import type { HiSparseStats } from "../src/core/hisparse/plan.js";
-import { loadModel } from "../src/models/registry.js";
+import { loadModel, resolveModelDir } from "../src/models/registry.js";
 import {
   abortAll,
   addRequests,
@@ -54,7 +55,13 @@ const arg = (name: string, d: string) => {
 };
 const GiB = 2 ** 30;
 const BLOCK = 16;
-const contexts = arg("contexts", "32768,131072").split(",").map(Number);
+/** Positions the model supports; a context is capped so that its decode steps still fit. */
+const maxPositions = loadModelConfig(
+  resolveModelDir(arg("config", "configs/llama-3.1-8b")),
+).maxPositionEmbeddings;
+const contexts = arg("contexts", "32768,131072")
+  .split(",")
+  .map((c) => Math.min(Number(c), maxPositions - 1024));
 const batchSpec = arg("batches", "32768:1,4,8,16;131072:1,2,4");
 const modes = arg("modes", "off,on,auto").split(",") as ("off" | "on" | "auto")[];
 const STEPS = Number(arg("steps", "16"));
@@ -149,7 +156,7 @@ const { config, model } = loadModel({
   backend,
   loadFormat: "dummy",
   seed: 0,
-  maxModelLen: maxCtx + 4096,
+  maxModelLen: maxCtx + 1024,
 });
 console.log(
   `loaded ${config.architecture} (dummy, ${config.numHiddenLayers} layers) in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
