@@ -1,5 +1,5 @@
 import type { DeviceSamplingRows } from "../backends/backend.js";
-import { sampleRowByRule } from "../backends/cpu/kernels/sampling.js";
+import { argmaxRow, sampleRowByRule } from "../backends/cpu/kernels/sampling.js";
 import { GREEDY_TEMPERATURE_EPS, type SamplingParams } from "../core/sampling_params.js";
 import type { TokenLogprobs } from "../core/sched/output.js";
 import { Generator, type RandomSource } from "./generator.js";
@@ -88,8 +88,10 @@ export class Sampler {
         uniform: uniforms[b]!,
       };
       const token = sampleRowByRule(work, 0, V, settings, this.scratch);
-      sampled[b] = token;
-      logprobs.push(lp === null ? null : tokenLogprobs(lp, V, token, p.logprobs!));
+      // The rule keeps no token (-1) when the probabilities are NaN: a penalty overflowed a logit
+      // to +inf (inf - inf in the softmax). The +inf tokens then hold all the mass: take the argmax.
+      sampled[b] = token >= 0 ? token : argmaxRow(work, 0, V);
+      logprobs.push(lp === null ? null : tokenLogprobs(lp, V, sampled[b]!, p.logprobs!));
     }
     return { sampledTokenIds: sampled, logprobs };
   }
