@@ -98,7 +98,7 @@ export function validateSamplingParams(p: SamplingParams): string[] {
   if (!isInt(p.topK) || p.topK < -1)
     r.push(`top_k must be -1 (disable), 0 (disable) or a positive integer, got ${p.topK}`);
   if (!Number.isFinite(p.minP) || p.minP < 0 || p.minP > 1) r.push(`min_p must be in [0, 1], got ${p.minP}`);
-  if (p.seed !== null && !isInt(p.seed)) r.push(`seed must be an integer, got ${p.seed}`);
+  if (p.seed !== null && !Number.isSafeInteger(p.seed)) r.push(`seed must be a safe integer, got ${p.seed}`);
   if (!Number.isFinite(p.repetitionPenalty) || p.repetitionPenalty <= 0)
     r.push(`repetition_penalty must be > 0, got ${p.repetitionPenalty}`);
   if (!Number.isFinite(p.presencePenalty) || p.presencePenalty < -2 || p.presencePenalty > 2)

@@ -30,3 +30,17 @@ describe("validateSamplingParams: temperature", () => {
     ]);
   });
 });
+
+describe("validateSamplingParams: seed", () => {
+  it("null, 0, -1 and ±MAX_SAFE_INTEGER are valid (the generator takes any safe integer)", () => {
+    for (const seed of [null, 0, -1, Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER])
+      assert.deepEqual(validateSamplingParams(makeSamplingParams({ seed })), [], `${seed}`);
+  });
+
+  it("2^53 and 1e20 are integers but not safe ones: refused here, not by the worker's generator mid-step", () => {
+    for (const seed of [2 ** 53, 1e20])
+      assert.deepEqual(validateSamplingParams(makeSamplingParams({ seed })), [
+        `seed must be a safe integer, got ${seed}`,
+      ]);
+  });
+});
