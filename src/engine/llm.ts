@@ -29,7 +29,8 @@ export class LLM {
   /**
    * Generates completions for every prompt, batched together; outputs in prompt order.
    * @param params one set for all prompts, or one per prompt; partial sets take vLLM defaults
-   * @throws EngineInputError for a bad prompt or parameters (nothing is generated then)
+   * @throws EngineInputError for a bad prompt or parameters (nothing is generated then); the
+   *   worker's error when a step fails (this call's requests are aborted then)
    */
   async generate(
     prompts: PromptInput | PromptInput[],
@@ -54,8 +55,15 @@ export class LLM {
       throw e;
     }
     const done = new Map<string, RequestOutput>();
-    while (engine.hasPendingWork()) {
-      for (const o of await engine.step()) if (o.finished) done.set(o.requestId, o);
+    try {
+      while (engine.hasPendingWork()) {
+        for (const o of await engine.step()) if (o.finished) done.set(o.requestId, o);
+      }
+    } catch (e) {
+      // A failed step leaves these requests mid-step: abort them (finished ids are ignored), or
+      // the next call would step them forever.
+      engine.abortRequest(ids);
+      throw e;
     }
     return ids.map((id) => done.get(id)!);
   }

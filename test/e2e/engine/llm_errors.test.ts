@@ -1,0 +1,50 @@
+/**
+ * LLM (offline generation) when a step fails: the failed call must not leave its requests in
+ * the engine, or the next generate() keeps stepping a request that can never finish.
+ * A worker failure is injected by replacing the executor's executeModel for one call.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import type { Executor } from "../../../src/engine/executor.js";
+import { LLM } from "../../../src/engine/llm.js";
+import type { LLMEngine } from "../../../src/engine/llm_engine.js";
+import { refModelDir } from "../../helpers/reference.js";
+
+const GREEDY = { temperature: 0, maxTokens: 3, ignoreEos: true };
+
+describe("LLM.generate after a failed step (ref-small, CPU, in-process worker)", () => {
+  let llm: LLM;
+  let engine: LLMEngine;
+  let executor: Executor;
+  before(async () => {
+    llm = new LLM({ model: refModelDir("ref-small")!, device: "cpu", maxModelLen: 128, inprocWorker: true });
+    engine = await llm.getEngine();
+    executor = (engine as unknown as { executor: Executor }).executor;
+  });
+  after(() => llm.shutdown());
+
+  it("a failed step rejects generate, leaves no request behind, and the next generate completes", async () => {
+    // Step 1 fails: generate rejects with the worker's error and no request stays running or waiting.
+    const real = executor.executeModel;
+    executor.executeModel = async () => {
+      throw new Error("injected worker failure");
+    };
+    try {
+      await assert.rejects(llm.generate(["Hello", "World"], GREEDY), /^Error: injected worker failure$/);
+    } finally {
+      executor.executeModel = real;
+    }
+    assert.equal(engine.scheduler.numRunning, 0);
+    assert.equal(engine.scheduler.numWaiting, 0);
+    assert.equal(engine.hasUnfinishedRequests(), false);
+    // Step 2 (the next call) runs only its own request: 3 greedy tokens, then the engine is idle
+    // with every block free. (Before the fix the failed requests stayed RUNNING with nothing left
+    // to compute, so this call stepped forever.)
+    const [out] = await llm.generate(["Hello"], GREEDY);
+    assert.equal(out!.finished, true);
+    assert.equal(out!.outputs[0]!.tokenIds.length, 3);
+    assert.equal(engine.hasPendingWork(), false);
+    const kv = engine.scheduler.kvCacheManager;
+    assert.equal(kv.numFreeBlocks, kv.blockPool.numGpuBlocks);
+  });
+});
