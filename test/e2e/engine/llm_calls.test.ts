@@ -1,7 +1,8 @@
 /**
- * LLM (offline generation) when a step fails: the failed call must not leave its requests in
- * the engine, or the next generate() keeps stepping a request that can never finish.
- * A worker failure is injected by replacing the executor's executeModel for one call.
+ * LLM (offline generation) across calls: concurrent generate() calls each get their own outputs
+ * (the engine steps one call at a time), and a call whose step fails must not leave its
+ * requests in the engine, or the next generate() keeps stepping a request that can never
+ * finish. A worker failure is injected by replacing the executor's executeModel for one call.
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -46,5 +47,27 @@ describe("LLM.generate after a failed step (ref-small, CPU, in-process worker)",
     assert.equal(engine.hasPendingWork(), false);
     const kv = engine.scheduler.kvCacheManager;
     assert.equal(kv.numFreeBlocks, kv.blockPool.numGpuBlocks);
+  });
+});
+
+describe("concurrent LLM.generate calls (ref-small, CPU)", () => {
+  let llm: LLM;
+  before(() => {
+    llm = new LLM({ model: refModelDir("ref-small")!, device: "cpu", maxModelLen: 128 });
+  });
+  after(() => llm.shutdown());
+
+  it("two calls started together both resolve, each with the tokens it gets when run alone", async () => {
+    const [alone1] = await llm.generate(["Hello"], GREEDY);
+    const [alone2] = await llm.generate(["The Linux kernel"], GREEDY);
+    const [both1, both2] = await Promise.all([
+      llm.generate(["Hello"], GREEDY),
+      llm.generate(["The Linux kernel"], GREEDY),
+    ]);
+    assert.deepEqual(both1![0]!.outputs[0]!.tokenIds, alone1!.outputs[0]!.tokenIds);
+    assert.deepEqual(both2![0]!.outputs[0]!.tokenIds, alone2!.outputs[0]!.tokenIds);
+    assert.equal(both1![0]!.outputs[0]!.tokenIds.length, 3);
+    const engine = await llm.getEngine();
+    assert.equal(engine.hasPendingWork(), false);
   });
 });
