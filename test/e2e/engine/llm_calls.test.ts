@@ -50,6 +50,24 @@ describe("LLM.generate after a failed step (ref-small, CPU, in-process worker)",
   });
 });
 
+describe("forced tokens outside the vocabulary (ref-small: 16384 tokens)", () => {
+  let llm: LLM;
+  before(() => {
+    llm = new LLM({ model: refModelDir("ref-small")!, device: "cpu", maxModelLen: 128, inprocWorker: true });
+  });
+  after(() => llm.shutdown());
+
+  it("forcedTokenIds [5, 16384] is refused before any step, like an out-of-vocabulary prompt token", async () => {
+    const params = { temperature: 0, maxTokens: 2, ignoreEos: true, logprobs: 0, forcedTokenIds: [5, 16384] };
+    await assert.rejects(llm.generate([{ promptTokenIds: [1, 2, 3] }], params), {
+      name: "EngineInputError",
+      message: "forced token id 16384 is out of vocabulary (size 16384)",
+    });
+    const engine = await llm.getEngine();
+    assert.equal(engine.hasPendingWork(), false);
+  });
+});
+
 describe("concurrent LLM.generate calls (ref-small, CPU)", () => {
   let llm: LLM;
   before(() => {
