@@ -43,6 +43,9 @@ export interface SamplingParams {
   forcedTokenIds: readonly number[] | null;
 }
 
+/** Largest finite 32-bit float (2^128 - 2^104): the samplers hold temperatures as f32. */
+const F32_MAX = 3.4028234663852886e38;
+
 /** Largest accepted `logprobs` (vLLM's default max_logprobs). */
 export const MAX_LOGPROBS = 20;
 
@@ -88,11 +91,14 @@ export function validateSamplingParams(p: SamplingParams): string[] {
     r.push(`min_tokens (${p.minTokens}) must be <= max_tokens (${p.maxTokens})`);
   if (!Number.isFinite(p.temperature) || p.temperature < 0)
     r.push(`temperature must be >= 0, got ${p.temperature}`);
+  // The samplers divide f32 logits by an f32 temperature: a larger value rounds to +Infinity.
+  else if (!Number.isFinite(Math.fround(p.temperature)))
+    r.push(`temperature must be at most ${F32_MAX} (the largest 32-bit float), got ${p.temperature}`);
   if (!Number.isFinite(p.topP) || p.topP <= 0 || p.topP > 1) r.push(`top_p must be in (0, 1], got ${p.topP}`);
   if (!isInt(p.topK) || p.topK < -1)
     r.push(`top_k must be -1 (disable), 0 (disable) or a positive integer, got ${p.topK}`);
   if (!Number.isFinite(p.minP) || p.minP < 0 || p.minP > 1) r.push(`min_p must be in [0, 1], got ${p.minP}`);
-  if (p.seed !== null && !isInt(p.seed)) r.push(`seed must be an integer, got ${p.seed}`);
+  if (p.seed !== null && !Number.isSafeInteger(p.seed)) r.push(`seed must be a safe integer, got ${p.seed}`);
   if (!Number.isFinite(p.repetitionPenalty) || p.repetitionPenalty <= 0)
     r.push(`repetition_penalty must be > 0, got ${p.repetitionPenalty}`);
   if (!Number.isFinite(p.presencePenalty) || p.presencePenalty < -2 || p.presencePenalty > 2)

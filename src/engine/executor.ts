@@ -89,9 +89,11 @@ export class ThreadExecutor implements Executor {
     return r.output;
   }
 
+  /** Terminates the thread; a step (or init) still waiting for its reply is rejected with WorkerExit. */
   async shutdown(): Promise<void> {
     const t = this.thread;
     this.thread = null;
+    this.fail(new WorkerError("WorkerExit", "the worker thread was shut down before it replied"));
     if (t !== null) {
       t.removeAllListeners("exit");
       await t.terminate();

@@ -14,6 +14,8 @@ export type LLMOptions = Partial<EngineArgs> & EngineCreateOptions;
 export class LLM {
   private enginePromise: Promise<LLMEngine> | null = null;
   private nextId = 0;
+  /** The last generate() call: calls run one after another (the engine steps one call's batch). */
+  private lastCall: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly options: LLMOptions = {}) {}
 
@@ -28,12 +30,24 @@ export class LLM {
 
   /**
    * Generates completions for every prompt, batched together; outputs in prompt order.
+   * Concurrent calls are queued: each starts once the previous one returned.
    * @param params one set for all prompts, or one per prompt; partial sets take vLLM defaults
-   * @throws EngineInputError for a bad prompt or parameters (nothing is generated then)
+   * @throws EngineInputError for a bad prompt or parameters (nothing is generated then); the
+   *   worker's error when a step fails (this call's requests are aborted then)
    */
-  async generate(
+  generate(
     prompts: PromptInput | PromptInput[],
     params: Partial<SamplingParams> | Partial<SamplingParams>[] = {},
+  ): Promise<RequestOutput[]> {
+    const call = this.lastCall.then(() => this.generateNow(prompts, params));
+    this.lastCall = call.catch(() => undefined);
+    return call;
+  }
+
+  /** One generate() call, with the engine to itself. */
+  private async generateNow(
+    prompts: PromptInput | PromptInput[],
+    params: Partial<SamplingParams> | Partial<SamplingParams>[],
   ): Promise<RequestOutput[]> {
     const engine = await this.getEngine();
     const list = Array.isArray(prompts) ? prompts : [prompts];
@@ -54,8 +68,15 @@ export class LLM {
       throw e;
     }
     const done = new Map<string, RequestOutput>();
-    while (engine.hasPendingWork()) {
-      for (const o of await engine.step()) if (o.finished) done.set(o.requestId, o);
+    try {
+      while (engine.hasPendingWork()) {
+        for (const o of await engine.step()) if (o.finished) done.set(o.requestId, o);
+      }
+    } catch (e) {
+      // A failed step leaves these requests mid-step: abort them (finished ids are ignored), or
+      // the next call would step them forever.
+      engine.abortRequest(ids);
+      throw e;
     }
     return ids.map((id) => done.get(id)!);
   }

@@ -156,6 +156,10 @@ export class LLMEngine {
     const bad = promptTokenIds.find((t) => !Number.isInteger(t) || t < 0 || t >= V);
     if (bad !== undefined)
       throw new EngineInputError(`token id ${bad} is out of vocabulary (size ${V})`, "prompt");
+    // Forced tokens are fed back as inputs (and scored): each must be a token of the model.
+    const badForced = params.forcedTokenIds?.find((t) => t >= V);
+    if (badForced !== undefined)
+      throw new EngineInputError(`forced token id ${badForced} is out of vocabulary (size ${V})`);
     const max = this.maxModelLen;
     if (promptTokenIds.length >= max) {
       throw new EngineInputError(

@@ -130,7 +130,15 @@ export class OutputProcessor {
         }
       }
       const finished = finishReason !== null;
-      if (finished && stopHits.at(-1)?.requestId !== s.requestId) this.flushText(s);
+      if (finished && stopHits.at(-1)?.requestId !== s.requestId) {
+        // The scheduler already finished it; a stop string in the released text still decides
+        // the finish reason, as one found earlier does.
+        const hit = this.flushText(s);
+        if (hit !== null) {
+          finishReason = "stop";
+          stopReason = hit;
+        }
+      }
       const out = this.makeOutput(s, finished, finishReason, stopReason, o.numCachedTokens, now);
       if (out !== null) requestOutputs.push(out);
       if (finished) this.states.delete(s.requestId);
@@ -149,11 +157,16 @@ export class OutputProcessor {
     return r.stop;
   }
 
-  /** At the end of a request: releases text held by the detokenizer and the stop checker. */
-  private flushText(s: RequestState): void {
+  /**
+   * At the end of a request: releases text held by the detokenizer and the stop checker.
+   * @returns the stop string found in the released text, or null.
+   */
+  private flushText(s: RequestState): string | null {
     const rest = s.detok?.flush() ?? "";
-    if (this.appendText(s, rest) !== null) return;
+    const hit = this.appendText(s, rest);
+    if (hit !== null) return hit;
     if (s.stops !== null) s.text += s.stops.flush();
+    return null;
   }
 
   private makeOutput(

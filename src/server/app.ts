@@ -44,7 +44,11 @@ export function buildApp(ctx: ServingContext, o: AppOptions): FastifyInstance {
   installBodyParser(app);
   const auth = o.apiKey == null ? null : new ApiKeyAuth(o.apiKey);
   if (auth !== null) {
-    app.addHook("onRequest", async (req) => auth.check(req.url, req.headers.authorization));
+    // The router matches the percent-decoded path (`/%76%31/models` reaches /v1/models), so the
+    // key is checked against the route that matched; the raw URL only when none did (404).
+    app.addHook("onRequest", async (req) =>
+      auth.check(req.routeOptions.url ?? req.url, req.headers.authorization),
+    );
   }
   app.setErrorHandler((err: FastifyError | OpenAIError, req, reply) => sendError(err, req, reply));
   app.setNotFoundHandler((req, reply) => {

@@ -19,7 +19,9 @@ import {
   parseBody,
 } from "./schemas.js";
 import {
+  accumulateChoice,
   type ChoiceState,
+  choiceChunk,
   newChoice,
   type ReplyFormat,
   sendReply,
@@ -136,34 +138,19 @@ class ChatFormat implements ReplyFormat {
 
   onOutput({ index, output }: GroupOutput): unknown[] {
     const c = this.choices[index]!;
-    const o = output.outputs[0]!;
-    c.text += o.text;
-    c.numTokens += o.tokenIds.length;
+    const o = accumulateChoice(c, output);
     let entries: ChatTokenLogprob[] | null = null;
     if (c.logprobs !== null && o.logprobs !== null) {
       entries = chatLogprobEntries(o.tokenIds, o.logprobs, this.tokenText, this.topN);
       c.logprobs.push(...entries);
     }
-    if (output.finished) {
-      c.finishReason = o.finishReason;
-      c.stopReason = o.stopReason;
-    }
     if (o.text.length === 0 && !output.finished && entries === null) return [];
-    const chunk: Record<string, unknown> = {
-      ...this.header("chat.completion.chunk"),
-      choices: [
-        {
-          index,
-          delta: o.text.length > 0 ? { content: o.text } : {},
-          logprobs: entries === null ? null : { content: entries },
-          finish_reason: output.finished ? c.finishReason : null,
-          stop_reason: output.finished ? c.stopReason : null,
-        },
-      ],
+    const fields = {
+      delta: o.text.length > 0 ? { content: o.text } : {},
+      logprobs: entries === null ? null : { content: entries },
     };
-    if (this.r.stream_options?.continuous_usage_stats === true)
-      chunk.usage = usage(c.numPromptTokens, c.numTokens);
-    return [chunk];
+    const continuousUsage = this.r.stream_options?.continuous_usage_stats === true;
+    return [choiceChunk(this.header("chat.completion.chunk"), c, output.finished, fields, continuousUsage)];
   }
 
   usageChunk(): unknown {

@@ -1,5 +1,6 @@
 import type { FastifyReply } from "fastify";
 import type { FinishReason } from "../core/request.js";
+import type { CompletionOutput, RequestOutput } from "../engine/outputs.js";
 import type { ServingContext } from "./context.js";
 import { OpenAIError, toOpenAIError } from "./errors.js";
 import type { TokenText } from "./logprobs.js";
@@ -37,6 +38,49 @@ export interface ChoiceState {
 /** A fresh {@link ChoiceState}. */
 export function newChoice(index: number, numPromptTokens: number): ChoiceState {
   return { index, numPromptTokens, text: "", numTokens: 0, finishReason: null, stopReason: null };
+}
+
+/**
+ * Adds one "delta" output to its choice: its text and token count, and the finish and stop
+ * reasons once the output is the last.
+ * @returns the output's completion (`outputs[0]`).
+ */
+export function accumulateChoice(c: ChoiceState, output: RequestOutput): CompletionOutput {
+  const o = output.outputs[0]!;
+  c.text += o.text;
+  c.numTokens += o.tokenIds.length;
+  if (output.finished) {
+    c.finishReason = o.finishReason;
+    c.stopReason = o.stopReason;
+  }
+  return o;
+}
+
+/**
+ * One stream chunk for one choice: `header`, then the choice with `fields` (text or delta, and
+ * logprobs), its finish and stop reasons (null until it finished), and the choice's running
+ * usage when `continuousUsage` (vLLM's stream_options.continuous_usage_stats).
+ */
+export function choiceChunk(
+  header: Record<string, unknown>,
+  c: ChoiceState,
+  finished: boolean,
+  fields: Record<string, unknown>,
+  continuousUsage: boolean,
+): Record<string, unknown> {
+  const chunk: Record<string, unknown> = {
+    ...header,
+    choices: [
+      {
+        index: c.index,
+        ...fields,
+        finish_reason: finished ? c.finishReason : null,
+        stop_reason: finished ? c.stopReason : null,
+      },
+    ],
+  };
+  if (continuousUsage) chunk.usage = usage(c.numPromptTokens, c.numTokens);
+  return chunk;
 }
 
 /**

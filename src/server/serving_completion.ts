@@ -22,7 +22,9 @@ import {
   parseBody,
 } from "./schemas.js";
 import {
+  accumulateChoice,
   type ChoiceState,
+  choiceChunk,
   newChoice,
   type ReplyFormat,
   sendReply,
@@ -128,35 +130,16 @@ class CompletionFormat implements ReplyFormat {
 
   onOutput({ index, output }: GroupOutput): unknown[] {
     const c = this.choices[index]!;
-    const o = output.outputs[0]!;
-    c.text += o.text;
-    c.numTokens += o.tokenIds.length;
+    const o = accumulateChoice(c, output);
     let logprobs: CompletionLogprobs | null = null;
     if (c.logprobs !== null && o.logprobs !== null) {
       logprobs = emptyCompletionLogprobs();
       c.textOffset = appendCompletionLogprobs(logprobs, o.tokenIds, o.logprobs, this.tokenText, c.textOffset);
       extendCompletionLogprobs(c.logprobs, logprobs);
     }
-    if (output.finished) {
-      c.finishReason = o.finishReason;
-      c.stopReason = o.stopReason;
-    }
     if (o.text.length === 0 && !output.finished && logprobs === null) return [];
-    const chunk: Record<string, unknown> = {
-      ...this.header(),
-      choices: [
-        {
-          index,
-          text: o.text,
-          logprobs,
-          finish_reason: output.finished ? c.finishReason : null,
-          stop_reason: output.finished ? c.stopReason : null,
-        },
-      ],
-    };
-    if (this.r.stream_options?.continuous_usage_stats === true)
-      chunk.usage = usage(c.numPromptTokens, c.numTokens);
-    return [chunk];
+    const continuousUsage = this.r.stream_options?.continuous_usage_stats === true;
+    return [choiceChunk(this.header(), c, output.finished, { text: o.text, logprobs }, continuousUsage)];
   }
 
   usageChunk(): unknown {

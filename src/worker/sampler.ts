@@ -1,6 +1,6 @@
 import type { DeviceSamplingRows } from "../backends/backend.js";
-import { sampleRowByRule } from "../backends/cpu/kernels/sampling.js";
-import { GREEDY_TEMPERATURE_EPS, type SamplingParams } from "../core/sampling_params.js";
+import { argmaxRow, sampleRowByRule } from "../backends/cpu/kernels/sampling.js";
+import { isGreedy, type SamplingParams } from "../core/sampling_params.js";
 import type { TokenLogprobs } from "../core/sched/output.js";
 import { Generator, type RandomSource } from "./generator.js";
 
@@ -81,15 +81,17 @@ export class Sampler {
       applyPenalties(work, row);
       // Settings rounded to f32 as in DeviceSamplingRows, so both paths compare the same numbers.
       const settings = {
-        temperature: isGreedyRow(p) ? 0 : Math.fround(p.temperature),
+        temperature: isGreedy(p) ? 0 : Math.fround(p.temperature),
         topK: Math.max(p.topK, 0),
         topP: Math.fround(p.topP),
         minP: Math.fround(p.minP),
         uniform: uniforms[b]!,
       };
       const token = sampleRowByRule(work, 0, V, settings, this.scratch);
-      sampled[b] = token;
-      logprobs.push(lp === null ? null : tokenLogprobs(lp, V, token, p.logprobs!));
+      // The rule keeps no token (-1) when the probabilities are NaN: a penalty overflowed a logit
+      // to +inf (inf - inf in the softmax). The +inf tokens then hold all the mass: take the argmax.
+      sampled[b] = token >= 0 ? token : argmaxRow(work, 0, V);
+      logprobs.push(lp === null ? null : tokenLogprobs(lp, V, sampled[b]!, p.logprobs!));
     }
     return { sampledTokenIds: sampled, logprobs };
   }
@@ -111,7 +113,7 @@ export class Sampler {
     };
     for (let b = 0; b < B; b++) {
       const p = rows[b]!.params;
-      out.temperature[b] = isGreedyRow(p) ? 0 : p.temperature;
+      out.temperature[b] = isGreedy(p) ? 0 : p.temperature;
       out.topK[b] = Math.max(p.topK, 0);
       out.topP[b] = p.topP;
       out.minP[b] = p.minP;
@@ -124,16 +126,11 @@ export class Sampler {
     const u = new Float32Array(rows.length);
     for (let b = 0; b < rows.length; b++) {
       const row = rows[b]!;
-      if (isGreedyRow(row.params)) continue; // greedy: no random number consumed
+      if (isGreedy(row.params)) continue; // greedy: no random number consumed
       u[b] = (row.generator ?? this.engineGenerator).nextUniform();
     }
     return u;
   }
-}
-
-/** True when the row takes the argmax (vLLM: temperature < 1e-5). */
-function isGreedyRow(p: SamplingParams): boolean {
-  return p.temperature < GREEDY_TEMPERATURE_EPS;
 }
 
 /** True when a row needs the host sampler: penalties, min_tokens masking or logprobs. */

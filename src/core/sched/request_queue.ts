@@ -9,7 +9,8 @@ import type { Request } from "../request.js";
  * is O(1) while the head has room (after pops) and O(n) otherwise; `remove` (aborts) is O(n).
  */
 export class RequestQueue {
-  private items: Request[] = [];
+  /** Slots before `head` are popped and hold undefined, so they keep no request alive. */
+  private items: (Request | undefined)[] = [];
   private head = 0;
 
   get length(): number {
@@ -43,6 +44,7 @@ export class RequestQueue {
   popFront(): Request {
     const r = this.items[this.head];
     if (r === undefined) throw new Error("the waiting queue is empty");
+    this.items[this.head] = undefined;
     this.head++;
     if (this.head > 64 && this.head * 2 > this.items.length) this.compact();
     return r;
@@ -58,7 +60,7 @@ export class RequestQueue {
 
   /** Requests from front to back. */
   toArray(): Request[] {
-    return this.items.slice(this.head);
+    return this.items.slice(this.head) as Request[];
   }
 
   private compact(): void {

@@ -132,6 +132,19 @@ describe("penalties and min_tokens", () => {
     assert.deepEqual([...logits], [2, -1, 0.5, 1.5, -2]); // input untouched
   });
 
+  it("a penalty that overflows a logit to +inf gives that token all the mass, never an id outside the vocabulary", () => {
+    // repetition_penalty 1e-39 (valid: > 0) divides the prompt token 1's logit 2 by 1e-39: 2e39
+    // is +inf in f32. The softmax of a row holding +inf is NaN (inf - inf); the sampler must
+    // still return a token of the vocabulary: the +inf one, which holds all the mass.
+    const logits = Float32Array.from([1, 2, 3, 0]);
+    const s = new Sampler(0);
+    const r = row({ temperature: 1, repetitionPenalty: 1e-39 }, fixed(0.5), { promptTokenIds: [1] });
+    assert.deepEqual([...s.sample(logits, 4, [r]).sampledTokenIds], [1]);
+    // Two +inf tokens (prompt tokens 0 and 1): the lower id, as greedy ties go.
+    const two = row({ temperature: 1, repetitionPenalty: 1e-39 }, fixed(0.5), { promptTokenIds: [1, 0] });
+    assert.deepEqual([...s.sample(logits, 4, [two]).sampledTokenIds], [0]);
+  });
+
   it("min_tokens blocks EOS and stop token ids until enough tokens exist (not with ignoreEos for EOS)", () => {
     const logits = Float32Array.from([5, 4, 1, 3]);
     const s = new Sampler(0);

@@ -48,3 +48,32 @@ test("request queue: many pops compact the storage without changing the order", 
   assert.equal(q.peek(), all[0]);
   assert.equal(q.length, 51);
 });
+
+test("request queue: a popped or removed request is not kept alive by the queue", async () => {
+  // The scheduler pops admitted requests and removes aborted ones; once they finish, nothing
+  // else references them, so their token lists (a long prompt is megabytes) must be collectable
+  // even while the queue stays in use with fewer than 64 pops (before any compaction).
+  const { setFlagsFromString } = await import("node:v8");
+  const { runInNewContext } = await import("node:vm");
+  setFlagsFromString("--expose-gc");
+  const gc = runInNewContext("gc") as () => void;
+  const q = new RequestQueue();
+  const keep = req("KEEP", tokens(1, 2));
+  let popped: ReturnType<typeof req> | null = req("POPPED", tokens(1, 100_000));
+  let removed: ReturnType<typeof req> | null = req("REMOVED", tokens(1, 100_000));
+  const poppedRef = new WeakRef(popped);
+  const removedRef = new WeakRef(removed);
+  q.add(popped);
+  q.add(removed);
+  q.add(keep);
+  assert.equal(q.popFront(), popped);
+  assert.equal(q.remove(removed), true);
+  popped = null;
+  removed = null;
+  // WeakRef targets stay alive until the current job ends: collect in a later macrotask.
+  await new Promise((r) => setImmediate(r));
+  gc();
+  assert.equal(poppedRef.deref(), undefined);
+  assert.equal(removedRef.deref(), undefined);
+  assert.deepEqual(ids(q), ["KEEP"]);
+});
