@@ -59,7 +59,20 @@ describe("hisparse serve (child process, ref-small, CPU)", () => {
 
   before(async () => {
     ({ proc, url, log } = await spawnServe(
-      ["--device", "cpu", "--port", "0", "--max-model-len", "4096", "--stats-interval", "1"],
+      // One CPU-backend thread: on a 2-core machine (CI) two compute threads would take both
+      // cores, and /health would then measure the OS scheduler, not the event loop this checks.
+      [
+        "--device",
+        "cpu",
+        "--cpu-threads",
+        "1",
+        "--port",
+        "0",
+        "--max-model-len",
+        "4096",
+        "--stats-interval",
+        "1",
+      ],
       { HISPARSE_API_KEY: KEY },
     ));
   });
