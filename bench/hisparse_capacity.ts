@@ -9,8 +9,11 @@
  * For each mode, one engine over the same `--kv-budget-gib` of device memory (dense KV cache, or
  * HiSparse's main pool, dense-layer KV, bf16 digests and tables) and `--host-pool-gib` of pinned
  * host memory, with the engine's own scheduler (admission, HiSparse spills in `auto`, offload in
- * `on`, preemption). `--max-requests` requests of `--context` tokens (prompt = context - 16, 16
- * outputs) are added at once; prefills are fast-filled (ModelRunner.fastPrefill: K/V and digests
+ * `on`, preemption). `--max-requests` requests of `--context` tokens are added at once, each
+ * asking for enough output tokens to keep decoding while every later request prefills (prefill
+ * chunks of 8192 tokens run one request at a time: ceil(prompt / 8192) steps each; with only a
+ * few outputs the first request would finish before the second decodes, and the count would
+ * read 1 for every mode); prefills are fast-filled (ModelRunner.fastPrefill: K/V and digests
  * written from random rows, pages mirrored), decode steps run the real model. The figure is the
  * largest number of requests decoding in one step before the first preemption. The capacity the
  * engine's sizing predicts (src/plan, the same arithmetic as `hisparse plan`) is printed beside.
@@ -36,12 +39,13 @@ const arg = (name: string, d: string) => {
 };
 const GiB = 2 ** 30;
 const BLOCK = 16;
-const OUTPUTS = 16;
 const context = Number(arg("context", "131072"));
 const budgetBytes = Number(arg("kv-budget-gib", "32")) * GiB;
 const hostPoolBytes = Number(arg("host-pool-gib", "80")) * GiB;
 const modes = arg("modes", "off,auto,on").split(",") as ("off" | "auto" | "on")[];
 const maxRequests = Number(arg("max-requests", "24"));
+/** Outputs per request: one decode step for every prefill step of every other request, plus slack. */
+const OUTPUTS = (Math.ceil(context / 8192) + 1) * maxRequests + 64;
 const denseLayers = arg("dense-layers", "0,1")
   .split(",")
   .filter((x) => x !== "")
@@ -123,7 +127,7 @@ for (const mode of modes) {
   const prompt = context - OUTPUTS;
   let maxDecoding = 0;
   let steps = 0;
-  const cap = Math.ceil(context / 8192) * maxRequests * 2 + 200;
+  const cap = (Math.ceil(context / 8192) + 1) * maxRequests + OUTPUTS + 200;
   while (steps < cap && (e.scheduler.hasUnfinishedRequests() || e.scheduler.hasFinishedRequests())) {
     const { so } = step(e);
     steps++;
@@ -134,6 +138,7 @@ for (const mode of modes) {
       if (n === 1 && r !== undefined && r.numComputedTokens > prompt) decoding++;
     }
     maxDecoding = Math.max(maxDecoding, decoding);
+    if (maxDecoding === maxRequests) break; // every request decodes at once: nothing more to learn
   }
   const preempted = e.scheduler.makeStats().numPreemptions > 0;
   const r: Result = {
