@@ -3,14 +3,18 @@
  * last-position logits of one prompt through the same input preparation as the ModelRunner.
  */
 import { DensePagedAttention } from "../../src/attention/backend.js";
-import type { AttentionMetadata, Backend, Tensor } from "../../src/backends/backend.js";
+import type { Backend, Tensor } from "../../src/backends/backend.js";
 import { loadModelConfig, type ModelConfig } from "../../src/config/model_config.js";
 import { asBlockId, asRequestId } from "../../src/core/ids.js";
 import { makeSamplingParams } from "../../src/core/sampling_params.js";
 import type { SchedulerOutput } from "../../src/core/sched/output.js";
 import { LlamaForCausalLM } from "../../src/models/llama.js";
 import { SafetensorsCheckpoint } from "../../src/models/safetensors.js";
-import { type CachedRequestState, prepareInputs } from "../../src/worker/input_batch.js";
+import {
+  type CachedRequestState,
+  prepareInputs,
+  stageAttentionMetadata,
+} from "../../src/worker/input_batch.js";
 
 /** A loaded model with a KV cache big enough for one prompt of `maxLen` tokens. */
 export interface Harness {
@@ -70,24 +74,7 @@ export function lastLogits(backend: Backend, h: Harness, ids: number[]): Float32
   const inp = prepareInputs(new Map([[reqId, state]]), so, h.blockSize);
   backend.resetWorkspace();
   const T = ids.length;
-  const meta: AttentionMetadata = {
-    numReqs: 1,
-    numTokens: T,
-    queryStartLoc: backend.stage(inp.queryStartLoc, [2], "i32"),
-    seqLens: backend.stage(inp.seqLens, [1], "i32"),
-    blockTables: backend.stage(inp.blockTables, [1, inp.maxBlocksPerReq], "i32"),
-    slotMapping: backend.stage(inp.slotMapping, [T], "i32"),
-    maxQueryLen: T,
-    maxSeqLen: T,
-    host: {
-      queryStartLoc: inp.queryStartLoc,
-      seqLens: inp.seqLens,
-      blockTables: inp.blockTables,
-      maxBlocksPerReq: inp.maxBlocksPerReq,
-      slotMapping: inp.slotMapping,
-      positions: inp.positions,
-    },
-  };
+  const meta = stageAttentionMetadata(backend, inp);
   const attention = new DensePagedAttention(backend, h.model.layout, h.blockSize);
   const logits = h.model.forward(
     backend.stage(inp.inputIds, [T], "i32"),

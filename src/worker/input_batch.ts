@@ -1,3 +1,4 @@
+import type { AttentionMetadata, Backend } from "../backends/backend.js";
 import type { BlockId, RequestId } from "../core/ids.js";
 import type { SamplingParams } from "../core/sampling_params.js";
 import type { SchedulerOutput } from "../core/sched/output.js";
@@ -146,5 +147,32 @@ export function prepareInputs(
     maxSeqLen,
     logitsIndices: Int32Array.from(logitsIndices),
     logitsReqIdx: Int32Array.from(logitsReqIdx),
+  };
+}
+
+/**
+ * Stages a step's prepared inputs as AttentionMetadata: the four i32 tensors in the backend's
+ * workspace (valid until its next resetWorkspace()), the host arrays kept beside them.
+ */
+export function stageAttentionMetadata(backend: Backend, inputs: PreparedInputs): AttentionMetadata {
+  const T = inputs.inputIds.length;
+  const numReqs = inputs.reqIds.length;
+  return {
+    numReqs,
+    numTokens: T,
+    queryStartLoc: backend.stage(inputs.queryStartLoc, [numReqs + 1], "i32"),
+    seqLens: backend.stage(inputs.seqLens, [numReqs], "i32"),
+    blockTables: backend.stage(inputs.blockTables, [numReqs, inputs.maxBlocksPerReq], "i32"),
+    slotMapping: backend.stage(inputs.slotMapping, [T], "i32"),
+    maxQueryLen: inputs.maxQueryLen,
+    maxSeqLen: inputs.maxSeqLen,
+    host: {
+      queryStartLoc: inputs.queryStartLoc,
+      seqLens: inputs.seqLens,
+      blockTables: inputs.blockTables,
+      maxBlocksPerReq: inputs.maxBlocksPerReq,
+      slotMapping: inputs.slotMapping,
+      positions: inputs.positions,
+    },
   };
 }

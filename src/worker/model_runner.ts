@@ -5,7 +5,13 @@ import type { ModelRunnerOutput, SchedulerOutput, TokenLogprobs } from "../core/
 import type { LlamaForCausalLM } from "../models/llama.js";
 import { CudaGraphRunner, graphStepExtensions } from "./cuda_graph_runner.js";
 import type { WorkerExtension } from "./extension.js";
-import { type CachedRequestState, type PreparedInputs, prepareInputs, updateStates } from "./input_batch.js";
+import {
+  type CachedRequestState,
+  type PreparedInputs,
+  prepareInputs,
+  stageAttentionMetadata,
+  updateStates,
+} from "./input_batch.js";
 import { RequestSampler } from "./request_sampler.js";
 
 /** Settings of a ModelRunner. */
@@ -166,25 +172,7 @@ export class ModelRunner {
     const b = this.backend;
     b.resetWorkspace();
     const T = inputs.inputIds.length;
-    const numReqs = inputs.reqIds.length;
-    const meta: AttentionMetadata = {
-      numReqs,
-      numTokens: T,
-      queryStartLoc: b.stage(inputs.queryStartLoc, [numReqs + 1], "i32"),
-      seqLens: b.stage(inputs.seqLens, [numReqs], "i32"),
-      blockTables: b.stage(inputs.blockTables, [numReqs, inputs.maxBlocksPerReq], "i32"),
-      slotMapping: b.stage(inputs.slotMapping, [T], "i32"),
-      maxQueryLen: inputs.maxQueryLen,
-      maxSeqLen: inputs.maxSeqLen,
-      host: {
-        queryStartLoc: inputs.queryStartLoc,
-        seqLens: inputs.seqLens,
-        blockTables: inputs.blockTables,
-        maxBlocksPerReq: inputs.maxBlocksPerReq,
-        slotMapping: inputs.slotMapping,
-        positions: inputs.positions,
-      },
-    };
+    const meta = stageAttentionMetadata(b, inputs);
     if (this.extensions.length > 0) {
       const perFeature = new Map<string, unknown>();
       for (const ext of this.extensions) {
