@@ -7,6 +7,7 @@
 # Filler: /usr/share/common-licenses when present, else this repository's Markdown documents.
 # Perplexity text: C headers under /usr/include (the model's training mix has C), else this
 # repository's native/ sources. Tables and JSON in $OUT (or /tmp/hisparse-quality).
+# BLOCK=8 sets the KV block (page) size (default 16).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="${OUT:-/tmp/hisparse-quality}"
@@ -20,8 +21,8 @@ if [ ! -f /usr/share/common-licenses/GPL-3 ]; then
   filler=(--filler-file "$out/filler.txt")
 fi
 if ls /usr/include/*.h >/dev/null 2>&1; then cat /usr/include/*.h >"$out/text.txt"; else cat native/kernels/* native/addon/* native/tests/* >"$out/text.txt"; fi
-common=(--model "$model" --device cuda --block-size 16 --max-model-len 16384 --gpu-memory-utilization 0.5 --host-pool-gib 8)
-sparse() { echo "topk$1: --enable-hybrid-sparse on --hybrid-sparse-topk $1 --hisparse-config '{\"min_sparse_tokens\":0,\"device_buffer_tokens\":$(( $1 * 2 ))}'"; }
+common=(--model "$model" --device cuda --block-size "${BLOCK:-16}" --max-model-len 16384 --num-gpu-blocks-override 65536)
+sparse() { echo "topk$1: --enable-hybrid-sparse on --host-pool-gib 8 --hybrid-sparse-topk $1 --hisparse-config '{\"min_sparse_tokens\":0,\"device_buffer_tokens\":$(( $1 * 2 ))}'"; }
 for n in 4096 8192; do
   k=$(( n / 8 ))
   timeout 900 node bin/hisparse.js eval needle "${common[@]}" "${filler[@]}" --lengths "$n" --depths 5 --trials 8 \
