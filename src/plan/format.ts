@@ -55,13 +55,22 @@ export function denseLines(p: PlanInput, d: DensePlan): string[] {
   ];
 }
 
-function poolLines(title: string, pool: HiSparsePoolPlan, h: HiSparsePlan, suffix: string): string[] {
+function poolLines(
+  title: string,
+  pool: HiSparsePoolPlan,
+  h: HiSparsePlan,
+  suffix: string,
+  how: string[] = [],
+): string[] {
   const lines = [
     title,
+    ...how,
     `    host pool      ${formatBytes(pool.hostPoolBytes)} = ${formatInt(pool.numHostBlocks)} pages; their dense layers + digests on the GPU: ${formatBytes(pool.numHostBlocks * h.deviceBytesPerHostBlock)}`,
     `    GPU blocks     = floor((budget − ${formatBytes(pool.numHostBlocks * h.deviceBytesPerHostBlock)}) / ${formatBytes(h.mainBytesPerBlock)}) = ${formatInt(pool.numGpuBlocks)}`,
     `    by host pool   = floor(${formatInt(pool.numHostBlocks)} / ${formatInt(h.pagesPerRequest)}) = ${formatInt(pool.maxByHost)}`,
-    `    by GPU pool    = floor(${formatInt(pool.numGpuBlocks)} / ${formatInt(h.devicePagesPerRequest)}) = ${formatInt(pool.maxByDevice)}`,
+    pool.numGpuBlocks >= h.pagesPerRequest
+      ? `    by GPU pool    = floor((${formatInt(pool.numGpuBlocks)} − ${formatInt(h.pagesPerRequest)} of one dense prefill) / ${formatInt(h.devicePagesPerRequest)}) + 1 = ${formatInt(pool.maxByDevice)}`
+      : `    by GPU pool    = 0 (${formatInt(pool.numGpuBlocks)} blocks < the ${formatInt(h.pagesPerRequest)} pages of one dense prefill)`,
   ];
   for (const r of pool.refusals) lines.push(`    the engine would refuse this: ${r}`);
   lines.push(`    max requests   = ${formatInt(pool.maxConcurrent)}${suffix}`);
@@ -73,7 +82,7 @@ export function hisparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan): 
   const c = p.hisparse;
   const m = p.model;
   const ratio = (n: number) =>
-    dense.maxConcurrent > 0 ? ` (${(n / dense.maxConcurrent).toFixed(1)}× dense)` : "";
+    dense.maxConcurrent > 0 && n > 0 ? ` (${(n / dense.maxConcurrent).toFixed(1)}× dense)` : "";
   const given =
     c.hostPoolBytes === null
       ? "  with the default host pool (2 × the GPU pool's pages; set --host-pool-gib):"
@@ -86,12 +95,34 @@ export function hisparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan): 
     `  GPU per page   = dense layers ${h.numDenseLayers} × 2 × ${p.blockSize} × ${m.numKeyValueHeads} × ${m.headDim} × ${p.kvElementBytes} B + digests ${h.numSparseLayers} × 2 × ${m.numKeyValueHeads} × ${m.headDim} × ${h.digestBytesPerPage / (h.numSparseLayers * 2 * m.numKeyValueHeads * m.headDim)} B = ${formatBytes(h.deviceBytesPerHostBlock)} (digests ${formatBytes(h.digestBytesPerPage)})`,
     `  per request    = ${formatInt(h.pagesPerRequest)} pages; on the GPU ceil((${c.sinkTokens} + ${c.windowTokens} + ${c.deviceBufferTokens}) / ${p.blockSize}) + 1 = ${formatInt(h.devicePagesPerRequest)} blocks`,
     `                 = ${formatInt(h.devicePagesPerRequest)} × ${formatBytes(h.mainBytesPerBlock)} + ${formatInt(h.pagesPerRequest)} × ${formatBytes(h.deviceBytesPerHostBlock)} = ${formatBytes(h.deviceBytesPerRequest)} of GPU memory (dense: ${formatBytes(dense.pagesPerRequest * dense.kvBytesPerBlock)})`,
+    `  prefill        = all ${formatInt(h.pagesPerRequest)} pages in GPU blocks while a request prefills (dense attention; also a recompute after preemption),`,
+    `                   one request at a time; it shrinks to ${formatInt(h.devicePagesPerRequest)} blocks when it decodes`,
     ...poolLines(given, h.given, h, ratio(h.given.maxConcurrent)),
     ...poolLines(
       `  with the best host pool for this context: --host-pool-gib ${(h.best.hostPoolBytes / GIB).toFixed(2)}`,
       h.best,
       h,
       ratio(h.best.maxConcurrent),
+      bestLines(p, h),
     ),
+  ];
+}
+
+/**
+ * How the best host pool is found: the most N with N × (P × h + d × m) + (P − d) × m <= budget,
+ * then N × P host pages, at least ceil(budget / (m + h)) (plan.ts HiSparsePlan.best).
+ */
+function bestLines(p: PlanInput, h: HiSparsePlan): string[] {
+  const [P, d, m, hb] = [
+    h.pagesPerRequest,
+    h.devicePagesPerRequest,
+    h.mainBytesPerBlock,
+    h.deviceBytesPerHostBlock,
+  ];
+  const minHost = Math.ceil(p.kvBudgetBytes / (m + hb));
+  return [
+    `    N              = floor((${formatInt(p.kvBudgetBytes)} B − (${formatInt(P)} − ${formatInt(d)}) × ${formatInt(m)} B) / (${formatInt(P)} × ${formatInt(hb)} B + ${formatInt(d)} × ${formatInt(m)} B)) = ${formatInt(h.bestN)}`,
+    `                   (N requests' host pages and sparse GPU blocks, plus one dense prefill's extra ${formatInt(P - d)} blocks)`,
+    `    host pages     = max(${formatInt(h.bestN)} × ${formatInt(P)}, ceil(budget / (${formatInt(m)} B + ${formatInt(hb)} B)) = ${formatInt(minHost)}) = ${formatInt(h.best.numHostBlocks)}`,
   ];
 }

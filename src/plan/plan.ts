@@ -10,7 +10,12 @@
  *   layers) and its Quest digest (per sparse layer and KV head, min and max of the keys: 2 ×
  *   headDim values, f32 on the CPU engine, bf16 on CUDA: 2/blockSize of K's size in bf16);
  * - so the device budget = gpu blocks × main bytes per block + host blocks × device bytes per
- *   host block.
+ *   host block;
+ * - a request's prefill (whole, chunked, or a recompute after preemption) attends densely over
+ *   all its pages, which stay in the device pool until it decodes (core/hisparse/hybrid_policy.ts:
+ *   only decoding requests spill; `maxBlocksPerRequest` admits a request only if its pages fit
+ *   the device pool), so the device pool must hold one request's every page beside the sparse
+ *   footprint of the others.
  * Pure arithmetic over numbers; every count is floored as the engine floors it.
  */
 
@@ -83,10 +88,18 @@ export interface HiSparsePoolPlan {
   numGpuBlocks: number;
   /** Requests the host pool holds: floor(numHostBlocks / pagesPerRequest). */
   maxByHost: number;
-  /** Requests the device pool holds: floor(numGpuBlocks / devicePagesPerRequest). */
+  /**
+   * Requests the device pool holds, one of them in its dense prefill (see {@link maxByDevicePool}):
+   * numGpuBlocks >= pagesPerRequest ? floor((numGpuBlocks - pagesPerRequest) / devicePagesPerRequest) + 1 : 0.
+   */
   maxByDevice: number;
+  /** min(maxByHost, maxByDevice), or 0 when the engine would refuse (refusals). */
   maxConcurrent: number;
-  /** Why the engine would refuse these settings (empty when it starts). */
+  /**
+   * Why the engine would refuse these settings (empty when it serves them): at start
+   * (worker/hisparse/memory_plan.ts reasons), or every request at admission (its pages do not fit
+   * the device pool for the dense prefill: Scheduler.admissionError).
+   */
   refusals: string[];
 }
 
@@ -103,13 +116,30 @@ export interface HiSparsePlan {
   /** Host bytes per page: every sparse layer's K and V. */
   hostBytesPerBlock: number;
   pagesPerRequest: number;
-  /** Device pages of one sparse request: ceil((sink + window + buffer) / blockSize) + 1 (new page). */
+  /**
+   * Device pages of one request once it decodes sparsely: min(pagesPerRequest,
+   * ceil((sink + window + buffer) / blockSize) + 1 (new page)). While it prefills it holds all
+   * pagesPerRequest pages instead.
+   */
   devicePagesPerRequest: number;
-  /** Device bytes of one request at steady state. */
+  /**
+   * The smallest device pool the engine starts with: ceil((sink + window + buffer) / blockSize) + 1
+   * (worker/hisparse/memory_plan.ts; ceil(x) > G exactly when x > G for a whole G).
+   */
+  minGpuBlocks: number;
+  /** Device bytes of one request at steady state (decoding sparsely). */
   deviceBytesPerRequest: number;
   given: HiSparsePoolPlan;
-  /** The host pool that lets the most requests run (each request's pages exactly). */
+  /**
+   * The host pool that lets the most requests run: the most N with
+   * N × (P × h + d × m) + (P − d) × m <= budget (P pagesPerRequest, d devicePagesPerRequest,
+   * m mainBytesPerBlock, h deviceBytesPerHostBlock: N requests' host pages, their sparse device
+   * blocks, and one prefill's dense transient), host pages N × P, but at least
+   * ceil(budget / (m + h)) (the engine needs as many host pages as device blocks).
+   */
   best: HiSparsePoolPlan;
+  /** N of `best` before the minimum-host-pages rule (0 when not even one prefill fits). */
+  bestN: number;
 }
 
 /** Error for settings that cannot be planned; one sentence for the user. */
@@ -175,17 +205,22 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
     pagesPerRequest,
     Math.ceil((h.sinkTokens + h.windowTokens + h.deviceBufferTokens) / bs) + 1,
   );
-  const costs = {
+  const costs: PoolCosts = {
     mainBytesPerBlock,
     deviceBytesPerHostBlock,
     hostBytesPerBlock,
     pagesPerRequest,
     devicePagesPerRequest,
+    minGpuBlocks: Math.ceil((h.sinkTokens + h.windowTokens + h.deviceBufferTokens) / bs) + 1,
   };
-  // Most requests N with N × (device pages × main block + pages × device bytes per host block)
-  // within the budget; the engine also needs at least as many host pages as device blocks.
-  const bestN = Math.floor(
-    p.kvBudgetBytes / (pagesPerRequest * deviceBytesPerHostBlock + devicePagesPerRequest * mainBytesPerBlock),
+  // Most requests N with N × (P × h + d × m) + (P − d) × m within the budget (HiSparsePlan.best);
+  // the engine also needs at least as many host pages as device blocks.
+  const bestN = Math.max(
+    0,
+    Math.floor(
+      (p.kvBudgetBytes - (pagesPerRequest - devicePagesPerRequest) * mainBytesPerBlock) /
+        (pagesPerRequest * deviceBytesPerHostBlock + devicePagesPerRequest * mainBytesPerBlock),
+    ),
   );
   const minHostBlocks = Math.ceil(p.kvBudgetBytes / (mainBytesPerBlock + deviceBytesPerHostBlock));
   const bestHostBlocks = Math.max(bestN * pagesPerRequest, minHostBlocks);
@@ -198,24 +233,30 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
       devicePagesPerRequest * mainBytesPerBlock + pagesPerRequest * deviceBytesPerHostBlock,
     given: poolPlan(p.kvBudgetBytes, h.hostPoolBytes, costs),
     best: poolPlan(p.kvBudgetBytes, bestHostBlocks * hostBytesPerBlock, costs),
+    bestN,
   };
 }
 
+/** Per-page costs and per-request page counts that {@link poolPlan} splits the budget with. */
+interface PoolCosts {
+  mainBytesPerBlock: number;
+  deviceBytesPerHostBlock: number;
+  hostBytesPerBlock: number;
+  pagesPerRequest: number;
+  devicePagesPerRequest: number;
+  minGpuBlocks: number;
+}
+
+/** An integer with thousands separators, for refusal sentences ("8,192"). */
+const fmt = (n: number): string => n.toLocaleString("en-US");
+
 /**
  * Pool sizes for one host pool, as the engine splits its budget (worker/hisparse/memory_plan.ts
- * planHiSparseMemory), and the requests each pool holds.
+ * planHiSparseMemory), the requests each pool holds, and the engine's refusals, at start
+ * (memory_plan.ts reasons) or at admission (Scheduler.admissionError with
+ * HybridPolicy.maxBlocksPerRequest: a request's pages must fit the device pool).
  */
-function poolPlan(
-  budget: number,
-  hostPoolBytes: number | null,
-  c: {
-    mainBytesPerBlock: number;
-    deviceBytesPerHostBlock: number;
-    hostBytesPerBlock: number;
-    pagesPerRequest: number;
-    devicePagesPerRequest: number;
-  },
-): HiSparsePoolPlan {
+function poolPlan(budget: number, hostPoolBytes: number | null, c: PoolCosts): HiSparsePoolPlan {
   let numGpuBlocks: number;
   let numHostBlocks: number;
   if (hostPoolBytes !== null) {
@@ -233,13 +274,19 @@ function poolPlan(
       "no device memory is left for the KV pool after the dense layers and digests of the host pages",
     );
   else if (numHostBlocks < numGpuBlocks)
-    refusals.push(`the host pool holds ${numHostBlocks} pages, fewer than the ${numGpuBlocks} device blocks`);
-  else if (c.devicePagesPerRequest > numGpuBlocks)
     refusals.push(
-      `the device pool (${numGpuBlocks} blocks) cannot hold one sparse request's ${c.devicePagesPerRequest}`,
+      `the host pool holds ${fmt(numHostBlocks)} pages, fewer than the ${fmt(numGpuBlocks)} device blocks`,
+    );
+  else if (c.minGpuBlocks > numGpuBlocks)
+    refusals.push(
+      `the device pool (${fmt(numGpuBlocks)} blocks) cannot hold one sparse request's ${fmt(c.minGpuBlocks)} blocks (sinks, window, hot buffer and a new page)`,
+    );
+  else if (c.pagesPerRequest > numGpuBlocks)
+    refusals.push(
+      `the device pool (${fmt(numGpuBlocks)} blocks) cannot hold one request's ${fmt(c.pagesPerRequest)} pages for its dense prefill`,
     );
   const maxByHost = Math.floor(numHostBlocks / c.pagesPerRequest);
-  const maxByDevice = Math.floor(numGpuBlocks / c.devicePagesPerRequest);
+  const maxByDevice = maxByDevicePool(numGpuBlocks, c.pagesPerRequest, c.devicePagesPerRequest);
   return {
     hostPoolBytes: numHostBlocks * c.hostBytesPerBlock,
     numHostBlocks,
@@ -249,6 +296,34 @@ function poolPlan(
     maxConcurrent: refusals.length > 0 ? 0 : Math.min(maxByHost, maxByDevice),
     refusals,
   };
+}
+
+/**
+ * Requests a device pool of G blocks runs at once, P pages per request, d once it decodes:
+ *   G >= P ? floor((G − P) / d) + 1 : 0
+ * (floor(G / P) when d = P). The steady state it assumes, from core/sched/scheduler.ts and
+ * core/hisparse/hybrid_policy.ts:
+ * - one request at a time is in its prefill and holds all P pages (prefill, chunked or a
+ *   recompute after preemption, attends densely; pages spill only in the decode phase, and a
+ *   recompute covers prompt and generated tokens, so up to the whole context). A waiting request
+ *   starts only when the pool has room for its chunk after the pressure handler spilled the
+ *   decoding requests' pages, and a running prefill that runs out of blocks preempts the newest
+ *   request, so two prefills hold their pages together only when the pool has room for both;
+ * - the N − 1 others decode sparsely on d blocks each (sinks, window, hot buffer and the page a
+ *   decode step may open before the page that leaves the window is spilled): `on` mode moves them
+ *   there after their prefill, `auto` mode when the pool runs short.
+ * So the figure is what the engine is sure to run, not always its peak: under pressure it spills
+ * the page leaving the window before taking a new block (d − 1 blocks per decoding request), and a
+ * fresh prefill holds only its prompt's pages, so it may run a few more (on the CPU engine, G 132,
+ * P 40, d 11 with 600-token prompts: 9 planned, 10 at once).
+ */
+export function maxByDevicePool(
+  numGpuBlocks: number,
+  pagesPerRequest: number,
+  devicePagesPerRequest: number,
+): number {
+  if (numGpuBlocks < pagesPerRequest) return 0;
+  return Math.floor((numGpuBlocks - pagesPerRequest) / devicePagesPerRequest) + 1;
 }
 
 /** Device memory left for the KV cache: total × utilization − weights − reserve (bytes). */

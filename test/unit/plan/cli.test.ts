@@ -21,9 +21,15 @@ describe("hisparse plan (CLI)", () => {
       "  KV per token   = 2 (K, V) × 32 layers × 8 KV heads × 128 head_dim × 2 B = 131,072 B",
       "  max requests   = floor(56,290 / 8,192) = 6   (without paging: floor(budget / (131,072 × 131,072 B)) = 6)",
       "  per request    = 8,192 pages; on the GPU ceil((64 + 256 + 4096) / 16) + 1 = 277 blocks",
+      "  prefill        = all 8,192 pages in GPU blocks while a request prefills (dense attention; also a recompute after preemption),",
+      "    by GPU pool    = floor((47,716 − 8,192 of one dense prefill) / 277) + 1 = 143",
       "    max requests   = 11 (1.8× dense)",
-      "  with the best host pool for this context: --host-pool-gib 660.00",
-      "    max requests   = 44 (7.3× dense)",
+      "  with the best host pool for this context: --host-pool-gib 585.00",
+      // bf16 digests: h = 2 × 65,536 + 30 × 2 × 8 × 128 × 2 = 253,952 B.
+      "    N              = floor((118,049,831,321 B − (8,192 − 277) × 1,966,080 B) / (8,192 × 253,952 B + 277 × 1,966,080 B)) = 39",
+      "    host pages     = max(39 × 8,192, ceil(budget / (1,966,080 B + 253,952 B)) = 53,175) = 319,488",
+      "    by GPU pool    = floor((18,776 − 8,192 of one dense prefill) / 277) + 1 = 39",
+      "    max requests   = 39 (6.5× dense)",
     ])
       assert.ok(r.stdout.includes(`${line}\n`), `missing: ${line}\n${r.stdout}`);
   });

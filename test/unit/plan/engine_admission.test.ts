@@ -1,7 +1,9 @@
 /**
  * The plan against what the engine really does (CPU backend, a tiny dummy-weight Llama): the
  * engine sizes its KV cache to the planned number of blocks, and admits exactly the planned
- * number of requests of the planned context at once, with no preemption while they run.
+ * number of requests of the planned context at once, with no preemption while they run; with
+ * HiSparse, one request's dense prefill beside the others' sparse blocks, and the engine
+ * rejects a request at admission when the plan refuses its context.
  * The HiSparse half runs once the HiSparse flags exist in this checkout (branch wip/hisparse).
  */
 import assert from "node:assert/strict";
@@ -117,40 +119,86 @@ describe("plan vs the engine's admission (CPU, tiny dummy model)", () => {
   }
 
   const skip = !hasHiSparseFlags && "the HiSparse flags are not in this checkout yet (branch wip/hisparse)";
-  it("HiSparse on: the planned GPU pool, and the planned number of long requests at once", {
-    skip,
-  }, async () => {
-    // topk 32, hot buffer 32, sink 16, window 16: ceil(64 / 16) + 1 = 5 GPU blocks per request;
-    // layer 0 dense, layers 1-3 sparse. A host pool for 32 requests of 39 pages (600 + 24
-    // tokens) = 1248 pages, whose dense layer and digests take 1248 × 4,864 B of the 8 MiB:
-    // GPU pool floor((8 MiB − 6,070,272 B) / 12,288 B) = 188 blocks, 37 requests by the GPU,
-    // 32 by the host pool. Dense: 512 blocks / 39 = 13.
-    const knobs =
-      '{"topk": 32, "device_buffer_tokens": 32, "sink_tokens": 16, "window_tokens": 16, "dense_layers": [0]}';
-    const budget = 8 * 2 ** 20;
-    const [prompt, maxTokens] = [600, 24];
-    const p = planFor(budget, prompt + maxTokens);
-    p.hisparse = planHiSparseKnobs({ json: knobs });
-    const costs = planHiSparse(p);
-    const hostPoolBytes = 32 * costs.pagesPerRequest * costs.hostBytesPerBlock;
-    p.hisparse = planHiSparseKnobs({ json: knobs, hostPoolBytes });
-    const h = planHiSparse(p);
-    assert.deepEqual([h.given.numGpuBlocks, h.given.maxByDevice, h.given.maxByHost], [188, 37, 32]);
-    assert.equal(planDense(p).maxConcurrent, 13);
+  /*
+   * HiSparse on the tiny model, layer 0 dense, layers 1-3 sparse: a GPU block holds 3 layers ×
+   * 2 × 16 × 1 × 32 × 4 B = 12,288 B; each page costs on the device its dense layer 4,096 B +
+   * digests 3 × 2 × 1 × 32 × 4 B = 768 B = 4,864 B. Knobs: topk 64, hot buffer 128 tokens,
+   * sink 16, window 16, so a decoding request holds d = ceil(160 / 16) + 1 = 11 GPU blocks.
+   * Requests of 600 + 24 tokens: P = 39 pages, all of them on the GPU while it prefills.
+   */
+  const knobs =
+    '{"topk": 64, "device_buffer_tokens": 128, "sink_tokens": 16, "window_tokens": 16, "dense_layers": [0]}';
+  const hisparsePlan = (budget: number, hostPages: number, contextTokens: number) => {
+    const p = planFor(budget, contextTokens);
+    p.hisparse = planHiSparseKnobs({ json: knobs, hostPoolBytes: hostPages * 12288 });
+    return planHiSparse(p);
+  };
+  const hisparseArgs = (budget: number, hostPages: number): EngineArgs => {
     const flags = [
       "--enable-hybrid-sparse",
       "on",
       "--hisparse-config",
       knobs,
       "--host-pool-gib",
-      String(hostPoolBytes / 2 ** 30),
+      String((hostPages * 12288) / 2 ** 30),
     ];
     const args = variantEngineArgs({ ...base(budget), cpuKvCacheGib: budget }, { name: "on", argv: flags });
-    const n = h.given.maxConcurrent;
-    const r = await run({ ...args, inprocWorker: true }, n, prompt, maxTokens);
-    assert.equal(r.numGpuBlocks, h.given.numGpuBlocks, "the engine sizes the planned GPU pool");
-    assert.equal(r.peak, n, "the planned number of requests runs at once");
-    assert.equal(r.preemptions, 0);
-    assert.equal(r.finished, n);
+    return { ...args, inprocWorker: true };
+  };
+
+  for (const { what, hostPages, budget, byDevice, byHost } of [
+    // 351 host pages (9 requests); GPU pool floor((2,867,336 − 351 × 4,864) / 12,288) = 94 blocks.
+    // By the GPU: one prefill on 39 blocks, the others on 11: floor((94 − 39) / 11) + 1 = 6
+    // (floor(94 / 11) = 8 if the prefill were ignored); by the host pool 9.
+    {
+      what: "the GPU pool, one dense prefill beside the sparse requests",
+      hostPages: 351,
+      budget: 2_867_336,
+      byDevice: 6,
+      byHost: 9,
+    },
+    // 195 host pages (5 requests); GPU pool floor((2,108,552 − 195 × 4,864) / 12,288) = 94 again.
+    { what: "the host pool", hostPages: 195, budget: 2_108_552, byDevice: 6, byHost: 5 },
+  ]) {
+    it(`HiSparse on, limited by ${what}: the planned GPU pool and number of requests at once`, {
+      skip,
+    }, async () => {
+      const h = hisparsePlan(budget, hostPages, 624);
+      assert.deepEqual([h.pagesPerRequest, h.devicePagesPerRequest], [39, 11]);
+      assert.deepEqual(
+        [h.given.numGpuBlocks, h.given.maxByDevice, h.given.maxByHost],
+        [94, byDevice, byHost],
+      );
+      const n = h.given.maxConcurrent;
+      const r = await run(hisparseArgs(budget, hostPages), n + 3, 600, 24);
+      assert.equal(r.numGpuBlocks, 94, "the engine sizes the planned GPU pool");
+      assert.equal(r.peak, n, "the planned number of requests runs at once, no more");
+      assert.equal(r.preemptions, 0);
+      assert.equal(r.finished, n + 3);
+    });
+  }
+
+  it("HiSparse on: a GPU pool smaller than one request's pages is refused as the engine refuses it", {
+    skip,
+  }, async () => {
+    // 156 host pages; GPU pool floor((1,132,424 − 156 × 4,864) / 12,288) = 30 blocks < 39 pages.
+    const [budget, hostPages] = [1_132_424, 156];
+    const h = hisparsePlan(budget, hostPages, 624);
+    assert.equal(h.given.numGpuBlocks, 30);
+    assert.equal(h.given.maxByDevice, 0);
+    assert.equal(h.given.maxConcurrent, 0);
+    assert.deepEqual(h.given.refusals, [
+      "the device pool (30 blocks) cannot hold one request's 39 pages for its dense prefill",
+    ]);
+    // The engine starts (30 >= 11 blocks) but rejects the request: 623 tokens > 30 × 16 = 480.
+    await assert.rejects(
+      run(hisparseArgs(budget, hostPages), 1, 600, 24),
+      /more than the 480 the cache can hold/,
+    );
+    // 400 + 24 tokens = 27 pages fit: floor((30 − 27) / 11) + 1 = 1 request at a time.
+    const short = hisparsePlan(budget, hostPages, 424);
+    assert.deepEqual([short.given.maxByDevice, short.given.maxConcurrent], [1, 1]);
+    const r = await run(hisparseArgs(budget, hostPages), 3, 400, 24);
+    assert.deepEqual([r.peak, r.preemptions, r.finished], [1, 0, 3]);
   });
 });

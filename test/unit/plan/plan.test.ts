@@ -8,7 +8,13 @@ import { describe, it } from "node:test";
 import { countParameters, loadModelConfig } from "../../../src/config/model_config.js";
 import { denseLines } from "../../../src/plan/format.js";
 import { planHiSparseKnobs } from "../../../src/plan/hisparse_knobs.js";
-import { kvBudgetFromGpu, type PlanInput, planDense, planHiSparse } from "../../../src/plan/plan.js";
+import {
+  kvBudgetFromGpu,
+  maxByDevicePool,
+  type PlanInput,
+  planDense,
+  planHiSparse,
+} from "../../../src/plan/plan.js";
 import { repoRoot } from "../../helpers/reference.js";
 
 const llama = loadModelConfig(join(repoRoot, "configs", "llama-3.1-8b"));
@@ -73,20 +79,69 @@ describe("plan arithmetic", () => {
     assert.equal(g.numGpuBlocks, 43404);
     assert.equal(g.numHostBlocks, 86808);
     assert.equal(g.maxByHost, 10); // floor(86,808 / 8,192)
-    assert.equal(g.maxByDevice, 156); // floor(43,404 / 277)
+    // One request prefills on all 8,192 pages, the others hold 277 blocks each:
+    // floor((43,404 − 8,192) / 277) + 1 = floor(35,212 / 277) + 1 = 127 + 1.
+    assert.equal(g.maxByDevice, 128);
     assert.equal(g.maxConcurrent, 10);
     assert.deepEqual(g.refusals, []);
   });
 
-  it("the best host pool holds exactly N requests' pages: 32 requests (5.3× dense)", () => {
-    const b = planHiSparse(input()).best;
-    // N = floor(B / (8,192 × 376,832 + 277 × 1,966,080)) = 32; host pages 32 × 8,192.
-    assert.equal(b.numHostBlocks, 262144);
-    assert.equal(b.hostPoolBytes, 262144 * 1966080); // 480 GiB
-    assert.equal(b.numGpuBlocks, Math.floor((BUDGET - 262144 * 376832) / 1966080)); // 9,798
-    assert.equal(b.maxByHost, 32);
-    assert.equal(b.maxByDevice, 35);
-    assert.equal(b.maxConcurrent, 32);
+  it("the best host pool holds exactly N requests' pages, one dense prefill included: 28 requests (4.7× dense)", () => {
+    const h = planHiSparse(input());
+    const b = h.best;
+    // N = floor((B − (8,192 − 277) × 1,966,080) / (8,192 × 376,832 + 277 × 1,966,080))
+    //   = floor(102,488,308,121 / 3,631,611,904) = floor(28.22) = 28 (without the prefill: 32).
+    assert.equal(h.bestN, 28);
+    // Host pages max(28 × 8,192, ceil(B / (1,966,080 + 376,832)) = 50,386) = 229,376.
+    assert.equal(b.numHostBlocks, 229376);
+    assert.equal(b.hostPoolBytes, 229376 * 1966080); // 420 GiB
+    // GPU blocks floor((B − 229,376 × 376,832) / 1,966,080) = floor(31,613,614,489 / 1,966,080) = 16,079.
+    assert.equal(b.numGpuBlocks, 16079);
+    assert.equal(b.maxByHost, 28);
+    assert.equal(b.maxByDevice, 29); // floor((16,079 − 8,192) / 277) + 1 = 28 + 1
+    assert.equal(b.maxConcurrent, 28);
+  });
+
+  it("the device pool must hold one request's dense prefill; when every page stays on the GPU it is the dense count", () => {
+    // Llama-3.1-8B shape, no dense layers, bf16 digests (the CUDA engine), 32 GiB, host 400 GiB:
+    // m = 32 × 65,536 = 2 MiB, h = digests 32 × 2 × 8 × 128 × 2 B = 128 KiB; 204,800 host pages
+    // take 25 GiB of digests, leaving floor(7 GiB / 2 MiB) = 3,584 blocks < 8,192 pages.
+    const over: Partial<PlanInput> = {
+      kvBudgetBytes: 32 * GIB,
+      digestElementBytes: 2,
+      hisparse: {
+        ...planHiSparseKnobs({ json: '{"dense_layers": [], "device_buffer_tokens": 4096}' }),
+        hostPoolBytes: 400 * GIB,
+      },
+    };
+    const h = planHiSparse(input(over));
+    assert.deepEqual([h.given.numGpuBlocks, h.given.maxByHost, h.given.maxByDevice], [3584, 25, 0]);
+    assert.equal(h.given.maxConcurrent, 0);
+    assert.deepEqual(h.given.refusals, [
+      "the device pool (3,584 blocks) cannot hold one request's 8,192 pages for its dense prefill",
+    ]);
+    // Best: N = floor((32 GiB − 7,915 × 2 MiB) / (8,192 × 128 KiB + 277 × 2 MiB))
+    //         = floor(17,760,780,288 / 1,654,652,928) = 10; 81,920 host pages (160 GiB),
+    // GPU floor((32 − 10) GiB / 2 MiB) = 11,264 blocks: floor((11,264 − 8,192) / 277) + 1 = 12.
+    assert.deepEqual(
+      [h.bestN, h.best.numHostBlocks, h.best.numGpuBlocks, h.best.maxByDevice, h.best.maxConcurrent],
+      [10, 81920, 11264, 12, 10],
+    );
+    // Hot buffer ≥ the context: d = min(P, ...) = P = 256 pages (4K tokens), so the count is
+    // floor(G / P) as for dense: 3,584 blocks / 256 = 14 = floor((3,584 − 256) / 256) + 1.
+    const short = planHiSparse(input({ ...over, contextTokens: 4096 }));
+    assert.equal(short.devicePagesPerRequest, short.pagesPerRequest);
+    assert.equal(short.given.maxByDevice, 14);
+    // A hot buffer of 65,536 tokens: the engine does not start below ceil((64 + 256 + 65,536) / 16) + 1 = 4,117 blocks.
+    const huge = planHiSparse(
+      input({ ...over, hisparse: { ...over.hisparse!, deviceBufferTokens: 65536 } }),
+    ).given;
+    assert.deepEqual(huge.refusals, [
+      "the device pool (3,584 blocks) cannot hold one sparse request's 4,117 blocks (sinks, window, hot buffer and a new page)",
+    ]);
+    assert.equal(maxByDevicePool(3584, 256, 256), Math.floor(3584 / 256));
+    assert.equal(maxByDevicePool(8191, 8192, 277), 0);
+    assert.equal(maxByDevicePool(8192, 8192, 277), 1);
   });
 
   it("a host pool too large for the device is what the engine refuses", () => {
