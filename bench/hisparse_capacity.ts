@@ -40,8 +40,8 @@ const arg = (name: string, d: string) => {
 const GiB = 2 ** 30;
 const BLOCK = 16;
 const context = Number(arg("context", "131072"));
-const budgetBytes = Number(arg("kv-budget-gib", "32")) * GiB;
-const hostPoolBytes = Number(arg("host-pool-gib", "80")) * GiB;
+const budgetBytes = Math.floor(Number(arg("kv-budget-gib", "32")) * GiB);
+const hostPoolBytes = Math.floor(Number(arg("host-pool-gib", "80")) * GiB);
 const modes = arg("modes", "off,auto,on").split(",") as ("off" | "auto" | "on")[];
 const maxRequests = Number(arg("max-requests", "24"));
 /** Outputs per request: one decode step for every prefill step of every other request, plus slack. */

@@ -59,14 +59,15 @@ const BLOCK = 16;
 const maxPositions = loadModelConfig(
   resolveModelDir(arg("config", "configs/llama-3.1-8b")),
 ).maxPositionEmbeddings;
+/** A context is capped at maxPositions - 1024 (a spec of 131072 runs at 130048). */
 const contexts = arg("contexts", "32768,131072")
   .split(",")
   .map((c) => Math.min(Number(c), maxPositions - 1024));
 const batchSpec = arg("batches", "32768:1,4,8,16;131072:1,2,4");
 const modes = arg("modes", "off,on,auto").split(",") as ("off" | "on" | "auto")[];
 const STEPS = Number(arg("steps", "16"));
-const budgetBytes = Number(arg("kv-budget-gib", "32")) * GiB;
-const hostPoolBytes = Number(arg("host-pool-gib", "64")) * GiB;
+const budgetBytes = Math.floor(Number(arg("kv-budget-gib", "32")) * GiB);
+const hostPoolBytes = Math.floor(Number(arg("host-pool-gib", "64")) * GiB);
 const deadline = performance.now() + Number(arg("budget-s", "420")) * 1000;
 const denseLayers = arg("dense-layers", "0,1")
   .split(",")
@@ -77,7 +78,7 @@ const denseLayers = arg("dense-layers", "0,1")
 function batchesFor(ctx: number): number[] {
   for (const part of batchSpec.split(";")) {
     const [c, list] = part.includes(":") ? part.split(":") : [String(ctx), part];
-    if (Number(c) === ctx) return list!.split(",").map(Number);
+    if (Math.min(Number(c), maxPositions - 1024) === ctx) return list!.split(",").map(Number);
   }
   return [1];
 }

@@ -1,30 +1,41 @@
-// Pinned (page-locked, device-mapped) host buffers exposed to JS as external ArrayBuffers.
+// Pinned (page-locked, device-mapped) host buffers, viewable from JS as external ArrayBuffers.
 //
-// Lifetime: the memory is freed by dispose(), or, without dispose(), when the ArrayBuffer is
-// garbage collected (its finalizer). The wrapper holds a strong reference to its ArrayBuffer, so
-// the memory outlives the wrapper as long as JS holds either. dispose() detaches the ArrayBuffer
-// first, so views created from it read as empty instead of touching freed memory.
+// Lifetime: the memory is freed by dispose(), or else when both the wrapper and its ArrayBuffer
+// (created on the first read of `buffer`) are garbage collected: each holds a reference on the
+// shared state. dispose() detaches the ArrayBuffer first, so views created from it read as empty
+// instead of touching freed memory. The ArrayBuffer is made lazily because Node 20 creates
+// external ArrayBuffers through node::Buffer, limited to 4 GiB (buffer.constants.MAX_LENGTH): a
+// larger host tier layer must still be allocatable for the kernels, which only need `ptr`.
 #include "common.h"
 
 namespace hs {
 namespace {
 
-/** Shared between the wrapper and the ArrayBuffer finalizer; deleted by the finalizer. */
+/** node::Buffer's limit on Node 20 (buffer.constants.MAX_LENGTH), which external ArrayBuffers share. */
+constexpr size_t kMaxJsView = size_t{1} << 32;
+
+/** Shared between the wrapper and the ArrayBuffer finalizer; deleted with the last reference. */
 struct PinnedState {
   void* host = nullptr;
   bool freed = false;
+  int refs = 1;
 };
 
-void finalizePinned(Napi::Env /*env*/, void* /*data*/, PinnedState* state) {
+void releasePinned(PinnedState* state) {
+  if (--state->refs > 0) return;
   if (!state->freed) (void)cudaFreeHost(state->host);
   (void)cudaGetLastError();
   delete state;
 }
 
+void finalizePinned(Napi::Env /*env*/, void* /*data*/, PinnedState* state) {
+  releasePinned(state);
+}
+
 /**
  * JS class PinnedBuffer(bytes): cudaHostAlloc(cudaHostAllocMapped | cudaHostAllocPortable).
  *   ptr: the device-visible address (UVA: equal to the host address); byteLength; buffer: the
- *   ArrayBuffer over the memory; dispose().
+ *   ArrayBuffer over the memory (created on first use; throws RangeError above 4 GiB); dispose().
  */
 class PinnedBuffer : public Napi::ObjectWrap<PinnedBuffer> {
  public:
@@ -49,9 +60,11 @@ class PinnedBuffer : public Napi::ObjectWrap<PinnedBuffer> {
       checkCuda(err, "cudaHostGetDevicePointer", __FILE__, __LINE__);
     }
     devicePtr_ = dev;
-    state_ = new PinnedState{host, false};
-    Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(info.Env(), host, bytes_, finalizePinned, state_);
-    buffer_ = Napi::Persistent(ab);
+    state_ = new PinnedState{host, false, 1};
+  }
+
+  ~PinnedBuffer() override {
+    if (state_ != nullptr) releasePinned(state_);
   }
 
  private:
@@ -63,19 +76,30 @@ class PinnedBuffer : public Napi::ObjectWrap<PinnedBuffer> {
   }
   Napi::Value Buffer(const Napi::CallbackInfo& info) {
     if (state_ == nullptr) throw Napi::Error::New(info.Env(), "PinnedBuffer is disposed");
+    if (buffer_.IsEmpty()) {
+      if (bytes_ > kMaxJsView)
+        throw Napi::RangeError::New(info.Env(), "a pinned buffer over 4 GiB cannot be viewed from JS on Node 20");
+      Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(info.Env(), state_->host, bytes_, finalizePinned, state_);
+      state_->refs++;  // the ArrayBuffer's reference, released by its finalizer
+      buffer_ = Napi::Persistent(ab);
+    }
     return buffer_.Value();
   }
   Napi::Value Dispose(const Napi::CallbackInfo& info) {
     if (state_ != nullptr) {
-      void* host = state_->host;
-      state_->freed = true;
+      PinnedState* state = state_;
       state_ = nullptr;
+      state->freed = true;
       // Detach first so that no view reaches the memory once it is freed. The finalizer may run
-      // inside Detach() and delete the state: it is not touched afterwards.
-      Napi::ArrayBuffer ab = buffer_.Value();
-      ab.Detach();
-      buffer_.Reset();
-      HS_CUDA(cudaFreeHost(host));
+      // inside Detach(); the wrapper's reference keeps the state alive until released below.
+      if (!buffer_.IsEmpty()) {
+        Napi::ArrayBuffer ab = buffer_.Value();
+        ab.Detach();
+        buffer_.Reset();
+      }
+      const cudaError_t err = cudaFreeHost(state->host);
+      releasePinned(state);
+      checkCuda(err, "cudaFreeHost", __FILE__, __LINE__);
     }
     return info.Env().Undefined();
   }
