@@ -108,15 +108,17 @@ size_t hsQuestSelectScratchBytes(int numReqs, int numKvHeads, int tableStride);
  * with numPages = ceil(seqLen / bs) <= budgetPages, every page; else the sink pages
  * (p < sinkPages), the window pages (p >= numPages - windowPages), the pinned pages, then the
  * k = budgetPages - #forced highest scores of the other pages, ties to the lower page (none when
- * k <= 0). Score (Quest, arXiv 2406.10774, summed over the GQA group as quest.ts questScore):
- *   qPos[i] = sum of the group's positive q[h, i], qNeg[i] = the non-positive ones (heads in order),
- *   score = sum over i in order of (qPos[i] * max[i] + qNeg[i] * min[i]),
+ * k <= 0). Score (Quest, arXiv 2406.10774, the largest per-head bound of the GQA group, as
+ * quest.ts questScore): for each q head h of the group, with qPos = max(q[h, i], 0) and
+ * qNeg = min(q[h, i], 0) (q > 0 ? q : 0 and q > 0 ? 0 : q),
+ *   s_h = sum over i in order of (qPos * max[i] + qNeg * min[i]);  score = max over h in order of s_h,
  * in float64 with the oracle's operation order and no fused multiply-add, so the scores, and so
  * the selections, are the oracle's bit for bit. Selection is a radix select over order-preserving
  * 64-bit keys of the scores (-0 taken as +0). Two kernels: scoring, grid
  * (ceil(tableStride / 256), Hkv, numReqs), one page per thread; selection, grid (Hkv, numReqs);
  * 256 threads each.
- * Requirements: D a multiple of 8 and <= 256, Hq a multiple of Hkv, scratch as sized above.
+ * Requirements: D a multiple of 8 and <= 256, Hq a multiple of Hkv, (Hq / Hkv) * D * 8 bytes of
+ * queries within 48 KiB of shared memory, scratch as sized above.
  */
 cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t stream);
 

@@ -1,18 +1,20 @@
 // Quest page selection (hisparse.h hsQuestSelect), two kernels:
 // questScoreKernel, one CTA per (chunk of kScorePages pages, kv head, request), so that even one
 // request with a long context spreads over the GPU:
-// 1. the group's query sums qPos / qNeg in float64 (heads in order, as quest.ts groupQuery);
-// 2. one thread per page computes its score sequentially over the head dim in float64 with the
-//    oracle's operation order (no FMA: __dmul_rn / __dadd_rn), and stores an order-preserving
-//    64-bit key (0 marks a forced page, which is not a candidate);
+// 1. the group's queries in float64 (shared memory, [G, D]);
+// 2. one thread per page computes its score, the largest of the group's per-head Quest bounds
+//    (quest.ts questScore), each sequentially over the head dim in float64 with the oracle's
+//    operation order (no FMA: __dmul_rn / __dadd_rn), and stores an order-preserving 64-bit key
+//    (0 marks a forced page, which is not a candidate);
 // questSelectKernel, one CTA per (kv head, request):
 // 3. a radix select over the keys (8 passes of 8 bits, MSB first, shared-memory histograms)
 //    finds the k-th largest key T and how many keys equal to T are taken;
 // 4. one ordered pass over the pages (CTA scans) takes the forced pages, the keys > T and the
 //    first keys == T in page order (the oracle's tie rule: lower page first), and writes the
 //    selection ascending.
-// Scores are memory-bound (2 * D bf16 of digest per page); the float64 arithmetic (4 ops per
-// element) stays under the FP64 rate of an H100/H200 class GPU. Both grids are static (the
+// Scores are memory-bound (2 * D bf16 of digest per page, read once for up to kHeadTile heads);
+// the float64 arithmetic (4 ops per element and head) stays under the FP64 rate of an H100/H200
+// class GPU for the usual 4-8 heads per group. Both grids are static (the
 // chunk count comes from tableStride), rows read their lengths from device memory.
 #include <cuda_bf16.h>
 
@@ -56,24 +58,46 @@ __device__ __forceinline__ unsigned long long orderKey(double s) {
   return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
 }
 
-/** Quest bound of one page for one group (see the file comment); hb a valid host block. */
-__device__ __forceinline__ double pageScore(const SelectArgs& a, const double* qp, const double* qn, int hb, int g) {
+/** Heads of a group whose sums stay in registers; larger groups take several passes. */
+constexpr int kHeadTile = 8;  // per-head sums kept in registers; larger groups take several passes
+
+/**
+ * The largest per-head Quest bound of the group over one page (quest.ts questScore):
+ * max over h of sum_i (qPos[h,i] * max[i] + qNeg[h,i] * min[i]), qPos = max(q, 0), qNeg = min(q, 0).
+ * q: the group's queries [G, D] in float64 (shared memory).
+ */
+__device__ __forceinline__ double pageScore(const SelectArgs& a, const double* q, int G, int hb, int g) {
   const int D = a.headDim;
   const uint4* mn = reinterpret_cast<const uint4*>(a.digests + (static_cast<size_t>(hb) * 2 * a.numKvHeads + g) * D);
   const uint4* mx = mn + static_cast<size_t>(a.numKvHeads) * D / 8;
-  double s = 0.0;
-  for (int c = 0; c < D / 8; ++c) {
-    const uint4 lo = mn[c];
-    const uint4 hi = mx[c];
+  double best = 0.0;  // replaced by head 0's sum (G >= 1)
+  for (int h0 = 0; h0 < G; h0 += kHeadTile) {
+    double s[kHeadTile];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const int i = c * 8 + e;
-      const double up = __dmul_rn(qp[i], static_cast<double>(bf16Bits(lane16(hi, e))));
-      const double dn = __dmul_rn(qn[i], static_cast<double>(bf16Bits(lane16(lo, e))));
-      s = __dadd_rn(s, __dadd_rn(up, dn));
+    for (int t = 0; t < kHeadTile; ++t) s[t] = 0.0;
+    for (int c = 0; c < D / 8; ++c) {
+      const uint4 lo = mn[c];
+      const uint4 hi = mx[c];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int i = c * 8 + e;
+        const double vhi = static_cast<double>(bf16Bits(lane16(hi, e)));
+        const double vlo = static_cast<double>(bf16Bits(lane16(lo, e)));
+#pragma unroll
+        for (int t = 0; t < kHeadTile; ++t) {
+          if (h0 + t >= G) break;
+          const double v = q[(h0 + t) * D + i];
+          const double up = __dmul_rn(v > 0.0 ? v : 0.0, vhi);
+          const double dn = __dmul_rn(v > 0.0 ? 0.0 : v, vlo);
+          s[t] = __dadd_rn(s[t], __dadd_rn(up, dn));
+        }
+      }
     }
+#pragma unroll
+    for (int t = 0; t < kHeadTile; ++t)
+      if (h0 + t < G && (h0 + t == 0 || s[t] > best)) best = s[t];
   }
-  return s;
+  return best;
 }
 
 /**
@@ -164,8 +188,7 @@ __device__ __forceinline__ SelectRow selectRow(const SelectArgs& a, int r) {
 /** Scores one chunk of pages of one (row, kv head) into the keys (step 2 of the file comment). */
 __global__ void __launch_bounds__(kThreads) questScoreKernel(const SelectArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
-  double* qp = reinterpret_cast<double*>(smem);
-  double* qn = qp + a.headDim;
+  double* qg = reinterpret_cast<double*>(smem);  // [G, D]
   const int chunk = blockIdx.x;
   const int g = blockIdx.y;
   const int r = blockIdx.z;
@@ -174,19 +197,8 @@ __global__ void __launch_bounds__(kThreads) questScoreKernel(const SelectArgs a)
   if (!row.valid || row.numPages <= a.budgetPages || chunk * kScorePages >= row.numPages) return;
   const int G = a.numHeads / a.numKvHeads;
   const uint16_t* q = a.qkv + static_cast<size_t>(row.qRow) * a.qkvRowStride;
-  for (int i = threadIdx.x; i < a.headDim; i += blockDim.x) {
-    double sp = 0.0;
-    double sn = 0.0;
-    for (int h = g * G; h < (g + 1) * G; ++h) {
-      const float v = bf16Bits(q[static_cast<size_t>(h) * a.headDim + i]);
-      if (v > 0.f)
-        sp = __dadd_rn(sp, static_cast<double>(v));
-      else
-        sn = __dadd_rn(sn, static_cast<double>(v));
-    }
-    qp[i] = sp;
-    qn[i] = sn;
-  }
+  for (int j = threadIdx.x; j < G * a.headDim; j += blockDim.x)
+    qg[j] = static_cast<double>(bf16Bits(q[static_cast<size_t>(g * G) * a.headDim + j]));
   __syncthreads();
   const int p = chunk * kScorePages + static_cast<int>(threadIdx.x);
   if (p >= row.numPages) return;
@@ -194,7 +206,7 @@ __global__ void __launch_bounds__(kThreads) questScoreKernel(const SelectArgs a)
   if (!row.forced(a, p)) {
     const int hb = a.hostBlockTable[static_cast<size_t>(row.slot) * a.tableStride + p];
     // An invalid host block (never in a consistent table) ranks lowest instead of faulting.
-    key = hb >= 0 && hb < a.numHostBlocks ? orderKey(pageScore(a, qp, qn, hb, g)) : 1ull;
+    key = hb >= 0 && hb < a.numHostBlocks ? orderKey(pageScore(a, qg, G, hb, g)) : 1ull;
   }
   a.keys[(static_cast<size_t>(r) * a.numKvHeads + g) * a.tableStride + p] = key;
 }
@@ -247,8 +259,8 @@ __global__ void __launch_bounds__(kThreads) questSelectKernel(const SelectArgs a
   if (threadIdx.x == 0) a.selCount[item] = selSoFar;
 }
 
-/** Dynamic shared memory of a scoring CTA: qPos, qNeg (float64 [D] each). */
-size_t scoreSmemBytes(int headDim) { return 2 * sizeof(double) * headDim; }
+/** Dynamic shared memory of a scoring CTA: the group's queries, float64 [G, D]. */
+size_t scoreSmemBytes(int groupSize, int headDim) { return sizeof(double) * groupSize * headDim; }
 
 /** Dynamic shared memory of a selection CTA: histogram, scan and broadcast words. */
 size_t selectSmemBytes() { return (256 + 32 + 8) * sizeof(int); }
@@ -267,7 +279,8 @@ extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t 
   if (p->numReqs < 0 || p->numReqs > 65535 || p->numKvHeads <= 0 || p->numHeads <= 0 ||
       p->numHeads % p->numKvHeads != 0 || p->headDim <= 0 || p->headDim % 8 != 0 || p->headDim > 256 ||
       p->blockSize <= 0 || p->tableStride <= 0 || p->numSlots <= 0 || p->budgetPages <= 0 || p->sinkPages < 0 ||
-      p->windowPages < 1 || p->qkvRowStride < p->numHeads * p->headDim)
+      p->windowPages < 1 || p->qkvRowStride < p->numHeads * p->headDim ||
+      scoreSmemBytes(p->numHeads / p->numKvHeads, p->headDim) > 48 * 1024)
     return cudaErrorInvalidValue;
   if (p->numReqs == 0) return cudaSuccess;
   if (p->qkv == nullptr || p->digests == nullptr || p->seqLens == nullptr || p->reqSlot == nullptr ||
@@ -301,7 +314,7 @@ extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t 
   const int chunks = (p->tableStride + kScorePages - 1) / kScorePages;
   const dim3 scoreGrid(chunks, p->numKvHeads, p->numReqs);
   if (p->numKvHeads > 65535) return cudaErrorInvalidValue;
-  questScoreKernel<<<scoreGrid, kThreads, scoreSmemBytes(p->headDim), stream>>>(a);
+  questScoreKernel<<<scoreGrid, kThreads, scoreSmemBytes(p->numHeads / p->numKvHeads, p->headDim), stream>>>(a);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const dim3 grid(p->numKvHeads, p->numReqs);

@@ -62,28 +62,28 @@ inline std::vector<int> refSelectOne(const RefSelectConfig& c, const std::vector
   const int k = c.budgetPages - numForced;
   if (k > 0) {
     const int G = c.Hq / c.Hkv;
-    std::vector<double> qPos(c.D, 0.0), qNeg(c.D, 0.0);
-    for (int h = g * G; h < (g + 1) * G; ++h)
-      for (int i = 0; i < c.D; ++i) {
-        const float v = bf16ToFloat(q[static_cast<size_t>(h) * c.D + i]);
-        if (v > 0)
-          qPos[i] += v;
-        else
-          qNeg[i] += v;
-      }
+    std::vector<double> qg(static_cast<size_t>(G) * c.D);
+    for (int h = 0; h < G; ++h)
+      for (int i = 0; i < c.D; ++i)
+        qg[static_cast<size_t>(h) * c.D + i] = bf16ToFloat(q[static_cast<size_t>(g * G + h) * c.D + i]);
     std::vector<std::pair<double, int>> scored;
     for (int p = 0; p < numPages; ++p) {
       if (isForced[p]) continue;
       const size_t base = static_cast<size_t>(hostRow[p]) * 2 * c.Hkv * c.D;
       const size_t mn = base + static_cast<size_t>(g) * c.D;
       const size_t mx = base + static_cast<size_t>(c.Hkv + g) * c.D;
-      double s = 0;
-      for (int i = 0; i < c.D; ++i) {
-        const double up = qPos[i] * static_cast<double>(dg[mx + i]);
-        const double dn = qNeg[i] * static_cast<double>(dg[mn + i]);
-        s = s + (up + dn);
+      double best = 0;
+      for (int h = 0; h < G; ++h) {  // questScore: the largest per-head bound
+        double s = 0;
+        for (int i = 0; i < c.D; ++i) {
+          const double v = qg[static_cast<size_t>(h) * c.D + i];
+          const double up = (v > 0 ? v : 0.0) * static_cast<double>(dg[mx + i]);
+          const double dn = (v > 0 ? 0.0 : v) * static_cast<double>(dg[mn + i]);
+          s = s + (up + dn);
+        }
+        if (h == 0 || s > best) best = s;
       }
-      scored.emplace_back(s, p);
+      scored.emplace_back(best, p);
     }
     std::stable_sort(scored.begin(), scored.end(), [](const std::pair<double, int>& a, const std::pair<double, int>& b) {
       return a.first > b.first || (a.first == b.first && a.second < b.second);
