@@ -12,7 +12,6 @@ import {
   type Tensor,
 } from "../backend.js";
 import {
-  type AllocatorStats,
   type DeviceProperties,
   type HisparseNative,
   loadAddon,
@@ -23,19 +22,20 @@ import {
 import * as attn from "./attention_ops.js";
 import {
   type CudaBackendOptions,
+  type CudaMemoryStats,
   createCudaResources,
   type PinnedHostMemory,
   releaseAll,
 } from "./cuda_backend_setup.js";
-import { CudaGraphs } from "./graphs.js";
-import * as hisparse from "./hisparse_ops.js";
+import type { CudaGraphs } from "./graphs.js";
 import { type HostStaging, readConverted, type UploadConversion, writeConverted } from "./host_io.js";
 import * as ops from "./ops.js";
 import { SideStream } from "./side_stream.js";
+import * as sparse from "./sparse_attention_ops.js";
 import type { StepWorkspace } from "./step_workspace.js";
 import { CudaTensor, describe, numelOf } from "./tensor.js";
 
-export type { CudaBackendOptions, PinnedHostMemory } from "./cuda_backend_setup.js";
+export type { CudaBackendOptions, CudaMemoryStats, PinnedHostMemory } from "./cuda_backend_setup.js";
 
 /**
  * The CUDA implementation of Backend (backend.ts holds the contract): bf16 weights, activations
@@ -76,14 +76,7 @@ export class CudaBackend implements Backend {
     this.workspace = r.workspace;
     this.staging = r.staging;
     this.uploadPath = r.upload;
-    this.graphs = new CudaGraphs({
-      addon: this.addon,
-      stream: this.streamObj.handle,
-      workspaceUsed: () => this.workspace.used,
-      markWorkspaceUsed: (bytes) => this.workspace.markUsed(bytes),
-      workspaceGeneration: () => this.workspace.generation,
-      setCaptureLog: (log) => this.workspace.setCaptureLog(log),
-    });
+    this.graphs = r.graphs;
   }
 
   /** Handle of the backend's stream (for the ops modules and for KV transfer code). */
@@ -145,8 +138,7 @@ export class CudaBackend implements Backend {
   toHost(t: Tensor): Float32Array | Int32Array {
     const src = this.dev(t, "toHost");
     this.notCapturing("toHost");
-    const n = src.numel;
-    return readConverted(this.staging, src.ptr, t.dtype, n);
+    return readConverted(this.staging, src.ptr, t.dtype, src.numel);
   }
 
   resetWorkspace(): void {
@@ -164,11 +156,7 @@ export class CudaBackend implements Backend {
   }
 
   /** Counters of the caching allocator and the workspace (bytes). */
-  memoryStats(): AllocatorStats & {
-    workspaceCapacity: number;
-    workspaceUsed: number;
-    workspacePeak: number;
-  } {
+  memoryStats(): CudaMemoryStats {
     return {
       ...this.allocator.stats(),
       workspaceCapacity: this.workspace.capacity,
@@ -275,7 +263,7 @@ export class CudaBackend implements Backend {
     ]);
   }
 
-  // ---- ops (ops.ts, attention_ops.ts) -------------------------------------------------------------
+  // ---- ops (ops.ts, attention_ops.ts, sparse_attention_ops.ts) -------------------------------------------------------------
 
   embedding(ids: Tensor, table: Tensor): Tensor {
     return ops.embedding(this, ids, table);
@@ -316,11 +304,7 @@ export class CudaBackend implements Backend {
   ): Tensor {
     return attn.pagedAttention(this, qkv, layout, kvCache, meta, blockSize);
   }
-  /**
-   * HiSparse decode attention with per-(request, kv head) tables for every row (Backend contract;
-   * hisparse_ops.ts sparseDecodeAttention). Decode batches only (one query token per request).
-   * @throws Error for any other batch.
-   */
+  /** Backend.sparsePagedAttention: decode batches only (sparse_attention_ops.ts). @throws Error otherwise. */
   sparsePagedAttention(
     qkv: Tensor,
     layout: QkvLayout,
@@ -329,17 +313,7 @@ export class CudaBackend implements Backend {
     tables: PerHeadBlockTables,
     blockSize: number,
   ): Tensor {
-    if (meta.maxQueryLen > 1 || meta.numTokens !== meta.numReqs)
-      throw new Error("sparsePagedAttention on CUDA takes decode batches (one query token per request)");
-    return hisparse.sparseDecodeAttention(
-      this,
-      qkv,
-      layout,
-      kvCache,
-      meta,
-      { headBlockTables: tables.blockTables, headSeqLens: tables.seqLens },
-      blockSize,
-    );
+    return sparse.sparsePagedAttention(this, qkv, layout, kvCache, meta, tables, blockSize);
   }
   gatherRows(x: Tensor, indices: Tensor): Tensor {
     return ops.gatherRows(this, x, indices);

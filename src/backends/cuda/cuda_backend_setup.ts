@@ -1,14 +1,17 @@
 /**
- * CudaBackend's construction options, the pinned host memory type it hands out, and the native
- * resources it creates from the options (moved out of cuda_backend.ts; re-exported from there).
+ * CudaBackend's construction options, the pinned host memory and memory statistics types it hands
+ * out (re-exported from cuda_backend.ts), and the device and native resources it creates from
+ * the options.
  */
 import type {
+  AllocatorStats,
   DeviceProperties,
   HisparseNative,
   NativeBlas,
   NativeDeviceAllocator,
   NativeStream,
 } from "./addon.js";
+import { CudaGraphs } from "./graphs.js";
 import { HostStaging, type UploadConversion } from "./host_io.js";
 import { StepWorkspace } from "./step_workspace.js";
 
@@ -50,7 +53,14 @@ export interface CudaBackendOptions {
   exactWorkspace?: boolean;
 }
 
-/** The device a CudaBackend runs on and the native resources it owns besides its graphs. */
+/** CudaBackend.memoryStats(): the caching allocator's counters plus the step workspace's (bytes). */
+export type CudaMemoryStats = AllocatorStats & {
+  workspaceCapacity: number;
+  workspaceUsed: number;
+  workspacePeak: number;
+};
+
+/** The device a CudaBackend runs on and the native resources it owns. */
 export interface CudaResources {
   /** CUDA device ordinal, made current. */
   device: number;
@@ -63,6 +73,8 @@ export interface CudaResources {
   staging: HostStaging;
   /** Converting uploads through the staging buffers and a device scratch of stagingBytes. */
   upload: UploadConversion;
+  /** Graph capture on the stream, over the step workspace. */
+  graphs: CudaGraphs;
 }
 
 /**
@@ -92,6 +104,7 @@ export function createCudaResources(addon: HisparseNative, options: CudaBackendO
   const stream = new addon.Stream({ nonBlocking: true });
   let workspace: StepWorkspace | null = null;
   let staging: HostStaging | null = null;
+  let upload: UploadConversion;
   try {
     workspace = new StepWorkspace(
       addon,
@@ -101,14 +114,13 @@ export function createCudaResources(addon: HisparseNative, options: CudaBackendO
       () => stream.synchronize(),
     );
     staging = new HostStaging(addon, stagingBytes, stream.handle);
-    const upload: UploadConversion = {
+    upload = {
       addon,
       staging,
       stream: stream.handle,
       scratchBytes: stagingBytes,
       scratch: allocator.malloc(stagingBytes),
     };
-    return { device, properties, blas, allocator, stream, workspace, staging, upload };
   } catch (err) {
     staging?.dispose();
     workspace?.dispose();
@@ -117,6 +129,16 @@ export function createCudaResources(addon: HisparseNative, options: CudaBackendO
     stream.dispose();
     throw err;
   }
+  const ws = workspace; // narrowed: the closures below need a const
+  const graphs = new CudaGraphs({
+    addon,
+    stream: stream.handle,
+    workspaceUsed: () => ws.used,
+    markWorkspaceUsed: (bytes) => ws.markUsed(bytes),
+    workspaceGeneration: () => ws.generation,
+    setCaptureLog: (log) => ws.setCaptureLog(log),
+  });
+  return { device, properties, blas, allocator, stream, workspace: ws, staging, upload, graphs };
 }
 
 /** Runs every release step even if one throws; rethrows the first error afterwards. */
