@@ -10,8 +10,8 @@
 #  and export HISPARSE_MODELS=$PWD/.device/models, in a second call if the first is too large.)
 #
 # Steps, each under `timeout`:
-#  1. nvcc-build and run native/tests/hisparse_test: every HiSparse kernel against C++ ports of
-#     the CPU oracles (digests, selection, resolver, mirror: exact; sparse attention: bits equal
+#  1. nvcc-build native/tests/hisparse_test (hisparse_test*.cu) and run it: every HiSparse kernel
+#     against C++ ports of the CPU oracles (digests, selection, resolver, mirror: exact; sparse attention: bits equal
 #     to dense with dense tables, float64 reference otherwise); then its --bench: the fused
 #     resolver's swap-in bandwidth with every selected slice a miss (target >= 46 GB/s);
 #  2. dist/test/native/hisparse_kernels.test.js: the same kernels through CudaBackend against the
@@ -68,9 +68,10 @@ free -g 2>/dev/null | head -2
 
 # 1. standalone kernel test
 run build_kernel_test 240 "$NVCC" -std=c++17 -O3 -lineinfo -gencode=arch=compute_90a,code=sm_90a \
-  -o build/hisparse_test/hisparse_test native/tests/hisparse_test.cu native/kernels/hisparse_digest.cu \
-  native/kernels/hisparse_select.cu native/kernels/hisparse_resolve.cu native/kernels/hisparse_mirror.cu \
-  native/kernels/attention_decode.cu
+  -o build/hisparse_test/hisparse_test native/tests/hisparse_test.cu native/tests/hisparse_test_kv.cu \
+  native/tests/hisparse_test_select.cu native/tests/hisparse_test_resolve.cu native/tests/hisparse_test_attention.cu \
+  native/kernels/hisparse_digest.cu native/kernels/hisparse_select.cu native/kernels/hisparse_resolve.cu \
+  native/kernels/hisparse_mirror.cu native/kernels/attention_decode.cu
 [ "$LAST_RC" -ne 0 ] && fails=$((fails + 1))
 row "nvcc hisparse_test" "$LAST_RC" "-" "$LAST_SECS" ""
 if [ -x build/hisparse_test/hisparse_test ]; then

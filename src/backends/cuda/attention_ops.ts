@@ -4,6 +4,7 @@
  * and DeviceSamplingRows in ../backend.ts.
  */
 import type { AttentionMetadata, DeviceSamplingRows, QkvLayout, Tensor } from "../backend.js";
+import type { PagedAttentionArgs } from "./addon.js";
 import type { CudaOpsContext } from "./ops.js";
 import { expectDtype, expectShape } from "./tensor.js";
 
@@ -63,57 +64,36 @@ export function pagedAttention(
   const a = ctx.addon;
   const scale = 1 / Math.sqrt(D);
   const isDecode = meta.maxQueryLen <= 1 && T === numReqs;
+  // The argument list both launchers start with (HsPagedAttentionParams), given the workspace.
+  const args = (ws: number, wsBytes: number): PagedAttentionArgs => [
+    ctx.stream,
+    q.ptr,
+    W,
+    cache.ptr,
+    out.ptr,
+    qsl.ptr,
+    seq.ptr,
+    bt.ptr,
+    maxBlocksPerReq,
+    numReqs,
+    T,
+    Hq,
+    Hkv,
+    D,
+    blockSize,
+    scale,
+    maxModelLen,
+    ws,
+    wsBytes,
+  ];
   if (isDecode) {
     // Split-KV partials; every layer's decode reuses the same region (stream order).
     const wsBytes = a.pagedAttentionWorkspaceBytes(numReqs, T, Hq, D, maxModelLen, blockSize);
     const ws = wsBytes > 0 ? ctx.sharedScratch(wsBytes) : 0;
-    a.pagedDecodeAttention(
-      ctx.stream,
-      q.ptr,
-      W,
-      cache.ptr,
-      out.ptr,
-      qsl.ptr,
-      seq.ptr,
-      bt.ptr,
-      maxBlocksPerReq,
-      numReqs,
-      T,
-      Hq,
-      Hkv,
-      D,
-      blockSize,
-      scale,
-      maxModelLen,
-      ws,
-      wsBytes,
-    );
+    a.pagedDecodeAttention(...args(ws, wsBytes));
   } else {
     // The prefill kernel needs no workspace (attention.h).
-    const ws = 0;
-    const wsBytes = 0;
-    a.pagedPrefillAttention(
-      ctx.stream,
-      q.ptr,
-      W,
-      cache.ptr,
-      out.ptr,
-      qsl.ptr,
-      seq.ptr,
-      bt.ptr,
-      maxBlocksPerReq,
-      numReqs,
-      T,
-      Hq,
-      Hkv,
-      D,
-      blockSize,
-      scale,
-      maxModelLen,
-      ws,
-      wsBytes,
-      meta.maxQueryLen,
-    );
+    a.pagedPrefillAttention(...args(0, 0), meta.maxQueryLen);
   }
   return out;
 }

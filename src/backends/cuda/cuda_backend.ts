@@ -12,9 +12,7 @@ import {
   type Tensor,
 } from "../backend.js";
 import {
-  type AllocatorStats,
   type DeviceProperties,
-  DTYPE_CODE,
   type HisparseNative,
   loadAddon,
   type NativeBlas,
@@ -22,52 +20,22 @@ import {
   type NativeStream,
 } from "./addon.js";
 import * as attn from "./attention_ops.js";
-import { CudaGraphs } from "./graphs.js";
-import { bf16ArrayToF32, f16ArrayToF32 } from "./half.js";
-import * as hisparse from "./hisparse_ops.js";
-import { HostStaging } from "./host_io.js";
+import {
+  type CudaBackendOptions,
+  type CudaMemoryStats,
+  createCudaResources,
+  type PinnedHostMemory,
+  releaseAll,
+} from "./cuda_backend_setup.js";
+import type { CudaGraphs } from "./graphs.js";
+import { type HostStaging, readConverted, type UploadConversion, writeConverted } from "./host_io.js";
 import * as ops from "./ops.js";
 import { SideStream } from "./side_stream.js";
-import { StepWorkspace } from "./step_workspace.js";
+import * as sparse from "./sparse_attention_ops.js";
+import type { StepWorkspace } from "./step_workspace.js";
 import { CudaTensor, describe, numelOf } from "./tensor.js";
 
-const MiB = 2 ** 20;
-
-/** Page-locked host memory mapped into the device address space (cudaHostAlloc Mapped). */
-export interface PinnedHostMemory {
-  /** Device-visible address (UVA: the host address). */
-  readonly ptr: number;
-  readonly byteLength: number;
-  /** The memory as an ArrayBuffer (detached after dispose()). */
-  readonly buffer: ArrayBuffer;
-  dispose(): void;
-}
-
-/** Construction options of CudaBackend (sizes in bytes). */
-export interface CudaBackendOptions {
-  /** CUDA device ordinal (default 0). */
-  device?: number;
-  /** Step workspace: holds every op output of one step (default 2 GiB). */
-  workspaceBytes?: number;
-  /** Each of the pinned upload and readback buffers, and the device scratch of uploads (default 64 MiB). */
-  stagingBytes?: number;
-  /** cuBLAS / cuBLASLt workspace (default 32 MiB). */
-  blasWorkspaceBytes?: number;
-  /** GEMM path: cuBLASLt with fused bias (default) or cublasGemmEx + bias kernel. */
-  gemm?: "lt" | "gemmex";
-  /** Cache freed device blocks (default true); false helps compute-sanitizer find overruns. */
-  cachingAllocator?: boolean;
-  /** Addon file (default: see addon.ts defaultAddonPath). */
-  addonPath?: string;
-  /** An already loaded addon object (takes precedence over addonPath; tests inject doubles here). */
-  addon?: HisparseNative;
-  /**
-   * Debug: give every workspace tensor its own exact-size allocation, freed at resetWorkspace(),
-   * so that compute-sanitizer memcheck sees the bounds of each op output. Slow; graph capture
-   * and workspaceScope's release are unavailable in this mode. Use with cachingAllocator: false.
-   */
-  exactWorkspace?: boolean;
-}
+export type { CudaBackendOptions, CudaMemoryStats, PinnedHostMemory } from "./cuda_backend_setup.js";
 
 /**
  * The CUDA implementation of Backend (backend.ts holds the contract): bf16 weights, activations
@@ -92,61 +60,23 @@ export class CudaBackend implements Backend {
   private readonly streamObj: NativeStream;
   private readonly workspace: StepWorkspace;
   private readonly staging: HostStaging;
-  /** Device scratch for dtype conversions of uploads (stagingBytes). */
-  private readonly uploadScratch: number;
-  private readonly uploadScratchBytes: number;
+  /** Converting uploads: staging buffers, stream, device scratch of stagingBytes. */
+  private readonly uploadPath: UploadConversion;
   private disposed = false;
 
   /** @throws Error when the addon is missing, no CUDA device is usable, or cuBLAS cannot be loaded. */
   constructor(options: CudaBackendOptions = {}) {
     this.addon = options.addon ?? loadAddon(options.addonPath);
-    const probe = this.addon.probe();
-    if (!probe.ok) throw new Error(`no usable CUDA device: ${probe.error || "no device found"}`);
-    this.device = options.device ?? 0;
-    if (this.device < 0 || this.device >= probe.deviceCount) {
-      throw new Error(`CUDA device ${this.device} does not exist (${probe.deviceCount} present)`);
-    }
-    this.addon.setDevice(this.device);
-    this.properties = this.addon.deviceProperties(this.device);
-    const stagingBytes = options.stagingBytes ?? 64 * MiB;
-    // cuBLAS first (no memory held yet if it cannot be loaded); on a later failure, free what exists.
-    this.blas = new this.addon.Blas({
-      workspaceBytes: options.blasWorkspaceBytes ?? 32 * MiB,
-      mode: options.gemm ?? "lt",
-    });
-    this.allocator = new this.addon.DeviceAllocator({ caching: options.cachingAllocator ?? true });
-    this.streamObj = new this.addon.Stream({ nonBlocking: true });
-    let workspace: StepWorkspace | null = null;
-    let staging: HostStaging | null = null;
-    try {
-      workspace = new StepWorkspace(
-        this.addon,
-        options.workspaceBytes ?? 2048 * MiB,
-        this.allocator,
-        options.exactWorkspace ?? false,
-        () => this.streamObj.synchronize(),
-      );
-      this.workspace = workspace;
-      staging = new HostStaging(this.addon, stagingBytes, this.streamObj.handle);
-      this.staging = staging;
-      this.uploadScratchBytes = stagingBytes;
-      this.uploadScratch = this.allocator.malloc(stagingBytes);
-    } catch (err) {
-      staging?.dispose();
-      workspace?.dispose();
-      this.blas.dispose();
-      this.allocator.dispose();
-      this.streamObj.dispose();
-      throw err;
-    }
-    this.graphs = new CudaGraphs({
-      addon: this.addon,
-      stream: this.streamObj.handle,
-      workspaceUsed: () => this.workspace.used,
-      markWorkspaceUsed: (bytes) => this.workspace.markUsed(bytes),
-      workspaceGeneration: () => this.workspace.generation,
-      setCaptureLog: (log) => this.workspace.setCaptureLog(log),
-    });
+    const r = createCudaResources(this.addon, options);
+    this.device = r.device;
+    this.properties = r.properties;
+    this.blas = r.blas;
+    this.allocator = r.allocator;
+    this.streamObj = r.stream;
+    this.workspace = r.workspace;
+    this.staging = r.staging;
+    this.uploadPath = r.upload;
+    this.graphs = r.graphs;
   }
 
   /** Handle of the backend's stream (for the ops modules and for KV transfer code). */
@@ -208,20 +138,7 @@ export class CudaBackend implements Backend {
   toHost(t: Tensor): Float32Array | Int32Array {
     const src = this.dev(t, "toHost");
     this.notCapturing("toHost");
-    const n = src.numel;
-    switch (t.dtype) {
-      case "i32":
-      case "f32": {
-        const out = t.dtype === "i32" ? new Int32Array(n) : new Float32Array(n);
-        this.staging.toHost(out, src.ptr);
-        return out;
-      }
-      default: {
-        const bits = new Uint16Array(n);
-        this.staging.toHost(bits, src.ptr);
-        return t.dtype === "bf16" ? bf16ArrayToF32(bits) : f16ArrayToF32(bits);
-      }
-    }
+    return readConverted(this.staging, src.ptr, t.dtype, src.numel);
   }
 
   resetWorkspace(): void {
@@ -239,11 +156,7 @@ export class CudaBackend implements Backend {
   }
 
   /** Counters of the caching allocator and the workspace (bytes). */
-  memoryStats(): AllocatorStats & {
-    workspaceCapacity: number;
-    workspaceUsed: number;
-    workspacePeak: number;
-  } {
+  memoryStats(): CudaMemoryStats {
     return {
       ...this.allocator.stats(),
       workspaceCapacity: this.workspace.capacity,
@@ -339,8 +252,7 @@ export class CudaBackend implements Backend {
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    let first: unknown = null;
-    for (const step of [
+    releaseAll([
       () => this.streamObj.synchronize(),
       () => this.graphs.disposeAll(),
       () => this.blas.dispose(),
@@ -348,17 +260,10 @@ export class CudaBackend implements Backend {
       () => this.workspace.dispose(),
       () => this.allocator.dispose(),
       () => this.streamObj.dispose(),
-    ]) {
-      try {
-        step();
-      } catch (err) {
-        first ??= err;
-      }
-    }
-    if (first !== null) throw first;
+    ]);
   }
 
-  // ---- ops (ops.ts, attention_ops.ts) -------------------------------------------------------------
+  // ---- ops (ops.ts, attention_ops.ts, sparse_attention_ops.ts) -------------------------------------------------------------
 
   embedding(ids: Tensor, table: Tensor): Tensor {
     return ops.embedding(this, ids, table);
@@ -399,11 +304,7 @@ export class CudaBackend implements Backend {
   ): Tensor {
     return attn.pagedAttention(this, qkv, layout, kvCache, meta, blockSize);
   }
-  /**
-   * HiSparse decode attention with per-(request, kv head) tables for every row (Backend contract;
-   * hisparse_ops.ts sparseDecodeAttention). Decode batches only (one query token per request).
-   * @throws Error for any other batch.
-   */
+  /** Backend.sparsePagedAttention: decode batches only (sparse_attention_ops.ts). @throws Error otherwise. */
   sparsePagedAttention(
     qkv: Tensor,
     layout: QkvLayout,
@@ -412,17 +313,7 @@ export class CudaBackend implements Backend {
     tables: PerHeadBlockTables,
     blockSize: number,
   ): Tensor {
-    if (meta.maxQueryLen > 1 || meta.numTokens !== meta.numReqs)
-      throw new Error("sparsePagedAttention on CUDA takes decode batches (one query token per request)");
-    return hisparse.sparseDecodeAttention(
-      this,
-      qkv,
-      layout,
-      kvCache,
-      meta,
-      { headBlockTables: tables.blockTables, headSeqLens: tables.seqLens },
-      blockSize,
-    );
+    return sparse.sparsePagedAttention(this, qkv, layout, kvCache, meta, tables, blockSize);
   }
   gatherRows(x: Tensor, indices: Tensor): Tensor {
     return ops.gatherRows(this, x, indices);
@@ -485,10 +376,7 @@ export class CudaBackend implements Backend {
     return new CudaTensor([...shape], dtype, this.allocator.malloc(bytes), "persistent", -1);
   }
 
-  /**
-   * Writes `count` host values of srcDtype to device address dst as dstDtype: a plain async copy
-   * when the dtypes match, else chunks through the upload scratch and the cast kernel.
-   */
+  /** Writes host values to the device, converted (host_io.ts writeConverted); not during capture. */
   private writeConverted(
     dst: number,
     dstDtype: DType,
@@ -497,25 +385,7 @@ export class CudaBackend implements Backend {
     count: number,
   ): void {
     this.notCapturing("writing host data");
-    const srcBytes = DTYPE_BYTES[srcDtype];
-    const bytes = new Uint8Array(data.buffer, data.byteOffset, count * srcBytes);
-    if (dstDtype === srcDtype) {
-      this.staging.toDevice(dst, bytes);
-      return;
-    }
-    const chunk = Math.floor(this.uploadScratchBytes / srcBytes);
-    for (let i = 0; i < count; i += chunk) {
-      const n = Math.min(chunk, count - i);
-      this.staging.toDevice(this.uploadScratch, bytes.subarray(i * srcBytes, (i + n) * srcBytes));
-      this.addon.cast(
-        this.stream,
-        dst + i * DTYPE_BYTES[dstDtype],
-        DTYPE_CODE[dstDtype],
-        this.uploadScratch,
-        DTYPE_CODE[srcDtype],
-        n,
-      );
-    }
+    writeConverted(this.uploadPath, dst, dstDtype, data, srcDtype, count);
   }
 
   private notCapturing(what: string): void {

@@ -1,4 +1,6 @@
-import type { HisparseNative, NativeEvent, NativePinnedBuffer } from "./addon.js";
+import { DTYPE_BYTES, type DType } from "../backend.js";
+import { DTYPE_CODE, type HisparseNative, type NativeEvent, type NativePinnedBuffer } from "./addon.js";
+import { bf16ArrayToF32, f16ArrayToF32 } from "./half.js";
 
 /** Alignment of each staged chunk inside the pinned buffer (bytes). */
 const CHUNK_ALIGN = 256;
@@ -102,5 +104,74 @@ export class HostStaging {
     // The stream object is owned by the backend; an event round trip keeps this class independent of it.
     this.lastCopy.record(this.stream);
     this.lastCopy.synchronize();
+  }
+}
+
+/** What a converting upload uses: the cast kernel's addon, the staging buffers, the stream, a device scratch. */
+export interface UploadConversion {
+  addon: HisparseNative;
+  staging: HostStaging;
+  /** Stream handle the copies and casts are queued on. */
+  stream: number;
+  /** Device scratch address (receives the source dtype) and its size in bytes. */
+  scratch: number;
+  scratchBytes: number;
+}
+
+/**
+ * Writes `count` host values of srcDtype to device address dst as dstDtype: a plain async copy
+ * when the dtypes match, else chunks through the upload scratch and the cast kernel.
+ */
+export function writeConverted(
+  u: UploadConversion,
+  dst: number,
+  dstDtype: DType,
+  data: ArrayBufferView,
+  srcDtype: DType,
+  count: number,
+): void {
+  const srcBytes = DTYPE_BYTES[srcDtype];
+  const bytes = new Uint8Array(data.buffer, data.byteOffset, count * srcBytes);
+  if (dstDtype === srcDtype) {
+    u.staging.toDevice(dst, bytes);
+    return;
+  }
+  const chunk = Math.floor(u.scratchBytes / srcBytes);
+  for (let i = 0; i < count; i += chunk) {
+    const n = Math.min(chunk, count - i);
+    u.staging.toDevice(u.scratch, bytes.subarray(i * srcBytes, (i + n) * srcBytes));
+    u.addon.cast(
+      u.stream,
+      dst + i * DTYPE_BYTES[dstDtype],
+      DTYPE_CODE[dstDtype],
+      u.scratch,
+      DTYPE_CODE[srcDtype],
+      n,
+    );
+  }
+}
+
+/**
+ * Reads `n` elements of a `dtype` tensor at device address src; returns when done. i32 and f32
+ * come back as they are, bf16 and f16 widened to f32.
+ */
+export function readConverted(
+  staging: HostStaging,
+  src: number,
+  dtype: DType,
+  n: number,
+): Float32Array | Int32Array {
+  switch (dtype) {
+    case "i32":
+    case "f32": {
+      const out = dtype === "i32" ? new Int32Array(n) : new Float32Array(n);
+      staging.toHost(out, src);
+      return out;
+    }
+    default: {
+      const bits = new Uint16Array(n);
+      staging.toHost(bits, src);
+      return dtype === "bf16" ? bf16ArrayToF32(bits) : f16ArrayToF32(bits);
+    }
   }
 }

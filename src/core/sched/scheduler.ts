@@ -18,6 +18,7 @@ import type {
   SchedulerStats,
   SchedulerView,
 } from "./extensions.js";
+import { relieveKVPressure } from "./kv_pressure.js";
 import type { EngineCoreOutput, ModelRunnerOutput, SchedulerOutput } from "./output.js";
 import { RequestQueue } from "./request_queue.js";
 import {
@@ -256,10 +257,7 @@ export class Scheduler implements SchedulerView {
     st.tokenBudget -= numNewTokens;
   }
 
-  /**
-   * Asks the pressure handler for room. True only when it says it freed blocks and the free
-   * count indeed grew (guards against a handler that would loop the scheduler).
-   */
+  /** Asks the pressure handler for room ({@link relieveKVPressure}). */
   private relievePressure(
     phase: KVPressurePhase,
     request: Request,
@@ -267,21 +265,16 @@ export class Scheduler implements SchedulerView {
     hits: readonly KVCacheBlock[],
     st: StepState,
   ): boolean {
-    const handler = this.kvPressureHandler;
-    if (handler === null) return false;
-    const kv = this.kvCacheManager;
-    const numFreeBefore = kv.numFreeBlocks;
-    const numEvictableHits = hits.filter((b) => b.refCnt === 0).length;
-    const relieved = handler.relieveKVPressure({
+    return relieveKVPressure(
+      this.kvPressureHandler,
+      this.kvCacheManager,
+      this,
       phase,
       request,
       numNewTokens,
-      numBlocksNeeded: kv.numBlocksToAllocate(request, numNewTokens, hits) + numEvictableHits,
-      numFreeBlocks: numFreeBefore,
-      scheduledReqIds: new Set(st.numScheduledTokens.keys()),
-      scheduler: this,
-    });
-    return relieved && kv.numFreeBlocks > numFreeBefore;
+      hits,
+      st,
+    );
   }
 
   /** Recompute preemption: blocks freed, progress reset, front of the waiting queue. */

@@ -1,0 +1,75 @@
+// Shared pieces of the HiSparse kernel test: hisparse_test.cu (main, the --only filter) and its
+// case files, one per kernel group, linked into one program (hisparse_test):
+//   hisparse_test_kv.cu         hsReshapeAndCacheDigest (KV rows + digests), hsMirrorPages
+//   hisparse_test_select.cu     hsQuestSelect
+//   hisparse_test_resolve.cu    hsResolve (scripted sequence, error case, --bench swap-in)
+//   hisparse_test_attention.cu  hsSparseDecodeAttention
+// Here: random data, host <-> device vector copies, per-request tables, the case entry points.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "../kernels/hisparse.h"
+#include "hisparse_ref.h"
+#include "paged_case.h"
+
+namespace hs_test {
+
+/** True when the case `name` passes the --only filter (contains its text, or no filter given). */
+bool selected(const char* name);
+
+/** n random bf16 values in +-[0.05, 1], with a few exact zeros of both signs. */
+inline std::vector<uint16_t> randomBf16Vec(Rng& rng, size_t n, bool zeros = true) {
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) {
+    const int z = zeros ? rng.below(40) : 1;
+    x = z == 0 ? 0x0000 : z == 1 && zeros ? 0x8000 : randomBf16(rng, 0.05, 1.0);
+  }
+  return v;
+}
+
+template <typename T>
+DeviceBuffer<T> toDevice(const std::vector<T>& h) {
+  DeviceBuffer<T> d(std::max<size_t>(h.size(), 1));
+  if (!h.empty()) HS_CHECK(cudaMemcpy(d.ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+template <typename T>
+std::vector<T> fromDevice(const DeviceBuffer<T>& d, size_t n) {
+  std::vector<T> h(n);
+  if (n > 0) HS_CHECK(cudaMemcpy(h.data(), d.ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+/** Per-request tables of a batch: slots, host blocks, device blocks, pins, hot blocks. */
+struct Tables {
+  int numSlots = 0, stride = 0, numHot = 0;
+  std::vector<int> hostTable, blockTable, pinned, hot;
+  int* host(int slot) { return hostTable.data() + static_cast<size_t>(slot) * stride; }
+  int* block(int slot) { return blockTable.data() + static_cast<size_t>(slot) * stride; }
+  int* pin(int slot) { return pinned.data() + static_cast<size_t>(slot) * stride; }
+  int* hotRow(int slot) { return hot.data() + static_cast<size_t>(slot) * numHot; }
+};
+
+// ---- the cases, in the order main() runs them ------------------------------------------------------
+
+/** hsReshapeAndCacheDigest: KV rows and digests against refUpdateDigests (hisparse_test_kv.cu). */
+void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs);
+/** hsQuestSelect against refSelectOne, ties included (hisparse_test_select.cu). */
+void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed);
+/** hsResolve over a scripted multi-step sequence against refResolveOne (hisparse_test_resolve.cu). */
+void resolveCase(Tally& tally, int Hkv, int D, int bs, int steps);
+/** hsResolve: a selection without its tail page (hisparse_test_resolve.cu). */
+void resolveErrorCase(Tally& tally);
+/** hsMirrorPages: the host tier's head-major layout (hisparse_test_kv.cu). */
+void mirrorCase(Tally& tally, int Hkv, int D, int bs);
+/** hsSparseDecodeAttention: dense-equal bits, per-head tables vs float64, mixed batches (hisparse_test_attention.cu). */
+void sparseAttentionCase(Tally& tally, int Hq, int Hkv, int D, int bs, std::vector<int> lens, int maxModelLen);
+/** --bench: the resolver's swap-in bandwidth, every selected slice a miss (GPU only; hisparse_test_resolve.cu). */
+void resolveBench();
+
+}  // namespace hs_test

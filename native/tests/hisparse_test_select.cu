@@ -1,0 +1,98 @@
+// HiSparse kernel test, Quest selection (part of hisparse_test; see hisparse_test.cu):
+// hsQuestSelect against refSelectOne (pages per (row, kv head), ties included).
+#include "hisparse_test_common.h"
+
+namespace hs_test {
+
+// ---- 2. Quest selection ----------------------------------------------------------------------------
+
+void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed) {
+  char name[96];
+  std::snprintf(name, sizeof name, "select Hq%d Hkv%d D%d bs%d", Hq, Hkv, D, bs);
+  if (!selected(name)) return;
+  Rng rng(seed);
+  const RefSelectConfig c{Hq, Hkv, D, bs, 8, 1, 2};
+  // Rows: fits the budget; long with pins; pins exceed the budget (k <= 0); skipped (flag 0); long
+  // with many pages sharing host blocks (equal scores: the tie rule); padding (slot -1).
+  const std::vector<int> seqLens = {7 * bs - 3, 63 * bs + 5, 30 * bs, 40 * bs, 70 * bs + 1, 0};
+  const std::vector<int> flags = {1, 1, 1, 0, 1, 1};
+  const std::vector<int> reqSlot = {2, 0, 4, 1, 3, -1};
+  const int R = static_cast<int>(seqLens.size());
+  Tables tb;
+  tb.numSlots = 5;
+  tb.stride = 80;
+  const int numHostBlocks = 300;
+  tb.hostTable.assign(static_cast<size_t>(tb.numSlots) * tb.stride, 0);
+  tb.pinned.assign(tb.hostTable.size(), 0);
+  for (auto& h : tb.hostTable) h = rng.below(numHostBlocks);
+  for (int p = 0; p < tb.stride; ++p) tb.host(3)[p] = rng.below(6);  // many equal digests
+  for (int p : {10, 11, 40}) tb.pin(0)[p] = 1;
+  for (int p = 3; p < 12; ++p) tb.pin(4)[p] = 1;
+  const auto dg = randomBf16Vec(rng, static_cast<size_t>(numHostBlocks) * 2 * Hkv * D);
+  const int stride = (Hq + 2 * Hkv) * D;
+  const int T = R + 3;
+  const auto qkv = randomBf16Vec(rng, static_cast<size_t>(T) * stride);
+  std::vector<int> tokenRow(R);
+  for (int r = 0; r < R; ++r) tokenRow[r] = (r * 5 + 2) % T;
+  auto dQkv = toDevice(qkv);
+  auto dDg = toDevice(dg);
+  auto dSeq = toDevice(seqLens);
+  auto dFlags = toDevice(flags);
+  auto dSlot = toDevice(reqSlot);
+  auto dHostT = toDevice(tb.hostTable);
+  auto dPin = toDevice(tb.pinned);
+  auto dTok = toDevice(tokenRow);
+  DeviceBuffer<int32_t> dSel(static_cast<size_t>(R) * Hkv * tb.stride), dCnt(static_cast<size_t>(R) * Hkv);
+  dSel.poison(0x7f);
+  dCnt.poison(0x7f);
+  const size_t scratch = hsQuestSelectScratchBytes(R, Hkv, tb.stride);
+  DeviceBuffer<unsigned char> dScratch(scratch);
+  HsQuestSelectParams p{};
+  p.qkv = dQkv.ptr;
+  p.qkvRowStride = stride;
+  p.tokenRow = dTok.ptr;
+  p.digests = dDg.ptr;
+  p.numHostBlocks = numHostBlocks;
+  p.seqLens = dSeq.ptr;
+  p.rowFlags = dFlags.ptr;
+  p.reqSlot = dSlot.ptr;
+  p.hostBlockTable = dHostT.ptr;
+  p.pinnedTable = dPin.ptr;
+  p.tableStride = tb.stride;
+  p.numSlots = tb.numSlots;
+  p.selPages = dSel.ptr;
+  p.selCount = dCnt.ptr;
+  p.scratch = dScratch.ptr;
+  p.scratchBytes = scratch;
+  p.numReqs = R;
+  p.numHeads = Hq;
+  p.numKvHeads = Hkv;
+  p.headDim = D;
+  p.blockSize = bs;
+  p.budgetPages = c.budgetPages;
+  p.sinkPages = c.sinkPages;
+  p.windowPages = c.windowPages;
+  HS_CHECK(hsQuestSelect(&p, 0));
+  HS_CHECK(cudaDeviceSynchronize());
+  const auto sel = fromDevice(dSel, dSel.count);
+  const auto cnt = fromDevice(dCnt, dCnt.count);
+  std::vector<float> dgF(dg.size());
+  for (size_t i = 0; i < dg.size(); ++i) dgF[i] = bf16ToFloat(dg[i]);
+  int bad = 0;
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < Hkv; ++g) {
+      const size_t item = static_cast<size_t>(r) * Hkv + g;
+      std::vector<int> want;
+      if (flags[r] != 0 && reqSlot[r] >= 0)
+        want = refSelectOne(c, dgF, qkv.data() + static_cast<size_t>(tokenRow[r]) * stride, tb.host(reqSlot[r]),
+                            tb.pin(reqSlot[r]), seqLens[r], g);
+      std::vector<int> got(sel.begin() + item * tb.stride, sel.begin() + item * tb.stride + std::max(cnt[item], 0));
+      if (cnt[item] != static_cast<int>(want.size()) || got != want) {
+        if (bad++ < 4) std::printf("  row %d head %d: %d pages, want %zu\n", r, g, cnt[item], want.size());
+      }
+    }
+  std::printf("%-52s mismatching (row, head)=%d %s\n", name, bad, bad == 0 ? "ok" : "FAIL");
+  tally.record(bad == 0, name);
+}
+
+}  // namespace hs_test

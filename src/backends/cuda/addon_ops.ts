@@ -1,0 +1,132 @@
+/**
+ * Addon typings, ops area: the cuBLAS(Lt) GEMM object and the element-wise kernels of
+ * native/kernels/kernels.h. Part of the addon's typed surface: import these through addon.ts,
+ * the only loader (DESIGN.md §1).
+ */
+
+/** cuBLAS(Lt) GEMM: y [T, N] = x [T, K] @ w[N, K]^T (+ bias [N]); fp32 accumulation. */
+export interface NativeBlas {
+  /** bias = 0 for none (biasDtype then ignored). inDtype is that of x and w. */
+  linear(
+    stream: number,
+    y: number,
+    x: number,
+    w: number,
+    bias: number,
+    T: number,
+    N: number,
+    K: number,
+    inDtype: number,
+    outDtype: number,
+    biasDtype: number,
+  ): void;
+  readonly mode: "lt" | "gemmex";
+  /** cublasLtGetVersion(), e.g. 130000. */
+  readonly version: number;
+  /** The libcublas file that was loaded. */
+  readonly cublasPath: string;
+  /** Cached cuBLASLt plans (one per shape and dtype combination). */
+  readonly numPlans: number;
+  dispose(): void;
+}
+
+/** The GEMM and element-wise kernel part of the module object (HisparseNative in addon.ts). */
+export interface NativeOpsApi {
+  /** @throws Error when libcublas/libcublasLt (.so.13 or .so.12) cannot be loaded. */
+  Blas: new (options?: {
+    workspaceBytes?: number;
+    mode?: "lt" | "gemmex";
+  }) => NativeBlas;
+
+  // ---- kernels (native/kernels/kernels.h; argument order = the C launcher's, stream first) -----
+  /** out[r] = src[indices[r]] (rowBytes per row); out-of-range index -> zero row. */
+  gatherRows(
+    stream: number,
+    out: number,
+    src: number,
+    indices: number,
+    numRows: number,
+    numSrcRows: number,
+    rowBytes: number,
+  ): void;
+  rmsNorm(
+    stream: number,
+    out: number,
+    x: number,
+    weight: number,
+    numTokens: number,
+    hidden: number,
+    eps: number,
+    xDtype: number,
+    wDtype: number,
+  ): void;
+  fusedAddRmsNorm(
+    stream: number,
+    x: number,
+    residual: number,
+    weight: number,
+    numTokens: number,
+    hidden: number,
+    eps: number,
+    xDtype: number,
+    wDtype: number,
+  ): void;
+  qkNorm(
+    stream: number,
+    qkv: number,
+    qWeight: number,
+    kWeight: number,
+    numTokens: number,
+    rowStride: number,
+    numHeads: number,
+    numKvHeads: number,
+    headDim: number,
+    eps: number,
+    dtype: number,
+    wDtype: number,
+  ): void;
+  rotaryEmbedding(
+    stream: number,
+    qkv: number,
+    positions: number,
+    cosSin: number,
+    numTokens: number,
+    rowStride: number,
+    numRotHeads: number,
+    headDim: number,
+    maxPositions: number,
+    dtype: number,
+  ): void;
+  siluAndMul(
+    stream: number,
+    out: number,
+    x: number,
+    numTokens: number,
+    intermediate: number,
+    dtype: number,
+  ): void;
+  reshapeAndCache(
+    stream: number,
+    qkv: number,
+    kvCache: number,
+    slotMapping: number,
+    numTokens: number,
+    rowStride: number,
+    numHeads: number,
+    numKvHeads: number,
+    headDim: number,
+    blockSize: number,
+    numBlocks: number,
+    dtype: number,
+  ): void;
+  biasAdd(
+    stream: number,
+    y: number,
+    bias: number,
+    rows: number,
+    cols: number,
+    yDtype: number,
+    biasDtype: number,
+  ): void;
+  cast(stream: number, dst: number, dstDtype: number, src: number, srcDtype: number, count: number): void;
+}
