@@ -25,6 +25,7 @@
 #  7. reduced runs of bench/hisparse_throughput (32K, batch 1 and 8, off/on/auto) and
 #     bench/hisparse_capacity (128K, off/auto), with what time is left (the full grids are
 #     scripts/gpu/hisparse_bench.sh, a second call).
+# QUICK=1 runs the correctness steps only (1-5, about 2 minutes): re-validation after a change.
 # Logs and JSON go to $OUT (when set) or /tmp/hisparse-check. Exit 0 when every correctness step
 # passed (1-5); the benchmarks report figures.
 set -uo pipefail
@@ -78,8 +79,8 @@ if [ -x build/hisparse_test/hisparse_test ]; then
   run kernel_test 180 build/hisparse_test/hisparse_test
   [ "$LAST_RC" -ne 0 ] && fails=$((fails + 1))
   row "kernels vs C++ oracles" "$LAST_RC" "$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$out/kernel_test.log" | tail -1 | awk '{print $1"/"$3}')" "$LAST_SECS" ""
-  run resolver_swapin 120 build/hisparse_test/hisparse_test --bench
-  row "resolver swap-in (misses)" "$LAST_RC" "-" "$LAST_SECS" "$(grep -oE '[0-9.]+ GB/s \(hsSwap' "$out/resolver_swapin.log" | awk '{print $1" GB/s"}')"
+  [ -n "${QUICK:-}" ] || run resolver_swapin 120 build/hisparse_test/hisparse_test --bench
+  [ -n "${QUICK:-}" ] || row "resolver swap-in (misses)" "$LAST_RC" "-" "$LAST_SECS" "$(grep -oE '[0-9.]+ GB/s \(hsSwap' "$out/resolver_swapin.log" | awk '{print $1" GB/s"}')"
 fi
 
 # 2-4. node tests
@@ -110,11 +111,12 @@ else
 fi
 
 # 6. swap-in bandwidth
-run swapin 120 bash scripts/gpu/swapin_check.sh 16
-row "swap-in 16 KiB pages" "$LAST_RC" "-" "$LAST_SECS" "$(grep -oE 'hsSwapInPages \(UVA gather\) +[0-9.]+ GB/s' "$out/swapin.log" | awk '{print $(NF-1)" GB/s"}')"
+[ -n "${QUICK:-}" ] || run swapin 120 bash scripts/gpu/swapin_check.sh 16
+[ -n "${QUICK:-}" ] || row "swap-in 16 KiB pages" "$LAST_RC" "-" "$LAST_SECS" "$(grep -oE 'hsSwapInPages \(UVA gather\) +[0-9.]+ GB/s' "$out/swapin.log" | awk '{print $(NF-1)" GB/s"}')"
 
 # 7. benchmarks, reduced (they must start and run; the full figures: scripts/gpu/hisparse_bench.sh)
 left=$(( 450 - ($(date +%s) - start_all) ))
+[ -n "${QUICK:-}" ] && left=0
 if [ "$left" -gt 90 ]; then
   run throughput "$left" node dist/bench/hisparse_throughput.js --budget-s $((left - 10)) --steps 8 \
     --contexts 32768 --batches "32768:1,8" --kv-budget-gib 16 --host-pool-gib 24 --json "$out/hisparse_throughput.json"
@@ -123,6 +125,7 @@ else
   row "bench throughput" "skip" "-" "-" "no time left"
 fi
 left=$(( 470 - ($(date +%s) - start_all) ))
+[ -n "${QUICK:-}" ] && left=0
 if [ "$left" -gt 60 ]; then
   run capacity "$left" node dist/bench/hisparse_capacity.js --max-requests 6 --modes off,auto --kv-budget-gib 24 \
     --host-pool-gib 40 --json "$out/hisparse_capacity.json"
