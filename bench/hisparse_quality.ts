@@ -1,6 +1,7 @@
 /**
  * HiSparse quality on real data, dense vs sparse, on the CPU backend
- * (run: `npx tsx bench/hisparse_quality.ts [--trials N] [--segments N] [--quick]`):
+ * (run: `npx tsx bench/hisparse_quality.ts [--trials N] [--segments N] [--quick] [--block-size B]
+ *   [--sink S] [--window W] [--passkey-only | --ppl-only] [--no-oracle] [--out FILE]`):
  *
  * - passkey retrieval at ~2K tokens (ref-small's trained length), in the format the reference
  *   models learned (/work/shared/models/README.md): real filler text with 1-4 needle sentences
@@ -40,7 +41,13 @@ const root = join(fileURLToPath(new URL(".", import.meta.url)), "..");
 const MODEL = join(root, "models", "ref-small");
 const CONTEXT = 2048;
 const PPL_PREFIX = 1536;
-const SPARSE = { topk: 256, sinkTokens: 64, windowTokens: 128, minSparseTokens: 0 };
+/** Sinks and recent window inside the budget: `--sink`, `--window` (tokens; default 64 and 128, the passkey setting of issue 5). */
+const SPARSE = {
+  topk: 256,
+  sinkTokens: flag("--sink", 64),
+  windowTokens: flag("--window", 128),
+  minSparseTokens: 0,
+};
 /** Perplexity also runs at these budgets (tokens). */
 const SWEEP = quick ? [] : [512, 1024];
 const ORACLE = !argv.includes("--no-oracle");
