@@ -45,7 +45,15 @@ interface QuestInternals {
   budgetPages: number;
   sinkPages: number;
   windowPages: number;
-  selectOne(li: number, x: Float32Array, b: SparseBatch, s: number, g: number, Hq: number, Hkv: number): number[];
+  selectOne(
+    li: number,
+    x: Float32Array,
+    b: SparseBatch,
+    s: number,
+    g: number,
+    Hq: number,
+    Hkv: number,
+  ): number[];
 }
 /** Label channels per (layer, kv head): the R channels with the largest mean |k| over the prefix (DoubleSparsity-style static choice). */
 const R = Number(opt("--r", "8"));
@@ -57,8 +65,12 @@ function channels(li: number, g: number): number[] {
   if (hit) return hit;
   const { keys, D, Hkv, bs, blocks } = chanKeys!;
   const m = new Float64Array(D);
-  for (const hb of blocks) for (let o = 0; o < bs; o++) for (let i = 0; i < D; i++) m[i]! += Math.abs(keys[(hb * 2 * bs + o) * Hkv * D + g * D + i]!);
-  const ch = Array.from({ length: D }, (_, i) => i).sort((a, b) => m[b]! - m[a]!).slice(0, R);
+  for (const hb of blocks)
+    for (let o = 0; o < bs; o++)
+      for (let i = 0; i < D; i++) m[i]! += Math.abs(keys[(hb * 2 * bs + o) * Hkv * D + g * D + i]!);
+  const ch = Array.from({ length: D }, (_, i) => i)
+    .sort((a, b) => m[b]! - m[a]!)
+    .slice(0, R);
   chanCache.set(key, ch);
   return ch;
 }
@@ -180,7 +192,13 @@ async function ppl(prompts: number[][], forced: number[][], sparse: boolean): Pr
   try {
     const res = await llm.generate(
       prompts.map((p) => ({ promptTokenIds: p })),
-      forced.map((f) => ({ temperature: 0, maxTokens: f.length, ignoreEos: true, logprobs: 0, forcedTokenIds: f })),
+      forced.map((f) => ({
+        temperature: 0,
+        maxTokens: f.length,
+        ignoreEos: true,
+        logprobs: 0,
+        forcedTokenIds: f,
+      })),
     );
     const lps = res.flatMap((o) => (o.outputs[0]!.logprobs ?? []).map((l) => l.sampledLogprob));
     return Math.exp(-lps.reduce((a, b) => a + b, 0) / lps.length);
@@ -196,7 +214,9 @@ const segs = Array.from({ length: SEGMENTS }, (_, i) => ids.slice(i * stepW, i *
 const prompts = segs.map((s) => s.slice(0, PREFIX));
 const forced = segs.map((s) => s.slice(PREFIX));
 const dense = await ppl(prompts, forced, false);
-console.log(`file ${FILE} topk ${TOPK} sink ${SINK} window ${WINDOW} block ${BS}: dense ppl ${dense.toFixed(3)}`);
+console.log(
+  `file ${FILE} topk ${TOPK} sink ${SINK} window ${WINDOW} block ${BS}: dense ppl ${dense.toFixed(3)}`,
+);
 for (const sc of SCORERS) {
   scorer = sc;
   chanCache.clear();

@@ -156,7 +156,10 @@ function measure(e: BenchEngine, vocab: number, ctx: number, batch: number, mode
     preemptions: s.numPreemptions - pre0,
     hitRate: lookups > 0 ? diff("hitsTotal") / lookups : null,
     h2dGBps: st1 ? diff("hostToDeviceBytesTotal") / secs / 1e9 : null,
-    note: mixed > 0 ? `${mixed} of ${STEPS} steps also prefilled (admission or recompute after preemption), not counted` : "",
+    note:
+      mixed > 0
+        ? `${mixed} of ${STEPS} steps also prefilled (admission or recompute after preemption), not counted`
+        : "",
   };
   abortAll(e, ids);
   return row;
