@@ -56,7 +56,7 @@ export function checkKVCacheCapacity(scheduler: Scheduler, pools: KVCachePools):
     );
   }
   const numHostBlocks = pools.numHostBlocks;
-  // Name the pools too small for max_model_len (the host one only: raise that alone).
+  // Name each pool too small for max_model_len; the device pool unless the host pool alone is.
   const hostOnly = numHostBlocks * bs < maxModelLen && numGpuBlocks * bs >= maxModelLen;
   const remedies = [
     ...(hostOnly ? [] : [`the device pool (${deviceFlags})`]),
