@@ -15,13 +15,13 @@
 import { writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { DensePagedAttention } from "../src/attention/backend.js";
-import type { AttentionMetadata, Tensor } from "../src/backends/backend.js";
+import type { Tensor } from "../src/backends/backend.js";
 import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import { countParameters, kvBytesPerToken } from "../src/config/model_config.js";
 import { asRequestId, type RequestId } from "../src/core/ids.js";
 import { loadModel } from "../src/models/registry.js";
 import { CudaGraphRunner } from "../src/worker/cuda_graph_runner.js";
-import type { PreparedInputs } from "../src/worker/input_batch.js";
+import { type PreparedInputs, stageAttentionMetadata } from "../src/worker/input_batch.js";
 
 const arg = (name: string, d: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -166,24 +166,16 @@ for (const T of [8192, 32768].filter((t) => t <= maxCtx)) {
       backend.resetWorkspace();
       const positions = Int32Array.from({ length: n }, (_, i) => start + i);
       const slots = Int32Array.from(positions, (p) => table[Math.floor(p / BLOCK)]! * BLOCK + (p % BLOCK));
-      const meta: AttentionMetadata = {
-        numReqs: 1,
-        numTokens: n,
-        queryStartLoc: backend.stage(Int32Array.from([0, n]), [2], "i32"),
-        seqLens: backend.stage(Int32Array.from([start + n]), [1], "i32"),
-        blockTables: backend.stage(table, [1, nb], "i32"),
-        slotMapping: backend.stage(slots, [n], "i32"),
+      const meta = stageAttentionMetadata(backend, {
+        queryStartLoc: Int32Array.from([0, n]),
+        seqLens: Int32Array.from([start + n]),
+        blockTables: table,
+        maxBlocksPerReq: nb,
+        slotMapping: slots,
+        positions,
         maxQueryLen: n,
         maxSeqLen: start + n,
-        host: {
-          queryStartLoc: new Int32Array(0),
-          seqLens: new Int32Array(0),
-          blockTables: table,
-          maxBlocksPerReq: nb,
-          slotMapping: slots,
-          positions,
-        },
-      };
+      });
       const ids = backend.stage(
         Int32Array.from(positions, (p) => (p * 31) % config.vocabSize),
         [n],

@@ -7,6 +7,7 @@ export type { ModelConfig } from "./config/model_config.js";
 export { RequestStatus } from "./core/request.js";
 export { makeSamplingParams, type SamplingParams } from "./core/sampling_params.js";
 export { AsyncLLM } from "./engine/async_llm.js";
+export { KVCacheCapacityError } from "./engine/kv_capacity.js";
 export { LLM, type LLMOptions } from "./engine/llm.js";
 export { EngineInputError, LLMEngine, type PromptInput } from "./engine/llm_engine.js";
 export type { CompletionOutput, RequestOutput, RequestOutputKind } from "./engine/outputs.js";

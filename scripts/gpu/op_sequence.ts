@@ -17,6 +17,7 @@ import { f32ToBf16Bits } from "../../src/backends/cuda/half.js";
 import type { ModelConfig } from "../../src/config/model_config.js";
 import { LlamaForCausalLM } from "../../src/models/llama.js";
 import type { WeightSource } from "../../src/models/weights.js";
+import { stageAttentionMetadata } from "../../src/worker/input_batch.js";
 
 const BLOCK = 16;
 const MAX_POS = 256;
@@ -144,17 +145,16 @@ function stageBatch(be: CudaBackend, reqs: Req[]) {
     last[i] = t - 1;
   });
   const n = reqs.length;
-  const meta: AttentionMetadata = {
-    numReqs: n,
-    numTokens: T,
-    queryStartLoc: be.stage(queryStartLoc, [n + 1], "i32"),
-    seqLens: be.stage(seqLens, [n], "i32"),
-    blockTables: be.stage(blockTables, [n, MAX_BLOCKS], "i32"),
-    slotMapping: be.stage(slotMapping, [T], "i32"),
+  const meta = stageAttentionMetadata(be, {
+    queryStartLoc,
+    seqLens,
+    blockTables,
+    maxBlocksPerReq: MAX_BLOCKS,
+    slotMapping,
+    positions,
     maxQueryLen: Math.max(...reqs.map((r) => r.tokens.length)),
     maxSeqLen: Math.max(...seqLens),
-    host: { queryStartLoc, seqLens, blockTables, maxBlocksPerReq: MAX_BLOCKS, slotMapping, positions },
-  };
+  });
   return {
     meta,
     ids: be.stage(ids, [T], "i32"),

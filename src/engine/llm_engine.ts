@@ -19,6 +19,7 @@ import { Scheduler } from "../core/sched/scheduler.js";
 import { Tokenizer } from "../tokenizer/tokenizer.js";
 import type { WorkerInfo } from "../worker/worker.js";
 import { type Executor, InprocExecutor, type ProgressFn, ThreadExecutor } from "./executor.js";
+import { checkKVCacheCapacity } from "./kv_capacity.js";
 import { OutputProcessor } from "./output_processor.js";
 import type { RequestOutput, RequestOutputKind } from "./outputs.js";
 
@@ -79,9 +80,10 @@ export class LLMEngine {
   }
 
   /**
-   * Loads the tokenizer and the model (on a worker thread unless `args.inprocWorker`) and sizes
-   * the KV cache.
-   * @throws ConfigError, ModelConfigError, WeightLoadError, TokenizerError (one sentence each).
+   * Loads the tokenizer and the model (on a worker thread unless `args.inprocWorker`), sizes
+   * the KV cache and checks that it holds one request of max_model_len tokens.
+   * @throws ConfigError, ModelConfigError, WeightLoadError, TokenizerError (one sentence each);
+   *   KVCacheCapacityError (a ConfigError) when one max_model_len request does not fit.
    */
   static async create(args: EngineArgs, opts: EngineCreateOptions = {}): Promise<LLMEngine> {
     const reasons = validateEngineArgs(args);
@@ -108,6 +110,10 @@ export class LLMEngine {
         cacheConfigOf(args, info.numGpuBlocks),
         hisparse?.schedulerOptions ?? opts.schedulerOptions?.(info) ?? {},
       );
+      checkKVCacheCapacity(scheduler, {
+        backend: info.backend,
+        numHostBlocks: info.hisparse?.numHostBlocks ?? null,
+      });
       return new LLMEngine(args, info, tokenizer, scheduler, executor, hisparse);
     } catch (e) {
       await executor.shutdown();

@@ -151,12 +151,29 @@ export function prepareInputs(
 }
 
 /**
- * Stages a step's prepared inputs as AttentionMetadata: the four i32 tensors in the backend's
- * workspace (valid until its next resetWorkspace()), the host arrays kept beside them.
+ * The part of a batch's host arrays that {@link stageAttentionMetadata} reads (PreparedInputs
+ * has them all; tests and benchmarks that lay out a batch by hand pass just these).
  */
-export function stageAttentionMetadata(backend: Backend, inputs: PreparedInputs): AttentionMetadata {
-  const T = inputs.inputIds.length;
-  const numReqs = inputs.reqIds.length;
+export type AttentionInputs = Pick<
+  PreparedInputs,
+  | "queryStartLoc"
+  | "seqLens"
+  | "blockTables"
+  | "maxBlocksPerReq"
+  | "slotMapping"
+  | "positions"
+  | "maxQueryLen"
+  | "maxSeqLen"
+>;
+
+/**
+ * Stages a step's prepared inputs as AttentionMetadata: the four i32 tensors in the backend's
+ * workspace (valid until its next resetWorkspace()), the host arrays kept beside them. The batch
+ * has seqLens.length requests and slotMapping.length tokens.
+ */
+export function stageAttentionMetadata(backend: Backend, inputs: AttentionInputs): AttentionMetadata {
+  const T = inputs.slotMapping.length;
+  const numReqs = inputs.seqLens.length;
   return {
     numReqs,
     numTokens: T,

@@ -20,6 +20,7 @@ import type { CudaBackend } from "../../src/backends/cuda/cuda_backend.js";
 import { loadModelConfig } from "../../src/config/model_config.js";
 import { LlamaForCausalLM } from "../../src/models/llama.js";
 import { SafetensorsCheckpoint } from "../../src/models/safetensors.js";
+import { stageAttentionMetadata } from "../../src/worker/input_batch.js";
 import { gpuSkip, makeBackend, relErr } from "./helpers.js";
 
 function repoRoot(): string {
@@ -88,25 +89,16 @@ describe("ref-small on CUDA vs HF transformers", { skip: skipReason() }, () => {
     be.resetWorkspace();
     const T = ids.length;
     const positions = Int32Array.from(ids, (_, t) => numComputed + t);
-    const host = {
+    const meta = stageAttentionMetadata(be, {
       queryStartLoc: Int32Array.from([0, T]),
       seqLens: Int32Array.from([numComputed + T]),
       blockTables: Int32Array.from(blockIds),
       maxBlocksPerReq: MAX_BLOCKS,
       slotMapping: Int32Array.from(positions, slotOf),
       positions,
-    };
-    const meta: AttentionMetadata = {
-      numReqs: 1,
-      numTokens: T,
-      queryStartLoc: be.stage(host.queryStartLoc, [2], "i32"),
-      seqLens: be.stage(host.seqLens, [1], "i32"),
-      blockTables: be.stage(host.blockTables, [1, MAX_BLOCKS], "i32"),
-      slotMapping: be.stage(host.slotMapping, [T], "i32"),
       maxQueryLen: T,
       maxSeqLen: numComputed + T,
-      host,
-    };
+    });
     const logits = model.forward(
       be.stage(Int32Array.from(ids), [T], "i32"),
       be.stage(positions, [T], "i32"),

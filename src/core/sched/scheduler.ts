@@ -107,6 +107,16 @@ export class Scheduler implements SchedulerView {
   }
 
   /**
+   * Most KV blocks one request may ever hold: the pressure handler's `maxBlocksPerRequest`
+   * (HiSparse: device pool and host pool), else the whole pool. Admission and the engine's
+   * start-up check (one max_model_len request must fit) both read it.
+   */
+  get maxBlocksPerRequest(): number {
+    const numGpuBlocks = this.kvCacheManager.blockPool.numGpuBlocks;
+    return this.kvPressureHandler?.maxBlocksPerRequest?.(numGpuBlocks) ?? numGpuBlocks;
+  }
+
+  /**
    * Queues a new request, or rejects it at once as FINISHED_IGNORED (reported by the next
    * `updateFromOutput()`, its id in the next output's finishedReqIds) when its prompt is longer
    * than maxModelLen or it could never fit in the KV cache, even alone.
@@ -130,7 +140,7 @@ export class Scheduler implements SchedulerView {
   /**
    * Why the request can never be served, as one sentence for the user, or null when it can:
    * its prompt must fit maxModelLen and its largest KV footprint ({@link maxKvTokens}) the
-   * block limit (the pool, or the pressure handler's `maxBlocksPerRequest`). The server may call
+   * block limit ({@link maxBlocksPerRequest}). The server may call
    * this to reject a request up front; `addRequest` applies it too.
    */
   admissionError(request: Request): string | null {
@@ -139,8 +149,7 @@ export class Scheduler implements SchedulerView {
       return `the prompt has ${request.numPromptTokens} tokens, more than the maximum model length of ${maxModelLen}`;
     const numTokens = maxKvTokens(request, maxModelLen);
     const blocksNeeded = Math.ceil(numTokens / this.cacheConfig.blockSize);
-    const numGpuBlocks = this.kvCacheManager.blockPool.numGpuBlocks;
-    const limit = this.kvPressureHandler?.maxBlocksPerRequest?.(numGpuBlocks) ?? numGpuBlocks;
+    const limit = this.maxBlocksPerRequest;
     if (blocksNeeded > limit)
       return `the request may need ${numTokens} tokens of KV cache (prompt plus max_tokens), more than the ${limit * this.cacheConfig.blockSize} the cache can hold`;
     return null;

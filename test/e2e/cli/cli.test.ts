@@ -128,6 +128,39 @@ describe("hisparse generate", () => {
   });
 });
 
+describe("a KV cache smaller than one --max-model-len request: serve, generate, eval refuse to start", () => {
+  const tmp = mkdtempSync(join(tmpdir(), "hisparse-cli-kv-"));
+  after(() => rmSync(tmp, { recursive: true, force: true }));
+  // Bundled ref-small on the CPU; 2 blocks of 16 tokens hold 32 of the 64.
+  const small = ["--device", "cpu", "--num-gpu-blocks-override", "2", "--max-model-len", "64"];
+  const expected =
+    "hisparse: the model's max seq len (64) is larger than the maximum number of tokens that can be stored in the KV cache (32: 2 blocks of 16 tokens); increase --cpu-kv-cache-gib or --num-gpu-blocks-override, or decrease --max-model-len";
+  /** Exit 1, the refusal as the last stderr line (eval announces its variant first), no stack. */
+  const assertRefused = (r: ReturnType<typeof run>, linesBefore: number) => {
+    assert.equal(r.status, 1, r.stderr);
+    const lines = r.stderr.trim().split("\n");
+    assert.equal(lines.length, linesBefore + 1, r.stderr);
+    assert.equal(lines.at(-1), expected);
+    assert.equal(r.stdout, "");
+  };
+
+  it("generate", () => {
+    assertRefused(run("generate", ...small, "hi"), 0);
+  });
+
+  it("serve (exits instead of listening)", () => {
+    assertRefused(run("serve", ...small, "--port", "0"), 0);
+  });
+
+  it("eval ppl (after its variant line)", () => {
+    const file = join(tmp, "text.txt");
+    writeFileSync(file, "The quick brown fox jumps over the lazy dog. ".repeat(20));
+    const r = run("eval", "ppl", ...small, "--file", file, "--ctx", "32");
+    assertRefused(r, 1);
+    assert.match(r.stderr, /^\[eval\] variant /);
+  });
+});
+
 describe("hisparse info", () => {
   it("summarises the bundled model", () => {
     const r = run("info");

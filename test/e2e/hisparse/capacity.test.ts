@@ -72,7 +72,9 @@ async function serve(modelDir: string, mode: "auto" | "off"): Promise<CapacityRu
     loadFormat: "dummy",
     device: "cpu",
     blockSize: 4,
-    maxModelLen: 512,
+    // The whole pool (100 blocks of 4 tokens): one max_model_len request must fit, else the
+    // engine refuses to start.
+    maxModelLen: NUM_GPU_BLOCKS * 4,
     numGpuBlocksOverride: NUM_GPU_BLOCKS,
     extensions,
   });

@@ -3,7 +3,7 @@
  * engine sizes its KV cache to the planned number of blocks, and admits exactly the planned
  * number of requests of the planned context at once, with no preemption while they run; with
  * HiSparse, one request's dense prefill beside the others' sparse blocks, and the engine
- * rejects a request at admission when the plan refuses its context.
+ * refuses to start when the plan refuses a request of max_model_len tokens.
  * The HiSparse half runs once the HiSparse flags exist in this checkout (branch wip/hisparse).
  */
 import assert from "node:assert/strict";
@@ -80,7 +80,8 @@ describe("plan vs the engine's admission (CPU, tiny dummy model)", () => {
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  const base = (kvBudgetBytes: number) =>
+  /** One max_model_len request must fit the pool, else the engine refuses to start. */
+  const base = (kvBudgetBytes: number, maxModelLen = 1024) =>
     makeEngineArgs({
       model: dir,
       device: "cpu",
@@ -88,7 +89,7 @@ describe("plan vs the engine's admission (CPU, tiny dummy model)", () => {
       kvCacheDtype: "f32",
       blockSize: 16,
       cpuKvCacheBytes: kvBudgetBytes,
-      maxModelLen: 1024,
+      maxModelLen,
       maxNumBatchedTokens: 8192,
       enableChunkedPrefill: false,
       inprocWorker: true,
@@ -102,15 +103,16 @@ describe("plan vs the engine's admission (CPU, tiny dummy model)", () => {
     hisparse: planHiSparseKnobs({}),
   });
 
-  for (const [budget, prompt, maxTokens] of [
-    // 30 blocks + 5000 B; 99 + 2 tokens = 7 blocks each: 4 at once (28 of 30 blocks).
-    [30 * 16384 + 5000, 99, 2],
+  for (const [budget, prompt, maxTokens, maxModelLen] of [
+    // 30 blocks + 5000 B (max_model_len 480 = 30 × 16); 99 + 2 tokens = 7 blocks each: 4 at once
+    // (28 of 30 blocks).
+    [30 * 16384 + 5000, 99, 2, 480],
     // 128 blocks; 290 + 10 tokens = 19 blocks each: 6 at once.
-    [2 ** 21, 290, 10],
+    [2 ** 21, 290, 10, 1024],
   ] as const) {
     it(`dense: ${budget} B, ${prompt} + ${maxTokens} tokens per request`, async () => {
       const d = planDense(planFor(budget, prompt + maxTokens));
-      const r = await run(base(budget), d.maxConcurrent + 2, prompt, maxTokens);
+      const r = await run(base(budget, maxModelLen), d.maxConcurrent + 2, prompt, maxTokens);
       assert.equal(r.numGpuBlocks, d.numGpuBlocks, "the engine sizes the planned number of blocks");
       assert.equal(r.peak, d.maxConcurrent, "the planned number of requests runs at once, no more");
       assert.equal(r.preemptions, 0);
@@ -133,7 +135,7 @@ describe("plan vs the engine's admission (CPU, tiny dummy model)", () => {
     p.hisparse = planHiSparseKnobs({ json: knobs, hostPoolBytes: hostPages * 12288 });
     return planHiSparse(p);
   };
-  const hisparseArgs = (budget: number, hostPages: number): EngineArgs => {
+  const hisparseArgs = (budget: number, hostPages: number, maxModelLen = 1024): EngineArgs => {
     const flags = [
       "--enable-hybrid-sparse",
       "on",
@@ -142,7 +144,10 @@ describe("plan vs the engine's admission (CPU, tiny dummy model)", () => {
       "--host-pool-gib",
       String((hostPages * 12288) / 2 ** 30),
     ];
-    const args = variantEngineArgs({ ...base(budget), cpuKvCacheGib: budget }, { name: "on", argv: flags });
+    const args = variantEngineArgs(
+      { ...base(budget, maxModelLen), cpuKvCacheGib: budget },
+      { name: "on", argv: flags },
+    );
     return { ...args, inprocWorker: true };
   };
 
@@ -190,15 +195,18 @@ describe("plan vs the engine's admission (CPU, tiny dummy model)", () => {
     assert.deepEqual(h.given.refusals, [
       "the device pool (30 blocks) cannot hold one request's 39 pages for its dense prefill",
     ]);
-    // The engine starts (30 >= 11 blocks) but rejects the request: 623 tokens > 30 × 16 = 480.
-    await assert.rejects(
-      run(hisparseArgs(budget, hostPages), 1, 600, 24),
-      /more than the 480 the cache can hold/,
-    );
-    // 400 + 24 tokens = 27 pages fit: floor((30 − 27) / 11) + 1 = 1 request at a time.
+    // The engine refuses to start: a request of max_model_len 1024 tokens would need 64 pages
+    // on the device for its prefill, and 30 × 16 = 480 tokens fit.
+    await assert.rejects(run(hisparseArgs(budget, hostPages), 1, 600, 24), {
+      name: "KVCacheCapacityError",
+      message:
+        "the model's max seq len (1024) is larger than the maximum number of tokens one HiSparse request can hold (480: its pages must fit the device pool of 30 blocks for its dense prefill and the host pool of 156 blocks, 16 tokens a block); increase the device pool (--cpu-kv-cache-gib or --num-gpu-blocks-override), or decrease --max-model-len",
+    });
+    // With max_model_len 480 it starts; 400 + 24 tokens = 27 pages fit:
+    // floor((30 − 27) / 11) + 1 = 1 request at a time.
     const short = hisparsePlan(budget, hostPages, 424);
     assert.deepEqual([short.given.maxByDevice, short.given.maxConcurrent], [1, 1]);
-    const r = await run(hisparseArgs(budget, hostPages), 3, 400, 24);
+    const r = await run(hisparseArgs(budget, hostPages, 480), 3, 400, 24);
     assert.deepEqual([r.peak, r.preemptions, r.finished], [1, 0, 3]);
   });
 });

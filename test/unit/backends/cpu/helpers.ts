@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import type { AttentionMetadata, Backend, Tensor } from "../../../../src/backends/backend.js";
+import { stageAttentionMetadata } from "../../../../src/worker/input_batch.js";
 
 /** Mulberry32: a tiny seeded PRNG for test data (uniform in [0, 1)). */
 export function makeRand(seed: number): () => number {
@@ -66,7 +67,8 @@ export interface StepRequest {
 
 /**
  * Builds the step's metadata like the model runner: queryStartLoc, seqLens, block tables padded
- * with 0, slot mapping blockIds[pos / blockSize] * blockSize + pos % blockSize, positions.
+ * with 0 (at least one column), slot mapping blockIds[pos / blockSize] * blockSize + pos %
+ * blockSize, positions; staged by the runner's own stageAttentionMetadata.
  */
 export function buildMetadata(
   backend: Backend,
@@ -94,24 +96,16 @@ export function buildMetadata(
       slots[t] = r.blockIds[Math.floor(pos / blockSize)]! * blockSize + (pos % blockSize);
     }
   });
-  const meta: AttentionMetadata = {
-    numReqs: R,
-    numTokens: T,
-    queryStartLoc: backend.stage(qsl, [R + 1], "i32"),
-    seqLens: backend.stage(seqLens, [R], "i32"),
-    blockTables: backend.stage(bt, [R, maxBlocks], "i32"),
-    slotMapping: backend.stage(slots, [T], "i32"),
+  const meta = stageAttentionMetadata(backend, {
+    queryStartLoc: qsl,
+    seqLens,
+    blockTables: bt,
+    maxBlocksPerReq: maxBlocks,
+    slotMapping: slots,
+    positions,
     maxQueryLen: Math.max(...reqs.map((r) => r.numNew)),
     maxSeqLen: Math.max(...seqLens),
-    host: {
-      queryStartLoc: qsl,
-      seqLens,
-      blockTables: bt,
-      maxBlocksPerReq: maxBlocks,
-      slotMapping: slots,
-      positions,
-    },
-  };
+  });
   return { meta, positions: backend.stage(positions, [T], "i32") };
 }
 

@@ -10,6 +10,7 @@ import type { AttentionMetadata, Tensor } from "../../../../src/backends/backend
 import { CudaBackend } from "../../../../src/backends/cuda/cuda_backend.js";
 import { f32ToBf16Bits, roundBf16 } from "../../../../src/backends/cuda/half.js";
 import type { CudaTensor } from "../../../../src/backends/cuda/tensor.js";
+import { stageAttentionMetadata } from "../../../../src/worker/input_batch.js";
 import { createFakeAddon, type FakeAddon } from "./fake_addon.js";
 
 /** A backend over a fresh fake addon; 1 KiB staging so that uploads are chunked. */
@@ -240,25 +241,16 @@ describe("CudaBackend op marshalling (fake addon)", () => {
       qsl[r + 1] = qsl[r]! + q;
     });
     const T = qsl[n]!;
-    const bt = new Int32Array(n * maxBlocksPerReq);
-    return {
-      numReqs: n,
-      numTokens: T,
-      queryStartLoc: be.stage(qsl, [n + 1], "i32"),
-      seqLens: be.stage(Int32Array.from(seqLens), [n], "i32"),
-      blockTables: be.stage(bt, [n, maxBlocksPerReq], "i32"),
-      slotMapping: be.stage(new Int32Array(T), [T], "i32"),
+    return stageAttentionMetadata(be, {
+      queryStartLoc: qsl,
+      seqLens: Int32Array.from(seqLens),
+      blockTables: new Int32Array(n * maxBlocksPerReq),
+      maxBlocksPerReq,
+      slotMapping: new Int32Array(T),
+      positions: new Int32Array(T),
       maxQueryLen: Math.max(...queryLens),
       maxSeqLen: Math.max(...seqLens),
-      host: {
-        queryStartLoc: qsl,
-        seqLens: Int32Array.from(seqLens),
-        blockTables: bt,
-        maxBlocksPerReq,
-        slotMapping: new Int32Array(T),
-        positions: new Int32Array(T),
-      },
-    };
+    });
   }
 
   it("pagedAttention takes the decode kernel for one token per request, the prefill kernel otherwise", () => {
