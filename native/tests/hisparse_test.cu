@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   Tally tally;
   digestCase(tally, 4, 2, 64, 8);
   selectCase(tally, 8, 2, 64, 16, 11);
+  selectCase(tally, 20, 2, 64, 16, 14);  // 10 heads per group: two head tiles of the scoring kernel
   resolveCase(tally, 2, 64, 8, quick ? 6 : 40);
   resolveErrorCase(tally);
   mirrorCase(tally, 2, 64, 8);

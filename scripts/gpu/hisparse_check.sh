@@ -99,7 +99,7 @@ if command -v compute-sanitizer >/dev/null; then
   run racecheck_kernels 240 compute-sanitizer --tool racecheck --error-exitcode 99 --print-limit 20 \
     build/hisparse_test/hisparse_test --quick --only "select"
   [ "$LAST_RC" -ne 0 ] && fails=$((fails + 1))
-  row "racecheck select" "$LAST_RC" "$(grep -oE 'ERROR SUMMARY: [0-9]+' "$out/racecheck_kernels.log" | tail -1 | awk '{print $3}') err" "$LAST_SECS" ""
+  row "racecheck select" "$LAST_RC" "$(grep -oE '(ERROR|RACECHECK) SUMMARY: [0-9]+' "$out/racecheck_kernels.log" | tail -1 | awk '{print $3}') err" "$LAST_SECS" ""
   run memcheck_engine 300 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
     node dist/scripts/gpu/hisparse_sequence.js
   [ "$LAST_RC" -ne 0 ] && fails=$((fails + 1))
