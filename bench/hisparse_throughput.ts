@@ -30,7 +30,9 @@
  * running request decodes (requests that do not fit wait, or are preempted by `off`, or spill in
  * `auto`), run 3 decode steps (graph capture), then time `--steps` decode steps with the host
  * clock (each step ends with device sampling, which waits for the GPU): tokens/s = decoded tokens
- * / seconds. Printed: one row per (context, B) with tok/s per mode, running requests, and the
+ * / seconds, over the pure decode steps only (a step that also prefills, as `off` admitting or
+ * recomputing beyond its capacity, is not counted; such points carry a note and a * in the
+ * table). Printed: one row per (context, B) with tok/s per mode, running requests, and the
  * on/off and auto/off ratios; then HiSparse hit rates and host-to-device GB/s.
  */
 import { writeFileSync } from "node:fs";
@@ -38,7 +40,6 @@ import { performance } from "node:perf_hooks";
 import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../src/config/hisparse_config.js";
 import { loadModelConfig } from "../src/config/model_config.js";
-import type { HiSparseStats } from "../src/core/hisparse/plan.js";
 import { loadModel, resolveModelDir } from "../src/models/registry.js";
 import {
   abortAll,
@@ -122,14 +123,18 @@ function measure(e: BenchEngine, vocab: number, ctx: number, batch: number, mode
   const fillSteps = Math.ceil(ctx / e.args.maxNumBatchedTokens) * batch + 50;
   rampUp(e, fillSteps);
   for (let i = 0; i < 3; i++) step(e); // graph capture of this bucket
-  const st0 = e.hisparse?.stats();
   const pre0 = e.scheduler.makeStats().numPreemptions;
-  // Only pure decode steps count: a step that also prefills runs ModelRunner.fastPrefill for the
-  // whole batch (no model, zero logits), so its time and tokens would flatter the mode.
+  // Only pure decode steps count (time, tokens, hits, misses, bytes): a step that also prefills
+  // runs ModelRunner.fastPrefill for the whole batch (no model, zero logits), so it would flatter
+  // the mode.
   let tokens = 0;
   let mixed = 0;
   let ms = 0;
+  let hits = 0;
+  let misses = 0;
+  let h2dBytes = 0;
   for (let i = 0; i < STEPS; i++) {
+    const before = e.hisparse?.stats();
     const t = performance.now();
     const { so, outs } = step(e);
     const dt = performance.now() - t;
@@ -137,25 +142,29 @@ function measure(e: BenchEngine, vocab: number, ctx: number, batch: number, mode
       mixed++;
       continue;
     }
+    const after = e.hisparse?.stats();
+    if (before && after) {
+      hits += after.hitsTotal - before.hitsTotal;
+      misses += after.missesTotal - before.missesTotal;
+      h2dBytes += after.hostToDeviceBytesTotal - before.hostToDeviceBytesTotal;
+    }
     ms += dt;
     for (const o of outs) tokens += o.newTokenIds.length;
   }
   const secs = ms / 1000;
   const s = e.scheduler.makeStats();
-  const st1 = e.hisparse?.stats();
-  const diff = (k: keyof HiSparseStats) => (st1 && st0 ? st1[k] - st0[k] : 0);
-  const lookups = diff("hitsTotal") + diff("missesTotal");
+  const counted = STEPS - mixed;
   const row: Row = {
     context: ctx,
     mode,
     batch,
-    tokPerS: tokens / secs,
-    stepMs: ms / Math.max(1, STEPS - mixed),
+    tokPerS: counted > 0 ? tokens / secs : 0,
+    stepMs: counted > 0 ? ms / counted : 0,
     running: s.numRunningReqs,
     waiting: s.numWaitingReqs,
     preemptions: s.numPreemptions - pre0,
-    hitRate: lookups > 0 ? diff("hitsTotal") / lookups : null,
-    h2dGBps: st1 ? diff("hostToDeviceBytesTotal") / secs / 1e9 : null,
+    hitRate: hits + misses > 0 ? hits / (hits + misses) : null,
+    h2dGBps: e.hisparse && counted > 0 ? h2dBytes / secs / 1e9 : null,
     note:
       mixed > 0
         ? `${mixed} of ${STEPS} steps also prefilled (admission or recompute after preemption), not counted`
@@ -231,7 +240,8 @@ for (const ctx of contexts)
     if (!modes.some((m) => get(m) !== undefined)) continue;
     const cells = modes.map((m) => {
       const r = get(m);
-      return r === undefined ? "-" : `${r.tokPerS.toFixed(0)} (${r.running})`;
+      // *: some timed steps also prefilled and were not counted (see the point's note)
+      return r === undefined ? "-" : `${r.tokPerS.toFixed(0)} (${r.running})${r.note === "" ? "" : "*"}`;
     });
     const ratio = (m: string) => {
       const [a, o] = [get(m), get("off")];

@@ -12,11 +12,14 @@
 // 4. one ordered pass over the pages (CTA scans) takes the forced pages, the keys > T and the
 //    first keys == T in page order (the oracle's tie rule: lower page first), and writes the
 //    selection ascending.
-// Scores are memory-bound (2 * D bf16 of digest per page, read once for up to kHeadTile heads);
-// the float64 arithmetic (4 ops per element and head) stays under the FP64 rate of an H100/H200
-// class GPU for the usual 4-8 heads per group. Both grids are static (the
+// Scores read 2 * D bf16 of digest per page, once for up to kHeadTile heads, and do 4 float64
+// ops per element and head: G heads per group cost about G float64 ops per digest byte, so on an
+// H100/H200 class GPU (~34 TFLOP/s FP64, ~4.8 TB/s) scoring stays memory-bound up to ~7 heads
+// per group and becomes FP64-bound beyond. Both grids are static (the
 // chunk count comes from tableStride), rows read their lengths from device memory.
 #include <cuda_bf16.h>
+
+#include <cmath>
 
 #include "hisparse.h"
 #include "hisparse_common.cuh"
@@ -59,18 +62,19 @@ __device__ __forceinline__ unsigned long long orderKey(double s) {
 }
 
 /** Heads of a group whose sums stay in registers; larger groups take several passes. */
-constexpr int kHeadTile = 8;  // per-head sums kept in registers; larger groups take several passes
+constexpr int kHeadTile = 8;
 
 /**
  * The largest per-head Quest bound of the group over one page (quest.ts questScore):
- * max over h of sum_i (qPos[h,i] * max[i] + qNeg[h,i] * min[i]), qPos = max(q, 0), qNeg = min(q, 0).
+ * max over h of sum_i (qPos[h,i] * max[i] + qNeg[h,i] * min[i]), qPos = max(q, 0), qNeg = min(q, 0);
+ * a NaN head sum counts as -inf (all NaN: -inf), as in the oracle.
  * q: the group's queries [G, D] in float64 (shared memory).
  */
 __device__ __forceinline__ double pageScore(const SelectArgs& a, const double* q, int G, int hb, int g) {
   const int D = a.headDim;
   const uint4* mn = reinterpret_cast<const uint4*>(a.digests + (static_cast<size_t>(hb) * 2 * a.numKvHeads + g) * D);
   const uint4* mx = mn + static_cast<size_t>(a.numKvHeads) * D / 8;
-  double best = 0.0;  // replaced by head 0's sum (G >= 1)
+  double best = -INFINITY;
   for (int h0 = 0; h0 < G; h0 += kHeadTile) {
     double s[kHeadTile];
 #pragma unroll
@@ -94,8 +98,11 @@ __device__ __forceinline__ double pageScore(const SelectArgs& a, const double* q
       }
     }
 #pragma unroll
-    for (int t = 0; t < kHeadTile; ++t)
-      if (h0 + t < G && (h0 + t == 0 || s[t] > best)) best = s[t];
+    for (int t = 0; t < kHeadTile; ++t) {
+      if (h0 + t >= G) break;
+      const double v = s[t] != s[t] ? -INFINITY : s[t];
+      if (v > best) best = v;
+    }
   }
   return best;
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <vector>
@@ -72,8 +73,8 @@ inline std::vector<int> refSelectOne(const RefSelectConfig& c, const std::vector
       const size_t base = static_cast<size_t>(hostRow[p]) * 2 * c.Hkv * c.D;
       const size_t mn = base + static_cast<size_t>(g) * c.D;
       const size_t mx = base + static_cast<size_t>(c.Hkv + g) * c.D;
-      double best = 0;
-      for (int h = 0; h < G; ++h) {  // questScore: the largest per-head bound
+      double best = -std::numeric_limits<double>::infinity();
+      for (int h = 0; h < G; ++h) {  // questScore: the largest per-head bound, a NaN sum as -inf
         double s = 0;
         for (int i = 0; i < c.D; ++i) {
           const double v = qg[static_cast<size_t>(h) * c.D + i];
@@ -81,7 +82,8 @@ inline std::vector<int> refSelectOne(const RefSelectConfig& c, const std::vector
           const double dn = (v > 0 ? 0.0 : v) * static_cast<double>(dg[mn + i]);
           s = s + (up + dn);
         }
-        if (h == 0 || s > best) best = s;
+        if (s != s) s = -std::numeric_limits<double>::infinity();
+        if (s > best) best = s;
       }
       scored.emplace_back(best, p);
     }

@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
   digestCase(tally, 4, 2, 64, 8);
   selectCase(tally, 8, 2, 64, 16, 11);
   selectCase(tally, 20, 2, 64, 16, 14);  // 10 heads per group: two head tiles of the scoring kernel
+  selectCase(tally, 2, 2, 64, 16, 15);   // 1 head per group
+  selectCase(tally, 16, 2, 64, 16, 16);  // 8 heads per group: one full tile
   resolveCase(tally, 2, 64, 8, quick ? 6 : 40);
   resolveErrorCase(tally);
   mirrorCase(tally, 2, 64, 8);

@@ -13,6 +13,7 @@ import type { PageSelection, Selector, SparseBatch } from "./selector.js";
  * bench/results/hisparse_scorers_cpu.md.) Each term is q*max when q > 0, else q*min; it is
  * computed as qPos*max + qNeg*min with qPos = max(q, 0), qNeg = min(q, 0), in float64, dims in
  * order (the CUDA kernel hisparse_select.cu repeats this order, so both rank pages identically).
+ * A head whose sum is NaN (a NaN query, or 0 * an infinite digest) counts as -Infinity.
  * @param q [G, D] the group's queries (float64)
  * @param digest per page [2, Hkv, D]: element-wise min then max of the page's keys
  * @param base offset of the page's digest; G q heads per kv head; D head dim; g kv head; Hkv kv heads
@@ -33,11 +34,14 @@ export function questScore(
     let s = 0;
     for (let i = 0; i < D; i++) {
       const v = q[h * D + i]!;
+      // biome-ignore lint/complexity/useMathMinMax: the kernel's select (NaN -> 0), not Math.max
       const up = (v > 0 ? v : 0) * digest[mx + i]!;
+      // biome-ignore lint/complexity/useMathMinMax: the kernel's select, not Math.min
       const dn = (v > 0 ? 0 : v) * digest[mn + i]!;
       s += up + dn;
     }
-    if (s > best) best = s;
+    const bound = Number.isNaN(s) ? Number.NEGATIVE_INFINITY : s;
+    if (bound > best) best = bound;
   }
   return best;
 }

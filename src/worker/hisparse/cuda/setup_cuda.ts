@@ -22,6 +22,9 @@ const DIGEST_BF16_BYTES = 2;
  */
 export const DEFAULT_HOST_POOL_MAX_RAM_FRACTION = 0.5;
 
+/** Shared memory the Quest scoring kernel may use for the group's float64 queries (hsQuestSelect). */
+const QUEST_SMEM_LIMIT_BYTES = 48 * 1024;
+
 /**
  * setupHiSparse on CUDA: sizes the pools as the CPU path does (worker/hisparse/memory_plan.ts,
  * with bf16 digests and after the slot tables' device bytes), allocates the main pool, the
@@ -47,6 +50,12 @@ export function setupCudaHiSparse(
   if (config.headDim % 8 !== 0 || config.headDim > 256)
     reasons.push(
       `HiSparse on CUDA needs a head dim that is a multiple of 8 and at most 256, got ${config.headDim}`,
+    );
+  // The Quest scoring kernel keeps the group's queries in float64 shared memory (hisparse.h).
+  const group = config.numAttentionHeads / config.numKeyValueHeads;
+  if (group * config.headDim * 8 > QUEST_SMEM_LIMIT_BYTES)
+    reasons.push(
+      `HiSparse on CUDA needs (attention heads / kv heads) x head dim x 8 bytes <= ${QUEST_SMEM_LIMIT_BYTES} (the Quest kernel's shared memory), got ${group} x ${config.headDim} x 8`,
     );
   if (reasons.length > 0) throw new ConfigError(reasons);
   const { numKeyValueHeads: Hkv, headDim: D, numHiddenLayers: L } = config;

@@ -91,6 +91,18 @@ describe("Quest digests and scores", () => {
       }
     }
   });
+
+  it("a head whose sum is NaN counts as -Infinity (the kernel's rule)", () => {
+    const dg = new Float32Array(2 * 1 * 2).fill(1); // one page, Hkv 1, D 2: min = max = 1
+    const q = Float64Array.from([Number.NaN, 1, 2, 3]); // head 0 has a NaN, head 1 sums to 5
+    assert.equal(questScore(q, 2, dg, 0, 0, 1, 2), 5);
+    assert.equal(questScore(Float64Array.from([Number.NaN, 0]), 1, dg, 0, 0, 1, 2), Number.NEGATIVE_INFINITY);
+    // An infinite max (an overflowed key) makes qPos * max = 0 * inf = NaN for every head whose
+    // query is <= 0 in that dim: the page then ranks lowest, as on the GPU.
+    const inf = Float32Array.from([1, 1, Number.POSITIVE_INFINITY, 1]);
+    assert.equal(questScore(Float64Array.from([0, 1, -1, 1]), 2, inf, 0, 0, 1, 2), Number.NEGATIVE_INFINITY);
+    assert.equal(questScore(Float64Array.from([2, 1]), 1, inf, 0, 0, 1, 2), Number.POSITIVE_INFINITY);
+  });
 });
 
 describe("Quest selection", () => {
