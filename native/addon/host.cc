@@ -78,9 +78,18 @@ class PinnedBuffer : public Napi::ObjectWrap<PinnedBuffer> {
     if (state_ == nullptr) throw Napi::Error::New(info.Env(), "PinnedBuffer is disposed");
     if (buffer_.IsEmpty()) {
       if (bytes_ > kMaxJsView)
-        throw Napi::RangeError::New(info.Env(), "a pinned buffer over 4 GiB cannot be viewed from JS on Node 20");
-      Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(info.Env(), state_->host, bytes_, finalizePinned, state_);
-      state_->refs++;  // the ArrayBuffer's reference, released by its finalizer
+        throw Napi::RangeError::New(info.Env(),
+                                    "a pinned buffer over 4 GiB cannot be viewed from JS (node::Buffer's limit)");
+      // The ArrayBuffer's reference, taken before it exists: if creation fails, Node may already
+      // have run the finalizer (which releases it), so the wrapper's own reference stays intact.
+      state_->refs++;
+      Napi::ArrayBuffer ab;
+      try {
+        ab = Napi::ArrayBuffer::New(info.Env(), state_->host, bytes_, finalizePinned, state_);
+      } catch (...) {
+        if (state_->refs > 1) state_->refs--;  // only when the finalizer did not run
+        throw;
+      }
       buffer_ = Napi::Persistent(ab);
     }
     return buffer_.Value();
@@ -90,8 +99,8 @@ class PinnedBuffer : public Napi::ObjectWrap<PinnedBuffer> {
       PinnedState* state = state_;
       state_ = nullptr;
       state->freed = true;
-      // Detach first so that no view reaches the memory once it is freed. The finalizer may run
-      // inside Detach(); the wrapper's reference keeps the state alive until released below.
+      // Detach first so that no view reaches the memory once it is freed. The ArrayBuffer's
+      // finalizer runs later (or now); the wrapper's reference keeps the state alive until below.
       if (!buffer_.IsEmpty()) {
         Napi::ArrayBuffer ab = buffer_.Value();
         ab.Detach();

@@ -70,7 +70,12 @@ export interface NativePinnedBuffer {
   /** Device-visible address of the buffer (UVA: the host address). 0 once disposed. */
   readonly ptr: number;
   readonly byteLength: number;
-  /** The memory as an external ArrayBuffer; detached (length 0) after dispose(). */
+  /**
+   * The memory as an external ArrayBuffer, created on first read; views made before dispose()
+   * read as empty afterwards (the buffer is detached).
+   * @throws RangeError above 4 GiB (node::Buffer's limit on external ArrayBuffers; the kernels
+   *   use `ptr`), Error once disposed.
+   */
   readonly buffer: ArrayBuffer;
   dispose(): void;
 }

@@ -9,6 +9,7 @@ import type {
   HisparseNative,
   NativeBlas,
   NativeDeviceAllocator,
+  NativePinnedBuffer,
   NativeStream,
 } from "./addon.js";
 import { CudaGraphs } from "./graphs.js";
@@ -17,15 +18,8 @@ import { StepWorkspace } from "./step_workspace.js";
 
 const MiB = 2 ** 20;
 
-/** Page-locked host memory mapped into the device address space (cudaHostAlloc Mapped). */
-export interface PinnedHostMemory {
-  /** Device-visible address (UVA: the host address). */
-  readonly ptr: number;
-  readonly byteLength: number;
-  /** The memory as an ArrayBuffer (detached after dispose()). */
-  readonly buffer: ArrayBuffer;
-  dispose(): void;
-}
+/** Page-locked host memory mapped into the device address space (the addon's PinnedBuffer). */
+export type PinnedHostMemory = NativePinnedBuffer;
 
 /** Construction options of CudaBackend (sizes in bytes). */
 export interface CudaBackendOptions {
