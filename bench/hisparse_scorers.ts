@@ -7,8 +7,8 @@
  *   npx tsx bench/hisparse_scorers.ts [--scorers a,b] [--topk 256] [--sink 64] [--window 128]
  *     [--block-size 16] [--segments 4]
  * Scorers, per page p and GQA group (q heads h, D head dim, c = 1/sqrt(D)):
- *   quest-sum   sum_h bound_h(p), bound_h = sum_i max(q_hi min_i, q_hi max_i) (the engine's rule)
- *   quest-max   max_h bound_h(p)
+ *   quest-sum   sum_h bound_h(p), bound_h = sum_i max(q_hi min_i, q_hi max_i) (the engine's former rule)
+ *   quest-max   max_h bound_h(p) (the engine's rule since this study: quest.ts questScore)
  *   quest-lse   sum_h exp(c (bound_h(p) - M_h)), M_h = max over candidate pages of bound_h
  *   mean-lse    sum_h exp(c (q_h . mean(p) - M_h))
  *   oracle      sum_h sum_t exp(c q_h . k_t) (exact mass, not normalized per head)

@@ -1,5 +1,6 @@
 """How much page-locked host memory this machine grants: pins 4 GiB chunks with torch until
-cudaHostAlloc fails or --max-gib is reached; prints the total (GiB) as the last line."""
+cudaHostAlloc fails or MAX_GIB (the first argument, default 200) is reached; prints the total
+(GiB) as the last line. Usage: python3 scripts/gpu/pin_probe.py [MAX_GIB]"""
 import sys
 import torch
 
