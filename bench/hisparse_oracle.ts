@@ -12,8 +12,8 @@ import { QuestSelector } from "../src/attention/sparse/quest.js";
 import type { SparseBatch } from "../src/attention/sparse/selector.js";
 import { CpuHostKvCache } from "../src/worker/hisparse/host_kv_cache.js";
 
-/** The private members of QuestSelector that the oracle replaces or reads. */
-interface QuestInternals {
+/** The private members of QuestSelector that the oracle (and bench/hisparse_scorers.ts) replace or read. */
+export interface QuestInternals {
   config: QuestSelector["config"];
   budgetPages: number;
   sinkPages: number;
@@ -30,17 +30,31 @@ interface QuestInternals {
 }
 
 let tier: CpuHostKvCache | null = null;
+let tracking = false;
 let installed = false;
+
+/**
+ * Patches CpuHostKvCache.mirror (this thread) to remember the host tier it mirrors into, so that
+ * a patched selector can read the keys. Idempotent.
+ * @returns the host tier of the latest mirror (null before the first)
+ */
+export function trackHostTier(): () => CpuHostKvCache | null {
+  if (!tracking) {
+    tracking = true;
+    const mirror = CpuHostKvCache.prototype.mirror;
+    CpuHostKvCache.prototype.mirror = function (this: CpuHostKvCache, ...args: Parameters<typeof mirror>) {
+      tier = this;
+      return mirror.apply(this, args);
+    };
+  }
+  return () => tier;
+}
 
 /** Patches QuestSelector (this thread) to rank pages by exact attention mass. Idempotent. */
 export function installExactMassSelection(): void {
   if (installed) return;
   installed = true;
-  const mirror = CpuHostKvCache.prototype.mirror;
-  CpuHostKvCache.prototype.mirror = function (this: CpuHostKvCache, ...args: Parameters<typeof mirror>) {
-    tier = this;
-    return mirror.apply(this, args);
-  };
+  trackHostTier();
   const proto = QuestSelector.prototype as unknown as QuestInternals;
   proto.selectOne = function (this: QuestInternals, li, x, batch, s, g, Hq, Hkv) {
     const { blockSize: bs, layout } = this.config;

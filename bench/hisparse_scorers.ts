@@ -22,7 +22,7 @@ import type { SparseBatch } from "../src/attention/sparse/selector.js";
 import { resolveHiSparseConfig } from "../src/config/hisparse_config.js";
 import { LLM } from "../src/engine/llm.js";
 import { Tokenizer } from "../src/tokenizer/tokenizer.js";
-import { CpuHostKvCache } from "../src/worker/hisparse/host_kv_cache.js";
+import { type QuestInternals, trackHostTier } from "./hisparse_oracle.js";
 
 const argv = process.argv.slice(2);
 const opt = (name: string, d: string) => (argv.includes(name) ? argv[argv.indexOf(name) + 1]! : d);
@@ -38,23 +38,8 @@ const MODEL = join(root, "models", "ref-small");
 const CONTEXT = 2048;
 const PREFIX = 1536;
 
-let tier: CpuHostKvCache | null = null;
+const hostTier = trackHostTier();
 let scorer = "quest-sum";
-interface QuestInternals {
-  config: QuestSelector["config"];
-  budgetPages: number;
-  sinkPages: number;
-  windowPages: number;
-  selectOne(
-    li: number,
-    x: Float32Array,
-    b: SparseBatch,
-    s: number,
-    g: number,
-    Hq: number,
-    Hkv: number,
-  ): number[];
-}
 /** Label channels per (layer, kv head): the R channels with the largest mean |k| over the prefix (DoubleSparsity-style static choice). */
 const R = Number(opt("--r", "8"));
 const chanCache = new Map<string, number[]>();
@@ -74,11 +59,6 @@ function channels(li: number, g: number): number[] {
   chanCache.set(key, ch);
   return ch;
 }
-const mirror = CpuHostKvCache.prototype.mirror;
-CpuHostKvCache.prototype.mirror = function (this: CpuHostKvCache, ...a: Parameters<typeof mirror>) {
-  tier = this;
-  return mirror.apply(this, a);
-};
 (QuestSelector.prototype as unknown as QuestInternals).selectOne = function (
   this: QuestInternals,
   li,
@@ -101,7 +81,7 @@ CpuHostKvCache.prototype.mirror = function (this: CpuHostKvCache, ...a: Paramete
   for (const p of all) if (p < this.sinkPages || p >= numPages - this.windowPages) keep[p] = 1;
   const k = this.budgetPages - keep.reduce((a, b) => a + b, 0);
   if (k <= 0) return all.filter((p) => keep[p] === 1);
-  const keys = tier!.layers[li]!;
+  const keys = hostTier()!.layers[li]!;
   const row = (Hq + 2 * Hkv) * D;
   const q0 = batch.tokenIdx[s]! * row;
   const cand = all.filter((p) => keep[p] === 0);
