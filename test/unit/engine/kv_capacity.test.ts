@@ -17,6 +17,7 @@ import { makeSamplingParams } from "../../../src/core/sampling_params.js";
 import type { Scheduler } from "../../../src/core/sched/scheduler.js";
 import { checkKVCacheCapacity, KVCacheCapacityError } from "../../../src/engine/kv_capacity.js";
 import { LLMEngine } from "../../../src/engine/llm_engine.js";
+import { TINY_LLAMA_CONFIG } from "../../helpers/tiny_model.js";
 import { makeScheduler } from "../core/helpers.js";
 
 const REMEDY_CPU = "--cpu-kv-cache-gib or --num-gpu-blocks-override";
@@ -96,20 +97,7 @@ describe("checkKVCacheCapacity", () => {
   });
 });
 
-/** 4 layers, 1 KV head of 32: 16 KiB of f32 KV per 16-token block (CPU backend). */
-const TINY = {
-  architectures: ["LlamaForCausalLM"],
-  hidden_size: 64,
-  intermediate_size: 128,
-  num_hidden_layers: 4,
-  num_attention_heads: 2,
-  num_key_value_heads: 1,
-  head_dim: 32,
-  vocab_size: 256,
-  max_position_embeddings: 1024,
-  rms_norm_eps: 1e-5,
-  torch_dtype: "float32",
-};
+const TINY = TINY_LLAMA_CONFIG;
 
 describe("LLMEngine.create refuses a KV cache smaller than one max_model_len request (CPU)", () => {
   let dir: string;

@@ -20,21 +20,9 @@ import { makeSamplingParams } from "../../../src/core/sampling_params.js";
 import { LLMEngine } from "../../../src/engine/llm_engine.js";
 import { planHiSparseKnobs } from "../../../src/plan/hisparse_knobs.js";
 import { type PlanInput, planDense, planHiSparse } from "../../../src/plan/plan.js";
+import { TINY_LLAMA_CONFIG } from "../../helpers/tiny_model.js";
 
-/** 4 layers, 1 KV head of 32: 2 × 4 × 1 × 32 × 4 B = 1 KiB of f32 KV (the CPU backend's) per token, 16 KiB per block. */
-const TINY = {
-  architectures: ["LlamaForCausalLM"],
-  hidden_size: 64,
-  intermediate_size: 128,
-  num_hidden_layers: 4,
-  num_attention_heads: 2,
-  num_key_value_heads: 1,
-  head_dim: 32,
-  vocab_size: 256,
-  max_position_embeddings: 1024,
-  rms_norm_eps: 1e-5,
-  torch_dtype: "float32",
-};
+const TINY = TINY_LLAMA_CONFIG;
 
 const hasHiSparseFlags = addEngineFlags(new Command()).options.some(
   (o) => o.long === "--enable-hybrid-sparse",
