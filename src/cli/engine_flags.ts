@@ -1,5 +1,6 @@
 import { type Command, Option } from "commander";
 import { ConfigError, type EngineArgs, makeEngineArgs } from "../config/engine_args.js";
+import { validateHiSparseConfig } from "../config/hisparse_config.js";
 import { addHiSparseFlags, hisparseConfigFromOptions } from "./hisparse_flags.js";
 import { parseFloatArg, parseGibArg, parseIntArg } from "./parse_args.js";
 
@@ -48,12 +49,23 @@ export function addEngineFlags(cmd: Command): Command {
 /**
  * Maps parsed commander options (camelCase) onto EngineArgs (HiSparse settings go to
  * `extensions.hisparse`).
- * @throws ConfigError listing every problem of the HiSparse flags.
+ * @throws ConfigError listing every problem of the HiSparse flags (with the knob values' own
+ *   problems, validateHiSparseConfig, when a flag is malformed).
  */
 export function engineArgsFromOptions(o: Record<string, unknown>): EngineArgs {
   const pick = <T>(k: string): T | undefined => o[k] as T | undefined;
   const hs = hisparseConfigFromOptions(o);
-  if (hs.reasons.length > 0) throw new ConfigError(hs.reasons);
+  if (hs.reasons.length > 0) {
+    // Report the knob values' problems too, so that one bad flag does not hide the others.
+    const ctx = {
+      blockSize: pick<number>("blockSize") ?? 16,
+      enablePrefixCaching: pick<boolean>("enablePrefixCaching") ?? false,
+    };
+    throw new ConfigError([
+      ...hs.reasons,
+      ...(hs.config === null ? [] : validateHiSparseConfig(hs.config, ctx)),
+    ]);
+  }
   return makeEngineArgs({
     model: pick<string>("model"),
     tokenizer: pick<string>("tokenizer"),

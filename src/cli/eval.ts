@@ -1,20 +1,22 @@
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
-import type { EngineArgs } from "../config/engine_args.js";
+import { ConfigError, type EngineArgs, validateEngineArgs } from "../config/engine_args.js";
+import { loadModelConfig } from "../config/model_config.js";
 import { LLM } from "../engine/llm.js";
 import { loadFiller } from "../eval/filler.js";
 import {
   buildNeedleDocs,
   evenDepths,
   type NeedleOptions,
+  needleOptionReasons,
   runNeedleTrials,
   summarizeNeedle,
 } from "../eval/needle.js";
-import { type PplOptions, pplWindows, runPpl } from "../eval/ppl.js";
+import { type PplOptions, pplOptionReasons, pplWindows, runPpl } from "../eval/ppl.js";
 import { needleTable, pplTable } from "../eval/table.js";
 import { parseVariantSpecs, type VariantSpec } from "../eval/variants.js";
-import { resolveModelDir } from "../models/registry.js";
+import { resolveMaxModelLen, resolveModelDir } from "../models/registry.js";
 import { Tokenizer } from "../tokenizer/tokenizer.js";
 import { parseIntList } from "./bench.js";
 import { addEngineFlags, engineArgsFromOptions, parseIntArg } from "./engine_flags.js";
@@ -168,9 +170,53 @@ export function variantEngineArgs(base: Record<string, unknown>, spec: VariantSp
   return engineArgsFromOptions(merged);
 }
 
-/** The variants with their engine args (all parsed before anything runs). */
-function resolveVariants(o: EvalCommon): { spec: VariantSpec; args: EngineArgs }[] {
-  return parseVariantSpecs(o.compare).map((spec) => ({ spec, args: variantEngineArgs(o, spec) }));
+/**
+ * How a task's options are checked against an engine's length: reasons they cannot run with
+ * `maxModelLen` tokens, the length named for the user as `source`.
+ */
+type TaskReasons = (maxModelLen: number, source: string) => string[];
+
+/**
+ * The variants with their engine args, every one checked before any runs: its flags parsed,
+ * its HiSparse settings resolved, its engine args validated (validateEngineArgs), and the task's
+ * lengths checked against its max model length (--max-model-len, else the model's
+ * max_position_embeddings, read from config.json without loading weights).
+ * @throws ConfigError for the task's own options; Error naming every bad variant (one line).
+ */
+export function resolveVariants(
+  o: EvalCommon,
+  taskReasons: TaskReasons,
+): { spec: VariantSpec; args: EngineArgs }[] {
+  const general = taskReasons(Number.POSITIVE_INFINITY, "");
+  if (general.length > 0) throw new ConfigError(general);
+  const specs = parseVariantSpecs(o.compare);
+  const named = o.compare !== undefined && o.compare.length > 0;
+  const modelConfig = loadModelConfig(resolveModelDir(o["model"] as string | undefined));
+  const out: { spec: VariantSpec; args: EngineArgs }[] = [];
+  const problems: string[] = [];
+  for (const spec of specs) {
+    try {
+      const args = variantEngineArgs(o, spec);
+      const reasons = validateEngineArgs(args);
+      if (reasons.length === 0) {
+        const len = resolveMaxModelLen(modelConfig, args.maxModelLen);
+        const source =
+          args.maxModelLen === undefined
+            ? `the model's max_position_embeddings (${len})`
+            : `--max-model-len (${len})`;
+        reasons.push(...taskReasons(len, source));
+      }
+      if (reasons.length > 0) throw new ConfigError(reasons);
+      out.push({ spec, args });
+    } catch (e) {
+      // One line per variant: a multi-reason ConfigError's bullet list folded into it.
+      const msg = (e as Error).message.replace(/:\n {2}- /, ": ").replaceAll("\n  - ", "; ");
+      const prefixed = named && !msg.startsWith("--compare variant");
+      problems.push(prefixed ? `--compare variant "${spec.name}": ${msg}` : msg);
+    }
+  }
+  if (problems.length > 0) throw new Error(problems.join("; "));
+  return out;
 }
 
 /** Runs `fn` with an engine for each variant in turn (one at a time; each is shut down after). */
@@ -209,13 +255,13 @@ function writeJson(path: string | undefined, value: unknown): void {
 }
 
 async function runEvalPpl(o: PplCliOptions): Promise<void> {
-  const variants = resolveVariants(o);
-  const base = variants[0]!.args;
   const opts: PplOptions = {
     ctx: o.ctx,
     prefixTokens: o.prefixTokens ?? Math.floor(o.ctx / 2),
     maxWindows: o.maxWindows ?? null,
   };
+  const variants = resolveVariants(o, (len, source) => pplOptionReasons(opts, len, source));
+  const base = variants[0]!.args;
   let text: string;
   try {
     text = readFileSync(o.file, "utf8");
@@ -239,7 +285,7 @@ async function runEvalPpl(o: PplCliOptions): Promise<void> {
 }
 
 async function runEvalNeedle(o: NeedleCliOptions): Promise<void> {
-  const variants = resolveVariants(o);
+  const variants = resolveVariants(o, (len, source) => needleOptionReasons(o, len, source));
   const base = variants[0]!.args;
   const tok = tokenizerOf(base);
   const filler = loadFiller(o.fillerFile);

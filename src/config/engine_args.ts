@@ -125,6 +125,10 @@ export function validateEngineArgs(a: EngineArgs): string[] {
 export class ConfigError extends Error {
   override name = "ConfigError";
   constructor(readonly reasons: string[]) {
-    super(reasons.length === 1 ? reasons[0]! : `invalid configuration:\n  - ${reasons.join("\n  - ")}`);
+    super(
+      reasons.length === 1
+        ? `invalid configuration: ${reasons[0]!}`
+        : `invalid configuration:\n  - ${reasons.join("\n  - ")}`,
+    );
   }
 }

@@ -164,15 +164,24 @@ export function validateHiSparseConfig(c: HiSparseConfig, ctx: HiSparseValidatio
     if (!Number.isInteger(v) || v < min) r.push(`${name} must be an integer >= ${min}, got ${v}`);
     else if (v % bs !== 0) r.push(`${name} (${v}) must be a multiple of the block size (${bs})`);
   };
+  const before = r.length;
   pages("topk", c.topk, bs);
-  pages("device_buffer_tokens", c.deviceBufferTokens, bs);
+  const topkOk = r.length === before;
+  // With a bad topk, values derived from it (resolveHiSparseConfig) would only echo its error;
+  // comparisons with it stay meaningful while it is a whole number of tokens >= one page.
+  const topkComparable = Number.isInteger(c.topk) && c.topk >= bs;
+  const bufferDerived = c.deviceBufferTokens === DEFAULT_BUFFER_FACTOR * c.topk;
+  if (topkOk || !bufferDerived) pages("device_buffer_tokens", c.deviceBufferTokens, bs);
   pages("sink_tokens", c.sinkTokens, 0);
   pages("window_tokens", c.windowTokens, bs);
-  if (c.deviceBufferTokens < c.topk)
+  if (topkComparable && (topkOk || !bufferDerived) && c.deviceBufferTokens < c.topk)
     r.push(`device_buffer_tokens (${c.deviceBufferTokens}) must be >= topk (${c.topk})`);
-  if (c.sinkTokens + c.windowTokens > c.topk)
-    r.push(`sink_tokens + window_tokens (${c.sinkTokens + c.windowTokens}) must be <= topk (${c.topk})`);
-  if (!Number.isInteger(c.minSparseTokens) || c.minSparseTokens < 0)
+  if (topkComparable && c.sinkTokens + c.windowTokens > c.topk) r.push(sinkWindowReason(c));
+  const minDerived = c.minSparseTokens === c.sinkTokens + c.windowTokens + c.deviceBufferTokens;
+  if (
+    (topkOk || !(minDerived && bufferDerived)) &&
+    !(Number.isInteger(c.minSparseTokens) && c.minSparseTokens >= 0)
+  )
     r.push(`min_sparse_tokens must be an integer >= 0, got ${c.minSparseTokens}`);
   if (!SPARSE_SELECTORS.includes(c.selector))
     r.push(`selector must be one of ${SPARSE_SELECTORS.join(", ")}, got ${c.selector}`);
@@ -182,7 +191,7 @@ export function validateHiSparseConfig(c: HiSparseConfig, ctx: HiSparseValidatio
     r.push("--enable-prefix-caching cannot be combined with --enable-hybrid-sparse on or auto yet");
   const dense = new Set<number>();
   for (const l of c.denseLayers) {
-    if (!Number.isInteger(l) || l < 0) r.push(`dense_layers must hold layer indices >= 0, got ${l}`);
+    if (!Number.isInteger(l) || l < 0) r.push(`dense_layers must hold integers >= 0, got ${l}`);
     else if (ctx.numLayers !== undefined && l >= ctx.numLayers)
       r.push(`dense layer ${l} does not exist (the model has ${ctx.numLayers} layers)`);
     else if (dense.has(l)) r.push(`dense layer ${l} is listed twice`);
@@ -199,6 +208,24 @@ export function validateHiSparseConfig(c: HiSparseConfig, ctx: HiSparseValidatio
       `whitelist token ${bad} is not a token id${V === undefined ? "" : ` of the vocabulary (size ${V})`}`,
     );
   return r;
+}
+
+/**
+ * The sinks-plus-window-exceed-topk reason, naming the values that are defaults
+ * (DEFAULT_SINK_TOKENS, DEFAULT_WINDOW_TOKENS) and where to change them.
+ */
+function sinkWindowReason(c: HiSparseConfig): string {
+  const defaults = [
+    c.sinkTokens === DEFAULT_SINK_TOKENS ? "sink_tokens" : null,
+    c.windowTokens === DEFAULT_WINDOW_TOKENS ? "window_tokens" : null,
+  ].filter((x) => x !== null);
+  const note =
+    defaults.length === 2 ? ", the defaults" : defaults.length === 1 ? `, ${defaults[0]} the default` : "";
+  const sum = `${c.sinkTokens} + ${c.windowTokens} = ${c.sinkTokens + c.windowTokens}`;
+  return (
+    `sink_tokens + window_tokens (${sum}${note}) must be <= topk (${c.topk}); ` +
+    "set sink_tokens / window_tokens in --hisparse-config"
+  );
 }
 
 /** Sparse layer indices of a model: every layer not in `denseLayers`, ascending. */

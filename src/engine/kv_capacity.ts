@@ -16,6 +16,8 @@ export class KVCacheCapacityError extends ConfigError {
     message: string,
   ) {
     super([message]);
+    // A capacity refusal, not a malformed setting: no "invalid configuration:" prefix.
+    this.message = message;
   }
 }
 

@@ -30,6 +30,26 @@ export function evenDepths(n: number): number[] {
 }
 
 /**
+ * Reasons a run cannot be decoded by an engine of `maxModelLen` tokens (empty when it can):
+ * --trials and --max-tokens >= 1, and every document (at most `length` prompt tokens) plus
+ * --max-tokens decoded tokens within the engine's length. Checked before any engine starts.
+ * @param maxModelLenSource how the user sets the length, e.g. "--max-model-len (200)".
+ */
+export function needleOptionReasons(
+  o: Pick<NeedleOptions, "lengths" | "trials" | "maxTokens">,
+  maxModelLen: number,
+  maxModelLenSource: string,
+): string[] {
+  const r: string[] = [];
+  if (!(o.trials >= 1)) r.push(`--trials must be >= 1, got ${o.trials}`);
+  if (!(o.maxTokens >= 1)) r.push(`--max-tokens must be >= 1, got ${o.maxTokens}`);
+  const longest = Math.max(...o.lengths);
+  if (longest + o.maxTokens > maxModelLen)
+    r.push(`--lengths ${longest} + --max-tokens ${o.maxTokens} must be <= ${maxModelLenSource}`);
+  return r;
+}
+
+/**
  * The documents of a run, length-major then depth then trial, reproducible from the seed.
  * @throws PasskeyError when a document cannot be built (filler too short, length too small).
  */

@@ -41,6 +41,22 @@ export class PplError extends Error {
 }
 
 /**
+ * Reasons a run cannot be scored by an engine of `maxModelLen` tokens (empty when it can):
+ * --prefix-tokens in [1, ctx − 1], --max-windows >= 1, and one window (prompt + forced tokens =
+ * ctx) within the engine's length. Checked before any engine starts.
+ * @param maxModelLenSource how the user sets the length, e.g. "--max-model-len (200)".
+ */
+export function pplOptionReasons(o: PplOptions, maxModelLen: number, maxModelLenSource: string): string[] {
+  const r: string[] = [];
+  if (!(Number.isInteger(o.prefixTokens) && o.prefixTokens >= 1 && o.prefixTokens < o.ctx))
+    r.push(`--prefix-tokens must be in [1, --ctx − 1], got ${o.prefixTokens} with --ctx ${o.ctx}`);
+  if (o.maxWindows !== null && !(o.maxWindows >= 1))
+    r.push(`--max-windows must be >= 1, got ${o.maxWindows}`);
+  if (o.ctx > maxModelLen) r.push(`--ctx (${o.ctx}) must be <= ${maxModelLenSource}`);
+  return r;
+}
+
+/**
  * Cuts token ids into windows of `ctx` tokens.
  * @throws PplError when ctx <= prefixTokens or prefixTokens < 1, or the text is shorter than ctx.
  */

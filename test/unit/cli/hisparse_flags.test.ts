@@ -76,8 +76,38 @@ test("bad flags are refused with every reason", () => {
       assert.deepEqual(e.reasons, [
         "--hybrid-sparse-topk (64) and --hisparse-config topk (128) disagree",
         `--hybrid-sparse-whitelist-tokens: ${notList} must hold a JSON list of token ids`,
+        "sink_tokens + window_tokens (64 + 256 = 320, the defaults) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config",
       ]);
       return true;
     },
   );
+});
+
+test("an unknown --hisparse-config key is reported with the knobs' other problems", () => {
+  assert.throws(
+    () =>
+      parse([
+        "--enable-hybrid-sparse",
+        "on",
+        "--hybrid-sparse-topk",
+        "64",
+        "--hisparse-config",
+        '{"top_k":64,"dense_layers":[-1]}',
+      ]),
+    {
+      name: "ConfigError",
+      message:
+        "invalid configuration:\n" +
+        '  - --hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector)\n' +
+        "  - sink_tokens + window_tokens (64 + 256 = 320, the defaults) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config\n" +
+        "  - dense_layers must hold integers >= 0, got -1",
+    },
+  );
+});
+
+test("one reason keeps the invalid configuration: prefix", () => {
+  assert.throws(() => parse(["--host-pool-gib", "1"]), {
+    name: "ConfigError",
+    message: "invalid configuration: --host-pool-gib needs --enable-hybrid-sparse on or auto",
+  });
 });

@@ -102,6 +102,64 @@ test("invalid combinations are all reported", () => {
       blockSize: 16,
       enablePrefixCaching: false,
     }),
-    ["sink_tokens + window_tokens (320) must be <= topk (64)"],
+    [
+      "sink_tokens + window_tokens (64 + 256 = 320, the defaults) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config",
+    ],
   );
+  assert.deepEqual(
+    validateHiSparseConfig(resolveHiSparseConfig({ mode: "auto", topk: 64, windowTokens: 32 }), {
+      blockSize: 16,
+      enablePrefixCaching: false,
+    }),
+    [
+      "sink_tokens + window_tokens (64 + 32 = 96, sink_tokens the default) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config",
+    ],
+  );
+  assert.deepEqual(
+    validateHiSparseConfig(
+      resolveHiSparseConfig({ mode: "auto", topk: 64, sinkTokens: 48, windowTokens: 32 }),
+      {
+        blockSize: 16,
+        enablePrefixCaching: false,
+      },
+    ),
+    [
+      "sink_tokens + window_tokens (48 + 32 = 80) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config",
+    ],
+  );
+});
+
+test("a bad topk is reported alone, not with the reasons derived from it", () => {
+  const ctx = { blockSize: 16, enablePrefixCaching: false };
+  assert.deepEqual(validateHiSparseConfig(resolveHiSparseConfig({ mode: "on", topk: -5 }), ctx), [
+    "topk must be an integer >= 16, got -5",
+  ]);
+  // A misaligned topk: its derived buffer (200) is not reported misaligned too.
+  assert.deepEqual(
+    validateHiSparseConfig(
+      resolveHiSparseConfig({ mode: "on", topk: 100, sinkTokens: 16, windowTokens: 16 }),
+      ctx,
+    ),
+    ["topk (100) must be a multiple of the block size (16)"],
+  );
+  // Values given explicitly are still checked.
+  assert.deepEqual(
+    validateHiSparseConfig(
+      resolveHiSparseConfig({ mode: "on", topk: -5, deviceBufferTokens: 8, minSparseTokens: -1 }),
+      ctx,
+    ),
+    [
+      "topk must be an integer >= 16, got -5",
+      "device_buffer_tokens must be an integer >= 16, got 8",
+      "min_sparse_tokens must be an integer >= 0, got -1",
+    ],
+  );
+});
+
+test("dense_layers must hold integers >= 0", () => {
+  const c = resolveHiSparseConfig({ mode: "on", topk: 512, denseLayers: [-1, 1.5] });
+  assert.deepEqual(validateHiSparseConfig(c, { blockSize: 16, enablePrefixCaching: false }), [
+    "dense_layers must hold integers >= 0, got -1",
+    "dense_layers must hold integers >= 0, got 1.5",
+  ]);
 });

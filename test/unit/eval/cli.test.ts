@@ -12,8 +12,11 @@ import {
   expandCompareArgs,
   parseDepths,
   parseNeedleRange,
+  resolveVariants,
   variantEngineArgs,
 } from "../../../src/cli/eval.js";
+import { needleOptionReasons } from "../../../src/eval/needle.js";
+import { pplOptionReasons } from "../../../src/eval/ppl.js";
 import { repoRoot } from "../../helpers/reference.js";
 
 function hisparse(args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
@@ -149,6 +152,76 @@ describe("hisparse eval (CLI)", () => {
     );
   });
 
+  it("length preconditions of ppl and needle are reasons, before any engine starts", () => {
+    const src = "--max-model-len (200)";
+    assert.deepEqual(pplOptionReasons({ ctx: 256, prefixTokens: 128, maxWindows: null }, 200, src), [
+      "--ctx (256) must be <= --max-model-len (200)",
+    ]);
+    assert.deepEqual(pplOptionReasons({ ctx: 200, prefixTokens: 100, maxWindows: 1 }, 200, src), []);
+    assert.deepEqual(pplOptionReasons({ ctx: 64, prefixTokens: 64, maxWindows: 0 }, 200, src), [
+      "--prefix-tokens must be in [1, --ctx − 1], got 64 with --ctx 64",
+      "--max-windows must be >= 1, got 0",
+    ]);
+    assert.deepEqual(needleOptionReasons({ lengths: [512, 1024], trials: 1, maxTokens: 8 }, 1024, "X"), [
+      "--lengths 1024 + --max-tokens 8 must be <= X",
+    ]);
+    assert.deepEqual(needleOptionReasons({ lengths: [1016], trials: 1, maxTokens: 8 }, 1024, "X"), []);
+    assert.deepEqual(needleOptionReasons({ lengths: [16], trials: 0, maxTokens: 0 }, 1024, "X"), [
+      "--trials must be >= 1, got 0",
+      "--max-tokens must be >= 1, got 0",
+    ]);
+  });
+
+  it("every --compare variant is checked before any runs, each bad one named", () => {
+    const base = { device: "cpu", blockSize: 16, maxNumSeqs: 8, seed: 0 };
+    const ctx = (len: number, source: string) =>
+      pplOptionReasons({ ctx: 64, prefixTokens: 32, maxWindows: null }, len, source);
+    assert.throws(
+      () =>
+        resolveVariants(
+          {
+            ...base,
+            compare: [
+              "dense",
+              "sp: --enable-hybrid-sparse on --hybrid-sparse-topk 64 --enable-prefix-caching",
+              "short: --max-model-len 32",
+              "big: --max-model-len 99999",
+            ],
+          },
+          ctx,
+        ),
+      {
+        message:
+          '--compare variant "sp": invalid configuration: sink_tokens + window_tokens (64 + 256 = 320, the defaults) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config; --enable-prefix-caching cannot be combined with --enable-hybrid-sparse on or auto yet; ' +
+          '--compare variant "short": invalid configuration: --ctx (64) must be <= --max-model-len (32); ' +
+          '--compare variant "big": --max-model-len 99999 exceeds the model\'s max_position_embeddings (16384)',
+      },
+    );
+    // Without --compare the one variant is not named; the model's length applies by default.
+    assert.throws(
+      () =>
+        resolveVariants({ ...base }, (len, source) =>
+          pplOptionReasons({ ctx: 20000, prefixTokens: 32, maxWindows: null }, len, source),
+        ),
+      {
+        message:
+          "invalid configuration: --ctx (20000) must be <= the model's max_position_embeddings (16384)",
+      },
+    );
+    assert.throws(() => resolveVariants({ ...base }, () => ["--trials must be >= 1, got 0"]), {
+      name: "ConfigError",
+      message: "invalid configuration: --trials must be >= 1, got 0",
+    });
+    const ok = resolveVariants({ ...base, compare: ["a", "b: --max-model-len 64"] }, ctx);
+    assert.deepEqual(
+      ok.map((v) => [v.spec.name, v.args.maxModelLen]),
+      [
+        ["a", undefined],
+        ["b", 64],
+      ],
+    );
+  });
+
   it("eval ppl: the table and JSON, and one-line errors", async () => {
     const text = join(dir, "text.txt");
     writeFileSync(text, "int main(void) { return 0; }\n".repeat(30));
@@ -185,6 +258,10 @@ describe("hisparse eval (CLI)", () => {
       [
         ["--file", text, "--ctx", "4096"],
         /^hisparse: the text has \d+ tokens, fewer than one --ctx window of 4096$/,
+      ],
+      [
+        ["--file", text, "--ctx", "256", "--max-model-len", "200"],
+        /^hisparse: invalid configuration: --ctx \(256\) must be <= --max-model-len \(200\)$/,
       ],
       [
         ["--file", text, "--compare", "x: --nope"],
