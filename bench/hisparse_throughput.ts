@@ -231,7 +231,7 @@ outer: for (const mode of modes) {
 }
 
 console.log(
-  "\n| context | B | " + modes.map((m) => `${m} tok/s (running)`).join(" | ") + " | on/off | auto/off |",
+  `\n| context | B | ${modes.map((m) => `${m} tok/s (running)`).join(" | ")} | on/off | auto/off |`,
 );
 console.log(`|---|---|${modes.map(() => "---|").join("")}---|---|`);
 for (const ctx of contexts)
