@@ -18,7 +18,6 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { QuestSelector } from "../src/attention/sparse/quest.js";
-import type { SparseBatch } from "../src/attention/sparse/selector.js";
 import { resolveHiSparseConfig } from "../src/config/hisparse_config.js";
 import { LLM } from "../src/engine/llm.js";
 import { Tokenizer } from "../src/tokenizer/tokenizer.js";
