@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { isAbsolute, relative } from "node:path";
 import { type Command, Option } from "commander";
+import { resolveHiSparseConfig, validateHiSparseConfig } from "../config/hisparse_config.js";
 import {
   countParameters,
   loadModelConfig,
@@ -13,6 +14,7 @@ import { planHiSparseKnobs } from "../plan/hisparse_knobs.js";
 import {
   CUDA_DIGEST_ELEMENT_BYTES,
   kvBudgetFromGpu,
+  PlanError,
   type PlanInput,
   planDense,
   planHiSparse,
@@ -117,6 +119,32 @@ function modelConfigOf(o: PlanOptions): { config: ModelConfig; source: string } 
   return { config: parseModelConfig(raw as Record<string, unknown>), source: o.config };
 }
 
+/**
+ * The settings the engine would refuse at start-up, checked by the engine's own rules
+ * (validateHiSparseConfig) before any figure is printed.
+ * @throws PlanError listing every reason (a context above the model's positions, HiSparse knobs).
+ */
+function refuseWhatTheEngineWould(input: PlanInput, maxPositions: number, numLayers: number): void {
+  const h = input.hisparse;
+  const reasons = validateHiSparseConfig(
+    resolveHiSparseConfig({
+      mode: "on",
+      topk: h.topk,
+      deviceBufferTokens: h.deviceBufferTokens,
+      sinkTokens: h.sinkTokens,
+      windowTokens: h.windowTokens,
+      denseLayers: [...h.denseLayers],
+    }),
+    { blockSize: input.blockSize, enablePrefixCaching: false, numLayers },
+  );
+  if (input.contextTokens > maxPositions)
+    reasons.unshift(
+      `--context (${input.contextTokens}) exceeds the model's max_position_embeddings (${maxPositions})`,
+    );
+  if (reasons.length > 0)
+    throw new PlanError(`the engine would refuse these settings: ${reasons.join("; ")}`);
+}
+
 async function runPlan(o: PlanOptions): Promise<void> {
   const { config, source } = modelConfigOf(o);
   if (o.gpuMemGib === undefined && o.kvCacheGib === undefined)
@@ -157,6 +185,7 @@ async function runPlan(o: PlanOptions): Promise<void> {
       hostPoolBytes: o.hostPoolGib,
     }),
   };
+  refuseWhatTheEngineWould(input, config.maxPositionEmbeddings, config.numHiddenLayers);
   const dense = planDense(input);
   const sparse = planHiSparse(input);
   if (o.json) {

@@ -74,6 +74,20 @@ describe("hisparse plan (CLI)", () => {
         ["--context", "100", "--kv-cache-gib", "1", "--model", "/nowhere"],
         /^hisparse: model path \/nowhere does not exist$/,
       ],
+      [
+        // What the engine would refuse, by its own rules, every reason at once.
+        [
+          "--model",
+          "llama-3.1-8b",
+          "--kv-cache-gib",
+          "40",
+          "--context",
+          "200000",
+          "--hybrid-sparse-topk",
+          "64",
+        ],
+        /^hisparse: the engine would refuse these settings: --context \(200000\) exceeds the model's max_position_embeddings \(131072\); sink_tokens \+ window_tokens \(64 \+ 256 = 320, the defaults\) must be <= topk \(64\); set sink_tokens \/ window_tokens in --hisparse-config$/,
+      ],
     ] as const) {
       const r = hisparse([...args]);
       assert.notEqual(r.status, 0);
