@@ -8,6 +8,15 @@ import type { Request } from "../request.js";
 import type { KVPressureHandler, KVPressurePhase, SchedulerView } from "./extensions.js";
 import type { StepState } from "./step.js";
 
+/** The step-side arguments of {@link relieveKVPressure}: phase, request, new tokens, hits, step state. */
+export type PressureStepArgs = [
+  phase: KVPressurePhase,
+  request: Request,
+  numNewTokens: number,
+  hits: readonly KVCacheBlock[],
+  st: StepState,
+];
+
 /**
  * Asks the pressure handler for room. True only when it says it freed blocks and the free
  * count indeed grew (guards against a handler that would loop the scheduler). False without a

@@ -6,19 +6,17 @@ import {
 } from "../../config/configs.js";
 import type { BlockId, RequestId } from "../ids.js";
 import { BlockPool } from "../kv/block_pool.js";
-import type { KVCacheBlock } from "../kv/kv_cache_block.js";
 import { KVCacheManager } from "../kv/kv_cache_manager.js";
 import { isFinished, type Request, RequestStatus } from "../request.js";
 import type {
   FreeReason,
   KVPressureHandler,
-  KVPressurePhase,
   SchedulerExtension,
   SchedulerOptions,
   SchedulerStats,
   SchedulerView,
 } from "./extensions.js";
-import { relieveKVPressure } from "./kv_pressure.js";
+import { type PressureStepArgs, relieveKVPressure } from "./kv_pressure.js";
 import type { EngineCoreOutput, ModelRunnerOutput, SchedulerOutput } from "./output.js";
 import { RequestQueue } from "./request_queue.js";
 import {
@@ -108,8 +106,7 @@ export class Scheduler implements SchedulerView {
 
   /**
    * Most KV blocks one request may ever hold: the pressure handler's `maxBlocksPerRequest`
-   * (HiSparse: device pool and host pool), else the whole pool. Admission and the engine's
-   * start-up check (one max_model_len request must fit) both read it.
+   * (HiSparse: device and host pool), else the pool; read by admission and the start-up check.
    */
   get maxBlocksPerRequest(): number {
     const numGpuBlocks = this.kvCacheManager.blockPool.numGpuBlocks;
@@ -139,9 +136,8 @@ export class Scheduler implements SchedulerView {
 
   /**
    * Why the request can never be served, as one sentence for the user, or null when it can:
-   * its prompt must fit maxModelLen and its largest KV footprint ({@link maxKvTokens}) the
-   * block limit ({@link maxBlocksPerRequest}). The server may call
-   * this to reject a request up front; `addRequest` applies it too.
+   * its prompt must fit maxModelLen and its largest KV footprint ({@link maxKvTokens}) the block
+   * limit ({@link maxBlocksPerRequest}). The server calls it up front; `addRequest` applies it.
    */
   admissionError(request: Request): string | null {
     const { maxModelLen } = this.schedulerConfig;
@@ -267,23 +263,8 @@ export class Scheduler implements SchedulerView {
   }
 
   /** Asks the pressure handler for room ({@link relieveKVPressure}). */
-  private relievePressure(
-    phase: KVPressurePhase,
-    request: Request,
-    numNewTokens: number,
-    hits: readonly KVCacheBlock[],
-    st: StepState,
-  ): boolean {
-    return relieveKVPressure(
-      this.kvPressureHandler,
-      this.kvCacheManager,
-      this,
-      phase,
-      request,
-      numNewTokens,
-      hits,
-      st,
-    );
+  private relievePressure(...step: PressureStepArgs): boolean {
+    return relieveKVPressure(this.kvPressureHandler, this.kvCacheManager, this, ...step);
   }
 
   /** Recompute preemption: blocks freed, progress reset, front of the waiting queue. */
