@@ -39,6 +39,20 @@ export function registerGenerate(program: Command): void {
   addEngineFlags(cmd).action(action(runGenerate));
 }
 
+/** The sampling parameters `generate` sets from flags, by their API names (validateSamplingParams). */
+const FLAG_OF: Record<string, string> = {
+  max_tokens: "--max-tokens",
+  temperature: "--temperature",
+  top_p: "--top-p",
+  top_k: "--top-k",
+  seed: "--seed",
+};
+
+/** A sampling-parameter reason worded with the CLI flag instead of the API name it starts with. */
+function asFlagReason(reason: string): string {
+  return reason.replace(/^[a-z_]+/, (name) => FLAG_OF[name] ?? name);
+}
+
 async function runGenerate(prompt: string, o: GenerateOptions): Promise<void> {
   const args = engineArgsFromOptions(o);
   const params = makeSamplingParams({
@@ -52,7 +66,7 @@ async function runGenerate(prompt: string, o: GenerateOptions): Promise<void> {
   });
   // Refuse bad sampling flags before spending time on loading the model.
   const reasons = validateSamplingParams(params);
-  if (reasons.length > 0) throw new EngineInputError(reasons[0]!);
+  if (reasons.length > 0) throw new EngineInputError(reasons.map(asFlagReason).join("; "));
   const bar = loadProgressBar();
   let llm: AsyncLLM;
   try {

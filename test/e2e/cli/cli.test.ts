@@ -111,7 +111,14 @@ describe("hisparse generate", () => {
   });
 
   it("--max-tokens 0", () => {
-    assertOneLineError(run("generate", "--max-tokens", "0", "hi"), /max_tokens must be an integer >= 1/);
+    assertOneLineError(
+      run("generate", "--max-tokens", "0", "hi"),
+      /--max-tokens must be an integer >= 1, got 0$/,
+    );
+    assertOneLineError(
+      run("generate", "--max-tokens", "0", "--top-p", "0", "hi"),
+      /--max-tokens must be an integer >= 1, got 0; --top-p must be in \(0, 1\], got 0$/,
+    );
   });
 
   it("a negative temperature", () => {
