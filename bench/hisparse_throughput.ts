@@ -60,10 +60,9 @@ const BLOCK = 16;
 const maxPositions = loadModelConfig(
   resolveModelDir(arg("config", "configs/llama-3.1-8b")),
 ).maxPositionEmbeddings;
-/** A context is capped at maxPositions - 1024 (a spec of 131072 runs at 130048). */
-const contexts = arg("contexts", "32768,131072")
-  .split(",")
-  .map((c) => Math.min(Number(c), maxPositions - 1024));
+/** A context as run: capped at maxPositions - 1024 so that its decode steps fit (131072 runs at 130048). */
+const capContext = (c: string) => Math.min(Number(c), maxPositions - 1024);
+const contexts = arg("contexts", "32768,131072").split(",").map(capContext);
 const batchSpec = arg("batches", "32768:1,4,8,16;131072:1,2,4");
 const modes = arg("modes", "off,on,auto").split(",") as ("off" | "on" | "auto")[];
 const STEPS = Number(arg("steps", "16"));
@@ -79,7 +78,7 @@ const denseLayers = arg("dense-layers", "0,1")
 function batchesFor(ctx: number): number[] {
   for (const part of batchSpec.split(";")) {
     const [c, list] = part.includes(":") ? part.split(":") : [String(ctx), part];
-    if (Math.min(Number(c), maxPositions - 1024) === ctx) return list!.split(",").map(Number);
+    if (capContext(c!) === ctx) return list!.split(",").map(Number);
   }
   return [1];
 }

@@ -29,11 +29,7 @@ export function relieveKVPressure(
   handler: KVPressureHandler | null,
   kv: KVCacheManager,
   scheduler: SchedulerView,
-  phase: KVPressurePhase,
-  request: Request,
-  numNewTokens: number,
-  hits: readonly KVCacheBlock[],
-  st: StepState,
+  ...[phase, request, numNewTokens, hits, st]: PressureStepArgs
 ): boolean {
   if (handler === null) return false;
   const numFreeBefore = kv.numFreeBlocks;
