@@ -1,10 +1,13 @@
 /**
  * HiSparse decode throughput vs concurrency (issue 6), GPU machine:
  *   node dist/bench/hisparse_throughput.js [--config configs/llama-3.1-8b] [--contexts 32768,131072]
- *     [--batches 32768:1,4,8,16;131072:1,2,4] [--modes off,on,auto] [--steps 16]
+ *     [--batches 32768:1,4,8,16;131072:1,2,4] [--modes off,on,auto,on-hybrid] [--steps 16]
  *     [--kv-budget-gib 32] [--host-pool-gib 64] [--topk 2048] [--buffer 4096] [--dense-layers 0,1]
  *     [--json FILE] [--budget-s 420]
- * Llama-3.1-8B shape with seeded dummy weights (bf16), block size 16, CUDA graphs.
+ * Llama-3.1-8B shape with seeded dummy weights (bf16), block size 16, CUDA graphs. Modes: `off`,
+ * `auto`, `on` (residency host: long requests go host-resident after prefill) and `on-hybrid`
+ * (`on` with residency hybrid: sparse attention over pages that stay on the device while there
+ * is room, spilled under pressure).
  *
  * Same device memory for every mode: `--kv-budget-gib` bytes hold the dense KV cache (off), or
  * HiSparse's main pool, dense-layer KV, digests and tables (on, auto); the host tier is
@@ -64,7 +67,11 @@ const maxPositions = loadModelConfig(
 const capContext = (c: string) => Math.min(Number(c), maxPositions - 1024);
 const contexts = arg("contexts", "32768,131072").split(",").map(capContext);
 const batchSpec = arg("batches", "32768:1,4,8,16;131072:1,2,4");
-const modes = arg("modes", "off,on,auto").split(",") as ("off" | "on" | "auto")[];
+type BenchMode = "off" | "on" | "auto" | "on-hybrid";
+const BENCH_MODES: readonly BenchMode[] = ["off", "on", "auto", "on-hybrid"];
+const modes = arg("modes", "off,on,auto").split(",") as BenchMode[];
+for (const m of modes)
+  if (!BENCH_MODES.includes(m)) throw new Error(`--modes: ${m} is not one of ${BENCH_MODES.join(", ")}`);
 const STEPS = Number(arg("steps", "16"));
 const budgetBytes = Math.floor(Number(arg("kv-budget-gib", "32")) * GiB);
 const hostPoolBytes = Math.floor(Number(arg("host-pool-gib", "64")) * GiB);
@@ -94,12 +101,15 @@ interface Row {
   preemptions: number;
   hitRate: number | null;
   h2dGBps: number | null;
+  /** Request decode steps that attended sparsely, over the counted steps. */
+  sparseDecodes: number;
   note: string;
 }
 
-function hisparseConfig(mode: "on" | "auto"): HiSparseConfig {
+function hisparseConfig(mode: Exclude<BenchMode, "off">): HiSparseConfig {
   return resolveHiSparseConfig({
-    mode,
+    mode: mode === "on-hybrid" ? "on" : mode,
+    residency: mode === "on" ? "host" : "hybrid",
     topk: Number(arg("topk", "2048")),
     deviceBufferTokens: Number(arg("buffer", "4096")),
     denseLayers,
@@ -132,6 +142,7 @@ function measure(e: BenchEngine, vocab: number, ctx: number, batch: number, mode
   let hits = 0;
   let misses = 0;
   let h2dBytes = 0;
+  let sparseDecodes = 0;
   for (let i = 0; i < STEPS; i++) {
     const before = e.hisparse?.stats();
     const t = performance.now();
@@ -146,6 +157,7 @@ function measure(e: BenchEngine, vocab: number, ctx: number, batch: number, mode
       hits += after.hitsTotal - before.hitsTotal;
       misses += after.missesTotal - before.missesTotal;
       h2dBytes += after.hostToDeviceBytesTotal - before.hostToDeviceBytesTotal;
+      sparseDecodes += after.sparseDecodesTotal - before.sparseDecodesTotal;
     }
     ms += dt;
     for (const o of outs) tokens += o.newTokenIds.length;
@@ -164,6 +176,7 @@ function measure(e: BenchEngine, vocab: number, ctx: number, batch: number, mode
     preemptions: s.numPreemptions - pre0,
     hitRate: hits + misses > 0 ? hits / (hits + misses) : null,
     h2dGBps: e.hisparse && counted > 0 ? h2dBytes / secs / 1e9 : null,
+    sparseDecodes,
     note:
       mixed > 0
         ? `${mixed} of ${STEPS} steps also prefilled (admission or recompute after preemption), not counted`
@@ -222,6 +235,7 @@ outer: for (const mode of modes) {
           (r.hitRate === null
             ? ""
             : `, hit rate ${(100 * r.hitRate).toFixed(1)}%, H2D ${r.h2dGBps!.toFixed(1)} GB/s`) +
+          (r.sparseDecodes > 0 ? `, sparse decodes ${r.sparseDecodes}` : "") +
           (r.note === "" ? "" : ` (${r.note})`),
       );
     }
@@ -229,10 +243,11 @@ outer: for (const mode of modes) {
   backend.resetWorkspace();
 }
 
+const ratioModes = modes.filter((m) => m !== "off");
 console.log(
-  `\n| context | B | ${modes.map((m) => `${m} tok/s (running)`).join(" | ")} | on/off | auto/off |`,
+  `\n| context | B | ${modes.map((m) => `${m} tok/s (running)`).join(" | ")} | ${ratioModes.map((m) => `${m}/off`).join(" | ")} |`,
 );
-console.log(`|---|---|${modes.map(() => "---|").join("")}---|---|`);
+console.log(`|---|---|${modes.map(() => "---|").join("")}${ratioModes.map(() => "---|").join("")}`);
 for (const ctx of contexts)
   for (const b of batchesFor(ctx)) {
     const get = (m: string) => rows.find((r) => r.context === ctx && r.batch === b && r.mode === m);
@@ -246,7 +261,7 @@ for (const ctx of contexts)
       const [a, o] = [get(m), get("off")];
       return a && o ? `${(a.tokPerS / o.tokPerS).toFixed(2)}x` : "-";
     };
-    console.log(`| ${ctx} | ${b} | ${cells.join(" | ")} | ${ratio("on")} | ${ratio("auto")} |`);
+    console.log(`| ${ctx} | ${b} | ${cells.join(" | ")} | ${ratioModes.map(ratio).join(" | ")} |`);
   }
 const json = arg("json", "");
 if (json !== "")

@@ -11,11 +11,24 @@
  * - `off`: the dense engine (vLLM behaviour);
  * - `auto`: pages stay on the device while there is room; an allocation that would fail spills
  *   pages of the requests holding the most resident pages to the host tier instead of preempting;
- * - `on`: as auto, and every request longer than `minSparseTokens` moves its spillable pages to
- *   the host tier right after its prefill.
+ * - `on`: every request longer than `minSparseTokens` attends sparsely in its decode steps; where
+ *   its pages live is {@link HiSparseResidency}.
  */
 export type HybridSparseMode = "auto" | "on" | "off";
 export const HYBRID_SPARSE_MODES: readonly HybridSparseMode[] = ["auto", "on", "off"];
+
+/**
+ * Where the pages of an `on`-mode request live during decode (`--hisparse-config residency`):
+ * - `host` (default for `on`, DESIGN.md §4): its spillable pages move to the host tier right after
+ *   its prefill, as in SGLang's HiSparse; every recalled page comes through the hot buffer;
+ * - `hybrid`: pages stay on the device while there is room and spill only under pressure, as
+ *   `auto` does and as vLLM's Hybrid HiSparse keeps KV in the normal GPU pool; the request still
+ *   attends to its top-k pages only, reading resident pages in place (Quest's speed-up, arXiv
+ *   2406.10774) and recalling spilled ones through the hot buffer.
+ * `auto` is always `hybrid` (and attends densely until a page of the request is spilled).
+ */
+export type HiSparseResidency = "host" | "hybrid";
+export const HISPARSE_RESIDENCIES: readonly HiSparseResidency[] = ["host", "hybrid"];
 
 /** Page selectors (attention/sparse/): `quest` (training-free, any dense model). */
 export type SparseSelectorName = "quest";
@@ -36,6 +49,8 @@ export interface HiSparseConfig {
   denseLayers: number[];
   /** `on` mode: requests at most this long stay dense. */
   minSparseTokens: number;
+  /** `on` mode: where decoding requests' pages live (auto: always hybrid). */
+  residency: HiSparseResidency;
   selector: SparseSelectorName;
   /** Host tier size in bytes (`--host-pool-gib`); null = HOST_POOL_DEFAULT_RATIO x the device pool. */
   hostPoolBytes: number | null;
@@ -76,6 +91,7 @@ const JSON_KEYS = {
   dense_layers: "denseLayers",
   min_sparse_tokens: "minSparseTokens",
   selector: "selector",
+  residency: "residency",
 } as const satisfies Record<string, keyof HiSparseConfig>;
 
 /** Knobs a user may give; missing ones take defaults ({@link resolveHiSparseConfig}). */
@@ -105,7 +121,7 @@ export function parseHiSparseConfigJson(text: string): { overrides: HiSparseOver
       continue;
     }
     const ok =
-      key === "selector"
+      key === "selector" || key === "residency"
         ? typeof value === "string"
         : key === "dense_layers"
           ? Array.isArray(value) && value.every((x) => typeof x === "number")
@@ -119,15 +135,17 @@ export function parseHiSparseConfigJson(text: string): { overrides: HiSparseOver
 /**
  * Fills every knob: the given ones, then defaults. Derived defaults follow the final values:
  * `deviceBufferTokens` = 2 x topk; `minSparseTokens` = sinkTokens + windowTokens +
- * deviceBufferTokens (a shorter request would hold more device memory sparse than dense).
+ * deviceBufferTokens (a shorter request would hold more device memory sparse than dense);
+ * `residency` = `host` for mode `on`, `hybrid` otherwise.
  */
 export function resolveHiSparseConfig(o: HiSparseOverrides): HiSparseConfig {
   const topk = o.topk ?? DEFAULT_TOPK;
+  const mode = o.mode ?? "off";
   const deviceBufferTokens = o.deviceBufferTokens ?? DEFAULT_BUFFER_FACTOR * topk;
   const sinkTokens = o.sinkTokens ?? DEFAULT_SINK_TOKENS;
   const windowTokens = o.windowTokens ?? DEFAULT_WINDOW_TOKENS;
   return {
-    mode: o.mode ?? "off",
+    mode,
     topk,
     deviceBufferTokens,
     sinkTokens,
@@ -135,6 +153,7 @@ export function resolveHiSparseConfig(o: HiSparseOverrides): HiSparseConfig {
     denseLayers: [...(o.denseLayers ?? DEFAULT_DENSE_LAYERS)],
     minSparseTokens: o.minSparseTokens ?? sinkTokens + windowTokens + deviceBufferTokens,
     selector: o.selector ?? "quest",
+    residency: o.residency ?? (mode === "on" ? "host" : "hybrid"),
     hostPoolBytes: o.hostPoolBytes ?? null,
     whitelistTokenIds: [...(o.whitelistTokenIds ?? [])],
   };
@@ -185,6 +204,12 @@ export function validateHiSparseConfig(c: HiSparseConfig, ctx: HiSparseValidatio
     r.push(`min_sparse_tokens must be an integer >= 0, got ${c.minSparseTokens}`);
   if (!SPARSE_SELECTORS.includes(c.selector))
     r.push(`selector must be one of ${SPARSE_SELECTORS.join(", ")}, got ${c.selector}`);
+  if (!HISPARSE_RESIDENCIES.includes(c.residency))
+    r.push(`residency must be one of ${HISPARSE_RESIDENCIES.join(", ")}, got ${c.residency}`);
+  else if (c.mode === "auto" && c.residency === "host")
+    r.push(
+      'residency "host" needs --enable-hybrid-sparse on (auto keeps pages on the device while there is room)',
+    );
   if (c.hostPoolBytes !== null && !(c.hostPoolBytes > 0))
     r.push(`--host-pool-gib must be > 0, got ${c.hostPoolBytes / 2 ** 30}`);
   if (ctx.enablePrefixCaching)

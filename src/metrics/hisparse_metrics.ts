@@ -10,7 +10,8 @@ import { PageState } from "../core/hisparse/residency.js";
 /**
  * The HiSparse series: counters `hisparse_cache_hits_total`, `hisparse_cache_misses_total`,
  * `hisparse_host_to_device_bytes_total`, `hisparse_spilled_pages_total` (DESIGN.md §4; vLLM's
- * `vllm:hisparse_cache_hits` etc.) and `hisparse_device_to_host_bytes_total` (eager mirrors);
+ * `vllm:hisparse_cache_hits` etc.), `hisparse_device_to_host_bytes_total` (eager mirrors) and
+ * `hisparse_sparse_decodes_total` (request decode steps that attended sparsely);
  * gauges `hisparse_pages{state="ACTIVE"|"SPARSE"|"INACTIVE"}`, `hisparse_host_pool_used_pages`,
  * `hisparse_host_pool_usage` (fraction in [0, 1]) and `hisparse_sparse_requests`.
  */
@@ -20,6 +21,7 @@ export class HiSparseMetrics {
   private readonly h2dBytes: Counter;
   private readonly d2hBytes: Counter;
   private readonly spilled: Counter;
+  private readonly sparseDecodes: Counter;
   private readonly pages: Gauge<"state">;
   private readonly hostUsed: Gauge;
   private readonly hostUsage: Gauge;
@@ -49,6 +51,10 @@ export class HiSparseMetrics {
       "hisparse_spilled_pages_total",
       "Pages whose device block was released to the host tier.",
     );
+    this.sparseDecodes = counter(
+      "hisparse_sparse_decodes_total",
+      "Request decode steps that attended sparsely (top-k pages), one per request and step.",
+    );
     this.pages = new Gauge({
       name: "hisparse_pages",
       help: "KV pages of live requests by residency state.",
@@ -75,6 +81,7 @@ export class HiSparseMetrics {
     inc(this.h2dBytes, s.hostToDeviceBytesTotal, prev?.hostToDeviceBytesTotal);
     inc(this.d2hBytes, s.deviceToHostBytesTotal, prev?.deviceToHostBytesTotal);
     inc(this.spilled, s.spilledPagesTotal, prev?.spilledPagesTotal);
+    inc(this.sparseDecodes, s.sparseDecodesTotal, prev?.sparseDecodesTotal);
     this.pages.set({ state: PageState.ACTIVE }, s.numActivePages);
     this.pages.set({ state: PageState.SPARSE }, s.numSparsePages);
     this.pages.set({ state: PageState.INACTIVE }, s.numInactivePages);

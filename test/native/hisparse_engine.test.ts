@@ -2,8 +2,8 @@
  * HiSparse exactness on CUDA with the real reference models (GPU machine; issue 6's "the part-1
  * exactness tests pass on CUDA"): with `topk` covering the whole context, sparse decoding attends
  * over every page (resolved through the hot buffer and the pinned host tier) and must return the
- * dense CUDA engine's greedy tokens exactly; `auto` without pressure must copy nothing to the
- * device; decode steps replayed from CUDA graphs must equal eager ones. Block size 8 (the CUDA
+ * dense CUDA engine's greedy tokens exactly; `auto` without pressure, and `on` with residency
+ * `hybrid` without pressure (sparse over resident pages), must copy nothing to the device; decode steps replayed from CUDA graphs must equal eager ones. Block size 8 (the CUDA
  * attention kernels take powers of two >= 8) gives each request up to 8 pages, so spills,
  * hot-buffer hits and misses occur. ref-base is skipped unless present ($HISPARSE_MODELS or
  * ../shared/models; the lead carries it in a second call).
@@ -106,6 +106,30 @@ for (const name of ["ref-small", "ref-base"] as RefModel[]) {
         [eager.stats!.hitsTotal, eager.stats!.missesTotal],
         [graphs.stats!.hitsTotal, graphs.stats!.missesTotal],
       );
+    });
+
+    it("on, residency hybrid, topk >= context: sparse decoding over resident pages (no hot buffer), greedy tokens equal off, nothing copied", async () => {
+      const r = await run(dir, prompts, {
+        numGpuBlocksOverride: 256,
+        extensions: hisparse({ mode: "on", residency: "hybrid", minSparseTokens: 0 }),
+      });
+      assert.deepEqual(r.tokens, dense.tokens);
+      const st = r.stats!;
+      assert.ok(st.sparseDecodesTotal >= prompts.length * (MAX_TOKENS - 1), JSON.stringify(st));
+      assert.deepEqual(
+        [st.spilledPagesTotal, st.hitsTotal, st.missesTotal, st.hostToDeviceBytesTotal],
+        [0, 0, 0, 0],
+      );
+    });
+
+    it("on, residency hybrid under forced pressure, topk >= context: spills and recalls, greedy tokens equal off", async () => {
+      const r = await run(dir, prompts, {
+        numGpuBlocksOverride: PRESSURE_BLOCKS,
+        extensions: hisparse({ mode: "on", residency: "hybrid", minSparseTokens: 0 }),
+      });
+      assert.deepEqual(r.tokens, dense.tokens);
+      const st = r.stats!;
+      assert.ok(st.spilledPagesTotal > 0 && st.missesTotal > 0, JSON.stringify(st));
     });
 
     it("auto under forced pressure, topk >= context: spills instead of some preemptions, greedy tokens equal off", async () => {

@@ -41,7 +41,8 @@ export interface HotBufferResolver {
    * Resolves every selected page of sparse layer `sparseLayer`: ACTIVE -> its block; held in the
    * request's hot buffer -> that block (hit); else copied from the host tier into an LRU victim
    * slot (miss). `kvCache` is that layer's cache (copies land in it).
-   * @throws Error when a selection holds more INACTIVE pages than the hot buffer has slots.
+   * @throws Error when a selection holds more INACTIVE pages than the hot buffer has slots, or
+   *   an INACTIVE page of a request without a hot buffer.
    */
   resolve(sparseLayer: number, selection: PageSelection, batch: SparseBatch, kvCache: Tensor): ResolvedPages;
   /** Drops a request's hot-buffer state (finished, preempted, or given new hot blocks). */
@@ -154,13 +155,15 @@ export class LruHotBufferResolver implements HotBufferResolver {
         const [a, b] = [selection.start[i]!, selection.start[i + 1]!];
         if (b <= a || selection.pages[b - 1] !== numPages - 1)
           throw new Error(`the selection of request ${batch.reqIds[s]} head ${g} lacks its tail page`);
-        const lru = buf.lrus[sparseLayer * Hkv + g]!;
-        lru.beginRound();
+        const lru = buf?.lrus[sparseLayer * Hkv + g];
+        lru?.beginRound();
         const misses: number[] = [];
         for (let j = a; j < b; j++) {
           const page = selection.pages[j]!;
           const own = batch.blockIds[p0 + page]!;
           if (own >= 0) blockIds[j] = own;
+          else if (buf === null || lru === undefined)
+            throw new Error(`request ${batch.reqIds[s]} selects INACTIVE page ${page} without a hot buffer`);
           else {
             const slot = lru.hit(page);
             if (slot < 0) misses.push(j);
@@ -171,11 +174,12 @@ export class LruHotBufferResolver implements HotBufferResolver {
           }
         }
         for (const j of misses) {
+          // a miss was only recorded with a buffer (the INACTIVE case without one threw above)
           const page = selection.pages[j]!;
-          const { slot, evicted } = lru.insert(page);
-          this.release(buf, evicted);
-          this.hold(buf, page);
-          const hot = buf.hotBlockIds[slot]!;
+          const { slot, evicted } = lru!.insert(page);
+          this.release(buf!, evicted);
+          this.hold(buf!, page);
+          const hot = buf!.hotBlockIds[slot]!;
           this.tier.loadHeadSlice(sparseLayer, batch.hostBlockIds[p0 + page]!, g, kvCache, hot);
           blockIds[j] = hot;
           this.counters.misses++;
@@ -200,14 +204,17 @@ export class LruHotBufferResolver implements HotBufferResolver {
     return c;
   }
 
-  /** The request's buffer state, created (or reset when its hot blocks changed) from the batch. */
-  private bufferOf(batch: SparseBatch, s: number): RequestHotBuffer {
+  /**
+   * The request's buffer state, created (or reset when its hot blocks changed) from the batch;
+   * null for a request without a hot buffer (every page resident: `on` with residency hybrid).
+   */
+  private bufferOf(batch: SparseBatch, s: number): RequestHotBuffer | null {
     const reqId = batch.reqIds[s]!;
     const hot = batch.hotBlockIds.subarray(batch.hotStart[s]!, batch.hotStart[s + 1]!);
     const cur = this.reqs.get(reqId);
     if (cur !== undefined && sameIds(cur.hotBlockIds, hot)) return cur;
-    if (hot.length === 0) throw new Error(`request ${reqId} decodes sparsely without a hot buffer`);
     this.forget(reqId);
+    if (hot.length === 0) return null;
     const buf: RequestHotBuffer = {
       hotBlockIds: hot.slice(),
       lrus: Array.from(

@@ -13,11 +13,14 @@ import { HISPARSE, type HiSparseStats, type HiSparseStepPlan, type HiSparseStepR
  * onScheduled, in order, for the requests of the step (the batch is fixed; numComputedTokens
  * still has its start-of-step value):
  * 1. pin the pages of whitelisted tokens among the tokens the step computes;
- * 2. `on` mode: long decoding requests go host-resident (HybridPolicy.offloadLongRequest);
+ * 2. `on` mode, residency `host`: long decoding requests go host-resident
+ *    (HybridPolicy.offloadLongRequest);
  * 3. pages the step fills are recorded as mirrored in this step (the worker copies them after
  *    the forward; they become spillable once this step's output came back);
  * 4. the plan: changed page tables, the mirror copies, and the requests that decode sparsely
- *    (those holding an INACTIVE page; each has its hot buffer and computes one token).
+ *    (HybridPolicy.decodesSparsely: those holding an INACTIVE page, which have their hot buffer,
+ *    and in `on` mode with residency `hybrid` every long decoding request; each computes one
+ *    token).
  */
 export class HiSparseExtension implements SchedulerExtension {
   readonly name = HISPARSE;
@@ -28,6 +31,7 @@ export class HiSparseExtension implements SchedulerExtension {
     hostToDeviceBytes: 0,
     deviceToHostBytes: 0,
     mirroredPages: 0,
+    sparseDecodes: 0,
   };
   private numSparsePages = 0;
 
@@ -36,7 +40,7 @@ export class HiSparseExtension implements SchedulerExtension {
     private readonly policy: HybridPolicy,
   ) {}
 
-  /** @throws Error when a sparse request lacks its hot buffer or computes more than one token (an internal bug). */
+  /** @throws Error when a request with INACTIVE pages lacks its hot buffer or computes more than one token (an internal bug). */
   onScheduled(output: SchedulerOutput, scheduler: SchedulerView): HiSparseStepPlan {
     this.step++;
     const scheduled: Array<[Request, number]> = [];
@@ -53,12 +57,13 @@ export class HiSparseExtension implements SchedulerExtension {
     this.totals.mirroredPages += mirror.blockIds.length;
     const sparseReqIds: RequestId[] = [];
     for (const [r, n] of scheduled) {
-      const rp = this.kv.pagesOf(r.requestId);
-      if (rp === undefined || rp.numInactive === 0) continue;
-      if (rp.hotBlocks.length === 0 || n !== 1)
+      if (!this.policy.decodesSparsely(r, n)) continue;
+      const rp = this.kv.pagesOf(r.requestId)!;
+      if ((rp.numInactive > 0 && rp.hotBlocks.length === 0) || n !== 1)
         throw new Error(`request ${r.requestId} decodes sparsely without a hot buffer or with ${n} tokens`);
       sparseReqIds.push(r.requestId);
     }
+    this.totals.sparseDecodes += sparseReqIds.length;
     return { step: this.step, pageTables: this.kv.takeDirtyRows(), mirror, sparseReqIds };
   }
 
@@ -92,6 +97,7 @@ export class HiSparseExtension implements SchedulerExtension {
       deviceToHostBytesTotal: this.totals.deviceToHostBytes,
       spilledPagesTotal: this.policy.spilledPagesTotal,
       mirroredPagesTotal: this.totals.mirroredPages,
+      sparseDecodesTotal: this.totals.sparseDecodes,
     };
   }
 }

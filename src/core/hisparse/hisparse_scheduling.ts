@@ -44,6 +44,7 @@ export function createHiSparseScheduling(config: HiSparseConfig, geo: HiSparseGe
     numSinkPages: config.sinkTokens / bs,
     numWindowPages: config.windowTokens / bs,
     minSparseTokens: config.minSparseTokens,
+    residency: config.residency,
   });
   const extension = new HiSparseExtension(kvCacheManager, policy);
   return {

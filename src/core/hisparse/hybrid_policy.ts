@@ -6,8 +6,13 @@ import { isSinkPage, type PageClassConfig, windowStartPage } from "./residency.j
 /** Settings of a {@link HybridPolicy} (HiSparseConfig in pages). */
 export interface HybridPolicyConfig extends PageClassConfig {
   mode: "auto" | "on";
-  /** `on`: requests longer than this go host-resident after their prefill. */
+  /** `on`: requests longer than this attend sparsely in their decode steps. */
   minSparseTokens: number;
+  /**
+   * `on`: `host` sends a long request's spillable pages to the host tier at its first decode
+   * step; `hybrid` keeps them on the device until pressure spills them (HiSparseResidency).
+   */
+  residency: "host" | "hybrid";
 }
 
 /**
@@ -21,8 +26,11 @@ export interface HybridPolicyConfig extends PageClassConfig {
  *
  * - `auto` and `on`: as the scheduler's {@link KVPressureHandler}, when an allocation fails the
  *   policy spills pages instead of letting the scheduler preempt (relieveKVPressure).
- * - `on` additionally moves every spillable page of a decoding request longer than
- *   minSparseTokens to the host tier (offloadLongRequest, once per step from the extension).
+ * - `on` with residency `host` additionally moves every spillable page of a decoding request
+ *   longer than minSparseTokens to the host tier (offloadLongRequest, once per step from the
+ *   extension).
+ *
+ * Which requests attend sparsely in a step is {@link decodesSparsely}.
  */
 export class HybridPolicy implements KVPressureHandler {
   /** Pages spilled since start. */
@@ -116,13 +124,34 @@ export class HybridPolicy implements KVPressureHandler {
   }
 
   /**
-   * `on` mode, for a request scheduled in this step: when it decodes and is longer than
-   * minSparseTokens, spill every spillable page and give it its hot buffer; skipped (it stays
-   * dense this step) when the pool cannot hold the hot buffer even after the spill.
+   * Whether the request attends sparsely in a step that computes `numScheduledTokens` of its
+   * tokens: always when it holds an INACTIVE page (its KV is not all on the device); in `on` mode
+   * with residency `hybrid` also when it decodes one token and is longer than minSparseTokens
+   * (its selected pages are read where they are: resident ones in place).
+   */
+  decodesSparsely(request: Request, numScheduledTokens: number): boolean {
+    const rp = this.kv.pagesOf(request.requestId);
+    if (rp === undefined) return false;
+    if (rp.numInactive > 0) return true;
+    const c = this.config;
+    return (
+      c.mode === "on" &&
+      c.residency === "hybrid" &&
+      numScheduledTokens === 1 &&
+      this.isDecodePhase(request) &&
+      request.numTokens > c.minSparseTokens
+    );
+  }
+
+  /**
+   * `on` mode with residency `host`, for a request scheduled in this step: when it decodes and is
+   * longer than minSparseTokens, spill every spillable page and give it its hot buffer; skipped
+   * (it stays dense this step) when the pool cannot hold the hot buffer even after the spill.
    * @returns the number of pages spilled.
    */
   offloadLongRequest(request: Request): number {
-    if (this.config.mode !== "on" || request.numTokens <= this.config.minSparseTokens) return 0;
+    const c = this.config;
+    if (c.mode !== "on" || c.residency !== "host" || request.numTokens <= c.minSparseTokens) return 0;
     const pages = this.spillablePages(request);
     if (pages.length === 0) return 0;
     const reqId = request.requestId;

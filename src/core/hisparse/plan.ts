@@ -67,4 +67,6 @@ export interface HiSparseStats {
   deviceToHostBytesTotal: number;
   spilledPagesTotal: number;
   mirroredPagesTotal: number;
+  /** Request decode steps that attended sparsely (one per request and step). */
+  sparseDecodesTotal: number;
 }

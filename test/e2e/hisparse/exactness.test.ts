@@ -2,7 +2,8 @@
  * HiSparse exactness on the real reference models (CPU backend, worker thread, as `hisparse
  * generate` runs): with `topk` covering the whole context, sparse decoding attends over every
  * page (resolved through the hot buffer and host copies) and must return the dense engine's
- * greedy tokens exactly; `auto` without pressure must run the dense path and copy nothing.
+ * greedy tokens exactly; `auto` without pressure must run the dense path and copy nothing; `on`
+ * with residency `hybrid` reads resident pages in place and copies nothing without pressure.
  * Block size 4 gives each request up to 16 pages, so spills, hot-buffer hits and misses occur.
  */
 import assert from "node:assert/strict";
@@ -73,6 +74,30 @@ for (const name of ["ref-small", "ref-base"] as RefModel[]) {
       const st = r.stats!;
       assert.ok(st.spilledPagesTotal > 0 && st.missesTotal > 0 && st.hitsTotal > 0, JSON.stringify(st));
       assert.ok(st.hostToDeviceBytesTotal > 0);
+    });
+
+    it("on, residency hybrid, topk >= context: every long request decodes sparsely over resident pages, greedy tokens equal off, nothing copied", async () => {
+      const r = await run(dir!, prompts, {
+        numGpuBlocksOverride: 256,
+        extensions: hisparse({ mode: "on", residency: "hybrid", minSparseTokens: 0 }),
+      });
+      assert.deepEqual(r.tokens, dense.tokens);
+      const st = r.stats!;
+      assert.ok(st.sparseDecodesTotal >= prompts.length * (MAX_TOKENS - 1), JSON.stringify(st));
+      assert.deepEqual(
+        [st.spilledPagesTotal, st.hitsTotal, st.missesTotal, st.hostToDeviceBytesTotal],
+        [0, 0, 0, 0],
+      );
+    });
+
+    it("on, residency hybrid under forced pressure (a 34-block pool), topk >= context: spills and recalls, greedy tokens equal off", async () => {
+      const r = await run(dir!, prompts, {
+        numGpuBlocksOverride: 34,
+        extensions: hisparse({ mode: "on", residency: "hybrid", minSparseTokens: 0 }),
+      });
+      assert.deepEqual(r.tokens, dense.tokens);
+      const st = r.stats!;
+      assert.ok(st.spilledPagesTotal > 0 && st.missesTotal > 0, JSON.stringify(st));
     });
 
     it("auto under forced pressure (a 34-block pool), topk >= context: spills instead of some preemptions, greedy tokens equal off", async () => {

@@ -98,7 +98,7 @@ test("an unknown --hisparse-config key is reported with the knobs' other problem
       name: "ConfigError",
       message:
         "invalid configuration:\n" +
-        '  - --hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector)\n' +
+        '  - --hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency)\n' +
         "  - sink_tokens + window_tokens (64 + 256 = 320, the defaults) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config\n" +
         "  - dense_layers must hold integers >= 0, got -1",
     },

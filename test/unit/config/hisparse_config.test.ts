@@ -19,12 +19,13 @@ test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, dense layers 0 
     denseLayers: [0, 1],
     minSparseTokens: 64 + 256 + 4096,
     selector: "quest",
+    residency: "hybrid",
     hostPoolBytes: null,
     whitelistTokenIds: [],
   });
-  // Derived defaults follow the given topk.
+  // Derived defaults follow the given topk; `on` pages go host-resident unless told otherwise.
   const d = resolveHiSparseConfig({ mode: "on", topk: 256, sinkTokens: 64, windowTokens: 128 });
-  assert.deepEqual([d.deviceBufferTokens, d.minSparseTokens], [512, 64 + 128 + 512]);
+  assert.deepEqual([d.deviceBufferTokens, d.minSparseTokens, d.residency], [512, 64 + 128 + 512, "host"]);
   assert.deepEqual(
     validateHiSparseConfig(d, { blockSize: 16, enablePrefixCaching: false, numLayers: 4 }),
     [],
@@ -53,7 +54,7 @@ test("--hisparse-config JSON: snake_case keys map onto the knobs; unknown keys a
   const bad = parseHiSparseConfigJson('{"top_k":1,"dense_layers":"0","topk":8}');
   assert.deepEqual(bad.overrides, { topk: 8 });
   assert.deepEqual(bad.reasons, [
-    '--hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector)',
+    '--hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency)',
     '--hisparse-config dense_layers has the wrong type ("0")',
   ]);
   assert.match(parseHiSparseConfigJson("{topk: 1}").reasons[0]!, /^--hisparse-config is not valid JSON/);
@@ -162,4 +163,20 @@ test("dense_layers must hold integers >= 0", () => {
     "dense_layers must hold integers >= 0, got -1",
     "dense_layers must hold integers >= 0, got 1.5",
   ]);
+});
+
+test("residency: host or hybrid from --hisparse-config; host needs mode on", () => {
+  const ctx = { blockSize: 16, enablePrefixCaching: false, numLayers: 4 };
+  const parsed = parseHiSparseConfigJson('{"residency":"hybrid"}');
+  assert.deepEqual(parsed, { overrides: { residency: "hybrid" }, reasons: [] });
+  assert.deepEqual(parseHiSparseConfigJson('{"residency":1}').reasons, [
+    "--hisparse-config residency has the wrong type (1)",
+  ]);
+  const on = resolveHiSparseConfig({ mode: "on", ...parsed.overrides });
+  assert.deepEqual([on.residency, validateHiSparseConfig(on, ctx)], ["hybrid", []]);
+  assert.deepEqual(validateHiSparseConfig(resolveHiSparseConfig({ mode: "auto", residency: "host" }), ctx), [
+    'residency "host" needs --enable-hybrid-sparse on (auto keeps pages on the device while there is room)',
+  ]);
+  const bad = resolveHiSparseConfig({ mode: "on", residency: "gpu" as never });
+  assert.deepEqual(validateHiSparseConfig(bad, ctx), ["residency must be one of host, hybrid, got gpu"]);
 });

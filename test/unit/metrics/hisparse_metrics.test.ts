@@ -23,6 +23,7 @@ function stats(p: Partial<HiSparseStats>): HiSparseStats {
     deviceToHostBytesTotal: 0,
     spilledPagesTotal: 0,
     mirroredPagesTotal: 0,
+    sparseDecodesTotal: 0,
     ...p,
   };
 }
@@ -37,6 +38,7 @@ test("counters advance by the stats' differences; gauges take the latest values"
       missesTotal: 5,
       hostToDeviceBytesTotal: 5120,
       spilledPagesTotal: 7,
+      sparseDecodesTotal: 9,
       numActivePages: 12,
       numSparsePages: 3,
       numInactivePages: 40,
@@ -53,6 +55,7 @@ test("counters advance by the stats' differences; gauges take the latest values"
   assert.equal(value("hisparse_cache_misses_total"), 5);
   assert.equal(value("hisparse_host_to_device_bytes_total"), 5120);
   assert.equal(value("hisparse_spilled_pages_total"), 7);
+  assert.equal(value("hisparse_sparse_decodes_total"), 9);
   assert.equal(value('hisparse_pages{state="ACTIVE"}'), 12);
   assert.equal(value('hisparse_pages{state="SPARSE"}'), 3);
   assert.equal(value('hisparse_pages{state="INACTIVE"}'), 40);

@@ -211,3 +211,50 @@ test("finished requests return every device, hot and host block", () => {
   assert.equal(hs.kvCacheManager.hostBlockPool.numFreeBlocks, 32);
   assert.ok(hs.stats().spilledPagesTotal > 0);
 });
+
+test("on, residency hybrid: a long request attends sparsely with its pages resident and no hot buffer until pressure spills it", () => {
+  const { s, hs } = hisparseScheduler({ mode: "on", residency: "hybrid", minSparseTokens: 16 }, 10, 32);
+  s.addRequest(req("A", tokens(100, 24), { maxTokens: 8 }));
+  s.addRequest(req("B", tokens(200, 8), { maxTokens: 8 }));
+  // Step 1: prefill (dense): A blocks 0-5, B blocks 6-7.
+  let { plan } = hsStep(s);
+  assert.deepEqual(plan.sparseReqIds, []);
+  // Step 2: A (25 tokens > 16) decodes sparsely but keeps every page on the device and takes no
+  // hot buffer: page 6 -> block 8. B (9 tokens) stays dense: page 2 -> block 9. The pool is full.
+  ({ plan } = hsStep(s));
+  assert.deepEqual(rows(plan), {
+    A: [[0, 1, 2, 3, 4, 5, 8], [0, 1, 2, 3, 4, 5, 8], [], []],
+    B: [[6, 7, 9], [6, 7, 9], [], []],
+  });
+  assert.deepEqual(plan.sparseReqIds, ["A"]);
+  // Steps 3-5 fill the open pages: nothing moves, A keeps decoding sparsely.
+  for (let i = 0; i < 3; i++) {
+    ({ plan } = hsStep(s));
+    assert.deepEqual([rows(plan), plan.sparseReqIds], [{}, ["A"]]);
+  }
+  assert.deepEqual([hs.stats().spilledPagesTotal, hs.stats().sparseDecodesTotal], [0, 4]);
+  assert.deepEqual(pageStates(hs, "A"), [A_, A_, A_, A_, A_, A_, A_]);
+  // Step 6: A's token 28 opens page 7 and the pool is empty: pressure. A spills pages 1-6 (gain
+  // 6 - 2 hot blocks; page 0 is a sink, page 7 the window: blocks 1-5 and 8 return to the pool in
+  // that order); A's retried allocation takes block 1 for page 7, then its hot buffer (blocks 2,
+  // 3); B's page 3 gets block 4. Nobody is preempted.
+  ({ plan } = hsStep(s));
+  const NULL = -1;
+  assert.deepEqual(rows(plan), {
+    A: [[0, 1, 2, 3, 4, 5, 8, 10], [0, NULL, NULL, NULL, NULL, NULL, NULL, 1], [], [2, 3]],
+    B: [[6, 7, 9, 11], [6, 7, 9, 4], [], []],
+  });
+  assert.deepEqual(plan.sparseReqIds, ["A"]);
+  assert.deepEqual([hs.stats().spilledPagesTotal, s.makeStats().numPreemptions], [6, 0]);
+  assert.deepEqual(pageStates(hs, "A"), [A_, I_, I_, I_, I_, I_, I_, A_]);
+});
+
+test("on, residency host (the default): the same request goes host-resident at its first decode", () => {
+  const { s, hs } = hisparseScheduler({ mode: "on", minSparseTokens: 16 }, 10, 32);
+  assert.equal(hs.policy.config.residency, "host");
+  s.addRequest(req("A", tokens(100, 24), { maxTokens: 8 }));
+  hsStep(s);
+  const { plan } = hsStep(s);
+  assert.deepEqual(plan.sparseReqIds, ["A"]);
+  assert.deepEqual(pageStates(hs, "A"), [A_, I_, I_, I_, I_, I_, A_]);
+});
