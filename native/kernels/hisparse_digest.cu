@@ -41,48 +41,55 @@ __device__ __forceinline__ void fold(uint32_t (&mn)[8], uint32_t (&mx)[8], const
 
 __global__ void __launch_bounds__(256) reshapeDigestKernel(const DigestArgs a) {
   const int t = blockIdx.x;
-  const uint4* k = a.qkv + static_cast<size_t>(t) * a.rowVecs + a.kVecs;
+  const uint4* __restrict__ k = a.qkv + static_cast<size_t>(t) * a.rowVecs + a.kVecs;
+  // Every index is read up front, and each thread issues its loads (K, V and the digest it
+  // extends) before any store: a decode step has one CTA per token, so the kernel's time is
+  // its chain of dependent global round trips, not bandwidth.
   const long long slot = a.slots[t];
-  if (slot >= 0 && slot < a.numSlots) {
-    const long long block = slot / a.blockSize;
-    const long long off = slot % a.blockSize;
-    uint4* kd = a.cache + static_cast<size_t>((block * 2) * a.blockSize + off) * a.kvVecs;
-    uint4* vd = a.cache + static_cast<size_t>((block * 2 + 1) * a.blockSize + off) * a.kvVecs;
-    for (int i = threadIdx.x; i < a.kvVecs; i += blockDim.x) {
-      kd[i] = k[i];
-      vd[i] = k[a.kvVecs + i];
-    }
-  }
   const long long hs = a.hostSlots[t];
-  if (hs < 0 || hs >= a.numHostSlots) return;  // padding, or a token without a page identity
+  const long long prevHs = t > 0 ? a.hostSlots[t - 1] : -1;
+  const bool cached = slot >= 0 && slot < a.numSlots;
   const int off = static_cast<int>(hs % a.blockSize);
-  // Not the first token of its run: the CTA of the run's first token folds this key.
-  if (off != 0 && t > 0 && a.hostSlots[t - 1] == hs - 1) return;
+  // The digest is folded by the CTA of the first token of each run (consecutive tokens of the
+  // step in one page); padding and tokens without a page identity (hs out of range) fold nothing.
+  const bool folds = hs >= 0 && hs < a.numHostSlots && (off == 0 || t == 0 || prevHs != hs - 1);
   int n = 1;
-  while (t + n < a.numTokens && off + n < a.blockSize && a.hostSlots[t + n] == hs + n) ++n;
-  const long long hb = hs / a.blockSize;
-  uint4* dmin = a.digests + static_cast<size_t>(hb) * 2 * a.kvVecs;
-  uint4* dmax = dmin + a.kvVecs;
+  if (folds)
+    while (t + n < a.numTokens && off + n < a.blockSize && a.hostSlots[t + n] == hs + n) ++n;
+  uint4* __restrict__ kd = nullptr;
+  uint4* __restrict__ vd = nullptr;
+  if (cached) {
+    const long long block = slot / a.blockSize;
+    const long long o = slot % a.blockSize;
+    kd = a.cache + static_cast<size_t>((block * 2) * a.blockSize + o) * a.kvVecs;
+    vd = a.cache + static_cast<size_t>((block * 2 + 1) * a.blockSize + o) * a.kvVecs;
+  }
+  uint4* __restrict__ dmin = folds ? a.digests + static_cast<size_t>(hs / a.blockSize) * 2 * a.kvVecs : nullptr;
+  uint4* __restrict__ dmax = folds ? dmin + a.kvVecs : nullptr;
   for (int i = threadIdx.x; i < a.kvVecs; i += blockDim.x) {
+    const uint4 key = k[i];
+    const uint4 val = k[a.kvVecs + i];
+    uint4 lo{};
+    uint4 hi{};
+    const bool extend = folds && off != 0;  // else the digest starts over (the host block may be reused)
+    if (extend) {
+      lo = dmin[i];
+      hi = dmax[i];
+    }
+    if (cached) {
+      kd[i] = key;
+      vd[i] = val;
+    }
+    if (!folds) continue;
     uint32_t mn[8];
     uint32_t mx[8];
-    int first = 0;
-    if (off == 0) {
-      // First token of the page: the digest starts over (the host block may be reused).
-      const uint4 key = k[i];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) mn[e] = mx[e] = lane16(key, e);
-      first = 1;
-    } else {
-      const uint4 lo = dmin[i];
-      const uint4 hi = dmax[i];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        mn[e] = lane16(lo, e);
-        mx[e] = lane16(hi, e);
-      }
+    for (int e = 0; e < 8; ++e) {
+      mn[e] = lane16(extend ? lo : key, e);
+      mx[e] = lane16(extend ? hi : key, e);
     }
-    for (int j = first; j < n; ++j) fold(mn, mx, k[static_cast<size_t>(j) * a.rowVecs + i]);
+    if (extend) fold(mn, mx, key);
+    for (int j = 1; j < n; ++j) fold(mn, mx, k[static_cast<size_t>(j) * a.rowVecs + i]);
     dmin[i] = pack16(mn);
     dmax[i] = pack16(mx);
   }
