@@ -19,6 +19,7 @@
 // chunk count comes from tableStride), rows read their lengths from device memory.
 #include <cuda_bf16.h>
 
+#include <climits>
 #include <cmath>
 
 #include "hisparse.h"
@@ -109,7 +110,12 @@ __device__ __forceinline__ double pageScore(const SelectArgs& a, const double* q
 
 /**
  * Radix select: the k-th largest nonzero key of keys[0, n) (k >= 1, at least k nonzero keys).
- * Returns T; *take receives how many keys equal to T belong to the top k.
+ * Returns T; *take receives how many keys equal to T belong to the top k. The top k is the
+ * same set as keys > T plus the first *take keys == T in page order.
+ * Early exit: when every key of the digit bucket that holds the k-th key belongs to the top k,
+ * T is the bucket's smallest possible key (lower bits 0) and *take is INT_MAX (every key equal
+ * to it is in the bucket, hence taken); distinct float64 scores usually end after 2-3 passes
+ * of 8 bits instead of 8.
  */
 __device__ unsigned long long radixSelect(const unsigned long long* keys, int n, int k, int* hist, int* bc,
                                           int* take) {
@@ -148,6 +154,7 @@ __device__ unsigned long long radixSelect(const unsigned long long* keys, int n,
           if (cum + c[e] >= need) {
             bc[0] = 255 - 8 * lane - e;
             bc[1] = need - cum;
+            bc[2] = c[e] == need - cum ? 1 : 0;  // the whole bucket is taken
             break;
           }
           cum += c[e];
@@ -157,9 +164,14 @@ __device__ unsigned long long radixSelect(const unsigned long long* keys, int n,
     __syncthreads();
     const int digit = bc[0];
     need = bc[1];
+    const bool whole = bc[2] != 0;
     prefix |= static_cast<unsigned long long>(digit) << shift;
     mask |= 0xffull << shift;
     __syncthreads();  // bc and hist are rewritten by the next pass
+    if (whole) {
+      *take = INT_MAX;
+      return prefix;
+    }
   }
   *take = need;
   return prefix;
