@@ -19,6 +19,8 @@
  * Pure arithmetic over numbers; every count is floored as the engine floors it.
  */
 
+import { HOST_POOL_DEFAULT_RATIO } from "../config/hisparse_config.js";
+
 /** The model geometry the plan needs (config/model_config.ts ModelConfig satisfies it). */
 export interface PlanModel {
   numHiddenLayers: number;
@@ -37,16 +39,6 @@ export interface PlanHiSparse {
   hostPoolBytes: number | null;
 }
 
-/** Defaults of config/hisparse_config.ts (DEFAULT_TOPK, DEFAULT_SINK_TOKENS, ...). */
-export const PLAN_HISPARSE_DEFAULTS = {
-  topk: 2048,
-  bufferFactor: 2,
-  sinkTokens: 64,
-  windowTokens: 256,
-  denseLayers: [0, 1] as readonly number[],
-  /** Host pages per device page when no host pool size is given (SGLang HiCache's ratio 2). */
-  hostPoolDefaultRatio: 2,
-} as const;
 
 /** Bytes of one digest value by default: the CPU engine keeps digests in f32. */
 export const DIGEST_ELEMENT_BYTES = 4;
@@ -263,7 +255,7 @@ function poolPlan(budget: number, hostPoolBytes: number | null, c: PoolCosts): H
     numHostBlocks = Math.floor(hostPoolBytes / c.hostBytesPerBlock);
     numGpuBlocks = Math.floor((budget - numHostBlocks * c.deviceBytesPerHostBlock) / c.mainBytesPerBlock);
   } else {
-    const ratio = PLAN_HISPARSE_DEFAULTS.hostPoolDefaultRatio;
+    const ratio = HOST_POOL_DEFAULT_RATIO;
     numGpuBlocks = Math.floor(budget / (c.mainBytesPerBlock + ratio * c.deviceBytesPerHostBlock));
     numHostBlocks = ratio * numGpuBlocks;
   }
