@@ -1,13 +1,15 @@
 /**
  * HiSparse decode throughput vs concurrency (issue 6), GPU machine:
  *   node dist/bench/hisparse_throughput.js [--config configs/llama-3.1-8b] [--contexts 32768,131072]
- *     [--batches 32768:1,4,8,16;131072:1,2,4] [--modes off,on,auto,on-hybrid] [--steps 16]
+ *     [--batches 32768:1,4,8,16;131072:1,2,4] [--modes off,on,auto] [--steps 16]
  *     [--kv-budget-gib 32] [--host-pool-gib 64] [--topk 2048] [--buffer 4096] [--dense-layers 0,1]
  *     [--json FILE] [--budget-s 420]
  * Llama-3.1-8B shape with seeded dummy weights (bf16), block size 16, CUDA graphs. Modes: `off`,
  * `auto`, `on` (residency host: long requests go host-resident after prefill) and `on-hybrid`
  * (`on` with residency hybrid: sparse attention over pages that stay on the device while there
- * is room, spilled under pressure).
+ * is room, spilled under pressure). A mode listed again is another round (alternating rounds,
+ * e.g. `auto,off,auto,off`, measure run-to-run spread): its columns are `auto#2`, `off#2`, and
+ * round k of a mode is compared with round k of `off`.
  *
  * Same device memory for every mode: `--kv-budget-gib` bytes hold the dense KV cache (off), or
  * HiSparse's main pool, dense-layer KV, digests and tables (on, auto); the host tier is
@@ -92,6 +94,7 @@ function batchesFor(ctx: number): number[] {
 
 interface Row {
   context: number;
+  /** The column label: the mode, or `mode#k` for its k-th round. */
   mode: string;
   batch: number;
   tokPerS: number;
@@ -203,9 +206,15 @@ console.log(
   `device KV budget ${(budgetBytes / GiB).toFixed(1)} GiB for every mode; host pool ${(hostPoolBytes / GiB).toFixed(1)} GiB; topk ${arg("topk", "2048")}, buffer ${arg("buffer", "4096")}, dense layers [${denseLayers}]`,
 );
 const rows: Row[] = [];
+/** Column label of each listed mode: the mode, or `mode#k` for its k-th round when listed again. */
+const labels = modes.map((m, i) => {
+  const k = modes.slice(0, i + 1).filter((x) => x === m).length;
+  return modes.filter((x) => x === m).length > 1 ? `${m}#${k}` : m;
+});
 // One configuration per mode, sized for the longest context, serves every context (fewer
 // pinned allocations; graph buckets depend only on the batch size).
-outer: for (const mode of modes) {
+outer: for (const [mi, mode] of modes.entries()) {
+  const label = labels[mi]!;
   let e: BenchEngine;
   try {
     e = createBenchEngine(backend, model, {
@@ -228,10 +237,10 @@ outer: for (const mode of modes) {
         e.dispose();
         break outer;
       }
-      const r = measure(e, config.vocabSize, ctx, b, mode);
+      const r = measure(e, config.vocabSize, ctx, b, label);
       rows.push(r);
       console.log(
-        `  ${mode} context ${ctx} B=${b}: ${r.tokPerS.toFixed(0)} tok/s, step ${r.stepMs.toFixed(2)} ms, running ${r.running}, waiting ${r.waiting}, preemptions ${r.preemptions}` +
+        `  ${label} context ${ctx} B=${b}: ${r.tokPerS.toFixed(0)} tok/s, step ${r.stepMs.toFixed(2)} ms, running ${r.running}, waiting ${r.waiting}, preemptions ${r.preemptions}` +
           (r.hitRate === null
             ? ""
             : `, hit rate ${(100 * r.hitRate).toFixed(1)}%, H2D ${r.h2dGBps!.toFixed(1)} GB/s`) +
@@ -243,25 +252,31 @@ outer: for (const mode of modes) {
   backend.resetWorkspace();
 }
 
-const ratioModes = modes.filter((m) => m !== "off");
+/** The off column a label is compared with: off's round of the same number, else its first. */
+const offOf = (label: string): string => {
+  const k = label.includes("#") ? label.split("#")[1] : "1";
+  const offs = labels.filter((l) => l === "off" || l.startsWith("off#"));
+  return offs.find((l) => l === `off#${k}`) ?? offs[0] ?? "off";
+};
+const ratioLabels = labels.filter((l) => l !== "off" && !l.startsWith("off#"));
 console.log(
-  `\n| context | B | ${modes.map((m) => `${m} tok/s (running)`).join(" | ")} | ${ratioModes.map((m) => `${m}/off`).join(" | ")} |`,
+  `\n| context | B | ${labels.map((m) => `${m} tok/s (running)`).join(" | ")} | ${ratioLabels.map((m) => `${m}/${offOf(m)}`).join(" | ")} |`,
 );
-console.log(`|---|---|${modes.map(() => "---|").join("")}${ratioModes.map(() => "---|").join("")}`);
+console.log(`|---|---|${labels.map(() => "---|").join("")}${ratioLabels.map(() => "---|").join("")}`);
 for (const ctx of contexts)
   for (const b of batchesFor(ctx)) {
     const get = (m: string) => rows.find((r) => r.context === ctx && r.batch === b && r.mode === m);
-    if (!modes.some((m) => get(m) !== undefined)) continue;
-    const cells = modes.map((m) => {
+    if (!labels.some((m) => get(m) !== undefined)) continue;
+    const cells = labels.map((m) => {
       const r = get(m);
       // *: some timed steps also prefilled and were not counted (see the point's note)
       return r === undefined ? "-" : `${r.tokPerS.toFixed(0)} (${r.running})${r.note === "" ? "" : "*"}`;
     });
     const ratio = (m: string) => {
-      const [a, o] = [get(m), get("off")];
+      const [a, o] = [get(m), get(offOf(m))];
       return a && o ? `${(a.tokPerS / o.tokPerS).toFixed(2)}x` : "-";
     };
-    console.log(`| ${ctx} | ${b} | ${cells.join(" | ")} | ${ratioModes.map(ratio).join(" | ")} |`);
+    console.log(`| ${ctx} | ${b} | ${cells.join(" | ")} | ${ratioLabels.map(ratio).join(" | ")} |`);
   }
 const json = arg("json", "");
 if (json !== "")

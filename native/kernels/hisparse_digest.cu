@@ -64,14 +64,16 @@ __global__ void __launch_bounds__(256) reshapeDigestKernel(const DigestArgs a) {
     kd = a.cache + static_cast<size_t>((block * 2) * a.blockSize + o) * a.kvVecs;
     vd = a.cache + static_cast<size_t>((block * 2 + 1) * a.blockSize + o) * a.kvVecs;
   }
-  uint4* __restrict__ dmin = folds ? a.digests + static_cast<size_t>(hs / a.blockSize) * 2 * a.kvVecs : nullptr;
-  uint4* __restrict__ dmax = folds ? dmin + a.kvVecs : nullptr;
+  const size_t digestAt = folds ? static_cast<size_t>(hs / a.blockSize) * 2 * a.kvVecs : 0;
+  uint4* __restrict__ dmin = folds ? a.digests + digestAt : nullptr;
+  uint4* __restrict__ dmax = folds ? a.digests + digestAt + a.kvVecs : nullptr;
+  const bool extend = folds && off != 0;  // else the digest starts over (the host block may be reused)
+  if (!cached && !folds) return;           // padding: nothing to write
   for (int i = threadIdx.x; i < a.kvVecs; i += blockDim.x) {
     const uint4 key = k[i];
-    const uint4 val = k[a.kvVecs + i];
+    const uint4 val = cached ? k[a.kvVecs + i] : uint4{};
     uint4 lo{};
     uint4 hi{};
-    const bool extend = folds && off != 0;  // else the digest starts over (the host block may be reused)
     if (extend) {
       lo = dmin[i];
       hi = dmax[i];

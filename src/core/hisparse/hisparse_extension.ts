@@ -58,8 +58,7 @@ export class HiSparseExtension implements SchedulerExtension {
     const sparseReqIds: RequestId[] = [];
     for (const [r, n] of scheduled) {
       if (!this.policy.decodesSparsely(r, n)) continue;
-      const rp = this.kv.pagesOf(r.requestId)!;
-      if ((rp.numInactive > 0 && rp.hotBlocks.length === 0) || n !== 1)
+      if (this.kv.numHotBlocksNeeded(r.requestId) > 0 || n !== 1)
         throw new Error(`request ${r.requestId} decodes sparsely without a hot buffer or with ${n} tokens`);
       sparseReqIds.push(r.requestId);
     }

@@ -1,3 +1,4 @@
+import type { HiSparseResidency } from "../../config/hisparse_config.js";
 import { type Request, RequestStatus } from "../request.js";
 import type { KVPressureContext, KVPressureHandler } from "../sched/extensions.js";
 import type { HybridKVCacheManager } from "./hybrid_kv_cache_manager.js";
@@ -10,9 +11,9 @@ export interface HybridPolicyConfig extends PageClassConfig {
   minSparseTokens: number;
   /**
    * `on`: `host` sends a long request's spillable pages to the host tier at its first decode
-   * step; `hybrid` keeps them on the device until pressure spills them (HiSparseResidency).
+   * step; `hybrid` keeps them on the device until pressure spills them.
    */
-  residency: "host" | "hybrid";
+  residency: HiSparseResidency;
 }
 
 /**
@@ -76,9 +77,11 @@ export class HybridPolicy implements KVPressureHandler {
    * deficit. A victim already scheduled in this step reads its pages in this step's forward, so
    * it takes its hot buffer at once, and the requester takes its own with the retried
    * allocation: these are skipped unless that leaves a gain. The others take theirs with their
-   * next allocation, so a victim without gain still helps the allocation at hand; it is spilled
-   * when nothing better exists (a spill costs copies, a preemption a recompute). A shortage of
-   * host blocks cannot be relieved by spilling: preemption frees them.
+   * next allocation, so a victim without gain still frees blocks for the allocation at hand.
+   * All or nothing: the victims are chosen first, and nothing is spilled unless the blocks they
+   * free now cover the deficit (a spill that cannot admit the request would only make its
+   * victims swap-bound; the scheduler preempts or waits instead). A shortage of host blocks
+   * cannot be relieved by spilling: preemption frees them.
    */
   relieveKVPressure(ctx: KVPressureContext): boolean {
     const kv = this.kv;
@@ -92,21 +95,25 @@ export class HybridPolicy implements KVPressureHandler {
       .filter((v) => v.pages.length > 0)
       .map((v) => ({ ...v, gain: v.pages.length - this.hotCost(v.r) }))
       .sort((a, b) => b.gain - a.gain || b.pages.length - a.pages.length || b.order - a.order);
+    const chosen: Array<{ r: Request; pages: number[]; runsNow: boolean }> = [];
     let gained = 0;
-    let spilled = false;
+    let freedNow = 0;
     for (const v of victims) {
-      const reqId = v.r.requestId;
-      const runsNow = ctx.scheduledReqIds.has(reqId);
+      const runsNow = ctx.scheduledReqIds.has(v.r.requestId);
       const paysNow = runsNow || v.r === ctx.request;
       if (paysNow && v.gain <= 0) continue; // its hot buffer, taken now, would eat the whole spill
-      kv.releasePages(reqId, v.pages);
-      this.spilledPagesTotal += v.pages.length;
-      if (runsNow) kv.allocateHotBuffer(reqId);
-      spilled = true;
+      chosen.push({ r: v.r, pages: v.pages, runsNow });
       gained += v.gain;
+      freedNow += paysNow ? v.gain : v.pages.length;
       if (gained >= deficit) break;
     }
-    return spilled;
+    if (freedNow < deficit) return false;
+    for (const v of chosen) {
+      kv.releasePages(v.r.requestId, v.pages);
+      this.spilledPagesTotal += v.pages.length;
+      if (v.runsNow) kv.allocateHotBuffer(v.r.requestId);
+    }
+    return chosen.length > 0;
   }
 
   /** Device blocks a victim's first spill will cost besides its pages: its hot buffer, unless it has one. */
@@ -124,23 +131,30 @@ export class HybridPolicy implements KVPressureHandler {
   }
 
   /**
+   * `on` mode: the request is longer than minSparseTokens and its next token to compute is an
+   * output token (decode phase, past its prompt: the last chunk of a prompt that happens to be
+   * one token long stays dense, so the first output does not depend on how the prompt was chunked).
+   */
+  private isLongOnDecode(request: Request): boolean {
+    return (
+      this.config.mode === "on" &&
+      request.numTokens > this.config.minSparseTokens &&
+      this.isDecodePhase(request) &&
+      request.numComputedTokens >= request.numPromptTokens
+    );
+  }
+
+  /**
    * Whether the request attends sparsely in a step that computes `numScheduledTokens` of its
    * tokens: always when it holds an INACTIVE page (its KV is not all on the device); in `on` mode
-   * with residency `hybrid` also when it decodes one token and is longer than minSparseTokens
-   * (its selected pages are read where they are: resident ones in place).
+   * with residency `hybrid` also when it decodes one output token and is longer than
+   * minSparseTokens (its selected pages are read where they are: resident ones in place).
    */
   decodesSparsely(request: Request, numScheduledTokens: number): boolean {
     const rp = this.kv.pagesOf(request.requestId);
     if (rp === undefined) return false;
     if (rp.numInactive > 0) return true;
-    const c = this.config;
-    return (
-      c.mode === "on" &&
-      c.residency === "hybrid" &&
-      numScheduledTokens === 1 &&
-      this.isDecodePhase(request) &&
-      request.numTokens > c.minSparseTokens
-    );
+    return this.config.residency === "hybrid" && numScheduledTokens === 1 && this.isLongOnDecode(request);
   }
 
   /**
@@ -150,8 +164,7 @@ export class HybridPolicy implements KVPressureHandler {
    * @returns the number of pages spilled.
    */
   offloadLongRequest(request: Request): number {
-    const c = this.config;
-    if (c.mode !== "on" || c.residency !== "host" || request.numTokens <= c.minSparseTokens) return 0;
+    if (this.config.residency !== "host" || !this.isLongOnDecode(request)) return 0;
     const pages = this.spillablePages(request);
     if (pages.length === 0) return 0;
     const reqId = request.requestId;

@@ -119,6 +119,24 @@ describe("LruHotBufferResolver", () => {
     assert.equal(r.numSparsePages, 0);
   });
 
+  it("a request without a hot buffer (every page resident: on, residency hybrid) resolves in place; an INACTIVE page is refused", () => {
+    const tier = new RecordingTier();
+    const r = new LruHotBufferResolver(tier, 4, 2, 1);
+    const resident = sparseBatch([{ ...req, blockIds: [40, 41, 42, 43, 44, 45, 46, 47], hotBlockIds: [] }]);
+    const res = r.resolve(0, sel([0, 3, 7], [0, 5, 6, 7]), resident, KV);
+    assert.deepEqual([...res.blockIds], [40, 43, 47, 40, 45, 46, 47]);
+    assert.deepEqual([...res.seqLens], [10, 14]);
+    assert.deepEqual(
+      [tier.copies, r.takeCounters(), r.numSparsePages],
+      [[], { hits: 0, misses: 0, hostToDeviceBytes: 0 }, 0],
+    );
+    const spilled = sparseBatch([{ ...req, hotBlockIds: [] }]);
+    assert.throws(
+      () => r.resolve(0, sel([0, 2, 7], [0, 7]), spilled, KV),
+      /request A selects INACTIVE page 2 without a hot buffer/,
+    );
+  });
+
   it("a selection without the tail page, or with more INACTIVE pages than slots, is refused", () => {
     const r = new LruHotBufferResolver(new RecordingTier(), 4, 2, 1);
     assert.throws(() => r.resolve(0, sel([0, 2], [0, 7]), batch, KV), /lacks its tail page/);

@@ -3,6 +3,8 @@
  * block size 4) and a fake worker that answers each step's plan (echoing its step, so the
  * step's mirrors count as complete) with counters the test chooses.
  */
+
+import type { SchedulerConfig } from "../../../../src/config/configs.js";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../../../../src/config/hisparse_config.js";
 import {
   createHiSparseScheduling,
@@ -26,12 +28,13 @@ export const BS = 4;
 /**
  * A scheduler with HiSparse: device pool `numGpuBlocks`, host pool `numHostBlocks`; config
  * defaults for tiny tests: topk 8 (2 pages), hot buffer 8 (2 blocks), sink 4 (page 0),
- * window 4 (the tail page), mode auto.
+ * window 4 (the tail page), mode auto; `sched` overrides the scheduler config (e.g. its token budget).
  */
 export function hisparseScheduler(
   config: Partial<HiSparseConfig>,
   numGpuBlocks: number,
   numHostBlocks: number,
+  sched: Partial<SchedulerConfig> = {},
 ): { s: Scheduler; hs: HiSparseScheduling } {
   const cfg = resolveHiSparseConfig({
     mode: "auto",
@@ -43,7 +46,7 @@ export function hisparseScheduler(
     ...config,
   });
   const hs = createHiSparseScheduling(cfg, { blockSize: BS, numGpuBlocks, numHostBlocks });
-  const s = makeScheduler({}, { blockSize: BS, numGpuBlocks }, hs.schedulerOptions);
+  const s = makeScheduler(sched, { blockSize: BS, numGpuBlocks }, hs.schedulerOptions);
   return { s, hs };
 }
 

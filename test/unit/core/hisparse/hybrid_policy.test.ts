@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { PageState } from "../../../../src/core/hisparse/residency.js";
+import { asRequestId } from "../../../../src/core/ids.js";
 import { RequestStatus } from "../../../../src/core/request.js";
 import { fakeRunnerOutput, req, tokens } from "../helpers.js";
 import { hisparseScheduler, hsStep, mirrors, pageStates, rows } from "./helpers.js";
@@ -180,6 +181,7 @@ test("admission: a request that cannot fit the device pool densely or the host t
 
 test("on: a request longer than min_sparse_tokens goes host-resident at its first decode; a short one stays dense", () => {
   const { s, hs } = hisparseScheduler({ mode: "on", minSparseTokens: 16 }, 32, 64);
+  assert.equal(hs.policy.config.residency, "host"); // the default for on
   s.addRequest(req("A", tokens(100, 24), { maxTokens: 8 }));
   s.addRequest(req("B", tokens(200, 8), { maxTokens: 8 }));
   // Step 1: prefill (dense, every page ACTIVE): A blocks 0-5, B blocks 6-7.
@@ -249,12 +251,42 @@ test("on, residency hybrid: a long request attends sparsely with its pages resid
   assert.deepEqual(pageStates(hs, "A"), [A_, I_, I_, I_, I_, I_, I_, A_]);
 });
 
-test("on, residency host (the default): the same request goes host-resident at its first decode", () => {
-  const { s, hs } = hisparseScheduler({ mode: "on", minSparseTokens: 16 }, 10, 32);
-  assert.equal(hs.policy.config.residency, "host");
-  s.addRequest(req("A", tokens(100, 24), { maxTokens: 8 }));
-  hsStep(s);
+test("on, residency hybrid: dense up to min_sparse_tokens tokens and for a prompt's last chunk of one token", () => {
+  const cfg = { mode: "on", residency: "hybrid", minSparseTokens: 16 } as const;
+  // B: a 15-token prompt. Its first decode step computes token 15 with 16 tokens: dense; the next
+  // one has 17 > 16 tokens: sparse.
+  const b = hisparseScheduler(cfg, 32, 64);
+  b.s.addRequest(req("B", tokens(200, 15), { maxTokens: 4 }));
+  const plansB = [hsStep(b.s), hsStep(b.s), hsStep(b.s)].map(({ plan }) => plan.sparseReqIds);
+  assert.deepEqual(plansB, [[], [], ["B"]]);
+  // A: a 17-token prompt with a 16-token budget per step: the prompt's last chunk is one token
+  // (token 16, in its decode phase by token count) and stays dense; its first output is decoded
+  // sparsely.
+  const a = hisparseScheduler(cfg, 32, 64, { maxNumBatchedTokens: 16 });
+  a.s.addRequest(req("A", tokens(100, 17), { maxTokens: 4 }));
+  const plansA = [hsStep(a.s), hsStep(a.s), hsStep(a.s)].map(({ so, plan }) => [
+    so.numScheduledTokens.get(asRequestId("A")),
+    plan.sparseReqIds,
+  ]);
+  assert.deepEqual(plansA, [
+    [16, []],
+    [1, []],
+    [1, ["A"]],
+  ]);
+  assert.equal(a.hs.stats().sparseDecodesTotal, 1);
+});
+
+test("pressure is relieved all or nothing: a spill that cannot admit the waiting request is not made", () => {
+  const { s, hs } = hisparseScheduler({ mode: "on", residency: "hybrid", minSparseTokens: 8 }, 6, 32);
+  s.addRequest(req("A", tokens(100, 16), { maxTokens: 8 }));
+  hsStep(s); // A's prefill: blocks 0-3
+  hsStep(s); // A's token 16 opens page 4: block 4; block 5 stays free
+  // B needs 3 blocks, 1 is free: deficit 2. A (running in this step) could spill pages 1-3 but
+  // would take its 2-block hot buffer at once: 1 block gained now, short of 2. Nothing moves: B
+  // waits and A keeps every page on the device.
+  s.addRequest(req("B", tokens(200, 12), { maxTokens: 4 }));
   const { plan } = hsStep(s);
   assert.deepEqual(plan.sparseReqIds, ["A"]);
-  assert.deepEqual(pageStates(hs, "A"), [A_, I_, I_, I_, I_, I_, A_]);
+  assert.deepEqual([hs.stats().spilledPagesTotal, s.makeStats().numWaitingReqs], [0, 1]);
+  assert.deepEqual(pageStates(hs, "A"), [A_, A_, A_, A_, A_]);
 });
