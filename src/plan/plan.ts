@@ -39,7 +39,6 @@ export interface PlanHiSparse {
   hostPoolBytes: number | null;
 }
 
-
 /** Bytes of one digest value by default: the CPU engine keeps digests in f32. */
 export const DIGEST_ELEMENT_BYTES = 4;
 /** Bytes of one digest value on the CUDA engine (bf16, exact there: the keys are bf16); `hisparse plan` uses it. */
