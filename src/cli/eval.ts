@@ -14,7 +14,7 @@ import {
   summarizeNeedle,
 } from "../eval/needle.js";
 import { type PplOptions, pplOptionReasons, pplWindows, runPpl } from "../eval/ppl.js";
-import { needleTable, pplTable } from "../eval/table.js";
+import { needleHeading, needleTable, pplHeading, pplTable } from "../eval/table.js";
 import { parseVariantSpecs, type VariantSpec } from "../eval/variants.js";
 import { resolveMaxModelLen, resolveModelDir } from "../models/registry.js";
 import { Tokenizer } from "../tokenizer/tokenizer.js";
@@ -270,10 +270,7 @@ async function runEvalPpl(o: PplCliOptions): Promise<void> {
   }
   const windows = pplWindows(tokenizerOf(base).encode(text, { addSpecialTokens: false }), opts);
   const results = await forEachVariant(variants, (llm) => runPpl(llm, windows, opts.prefixTokens));
-  console.log(
-    `Perplexity of ${o.file}: ${windows.length} windows of ${opts.ctx} tokens, ${opts.prefixTokens} prefilled, ` +
-      `${opts.ctx - opts.prefixTokens} scored by forced decoding`,
-  );
+  console.log(pplHeading(o.file, windows.length, opts.ctx, opts.prefixTokens));
   for (const l of pplTable(results)) console.log(l);
   writeJson(o.json, {
     task: "ppl",
@@ -302,10 +299,7 @@ async function runEvalNeedle(o: NeedleCliOptions): Promise<void> {
     const trials = await runNeedleTrials(llm, docs, opts.maxTokens);
     return { trials, cells: summarizeNeedle(trials, opts) };
   });
-  console.log(
-    `Passkey retrieval: ${opts.trials} documents per cell, ${opts.needles[0]}-${opts.needles[1]} needles each, ` +
-      `greedy, filler: ${filler.files.join(", ")}`,
-  );
+  console.log(needleHeading(opts.trials, opts.needles, filler.files));
   for (const l of needleTable(results.map((r) => ({ name: r.name, cells: r.result.cells })))) console.log(l);
   writeJson(o.json, {
     task: "needle",

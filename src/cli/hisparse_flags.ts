@@ -1,6 +1,8 @@
 import { readFileSync } from "node:fs";
 import { type Command, Option } from "commander";
 import {
+  HISPARSE_CONFIG_JSON_KEYS,
+  HISPARSE_RESIDENCIES,
   type HiSparseConfig,
   type HiSparseOverrides,
   HYBRID_SPARSE_MODES,
@@ -19,7 +21,9 @@ export function addHiSparseFlags(cmd: Command): Command {
     .addOption(
       new Option(
         "--enable-hybrid-sparse <mode>",
-        "Hybrid HiSparse: auto (spill pages to host memory instead of preempting), on (long requests go host-resident after prefill), off (dense)",
+        "Hybrid HiSparse: auto (spill pages to host memory instead of preempting), " +
+          "on (requests longer than min_sparse_tokens attend to their top-k pages; " +
+          `residency ${HISPARSE_RESIDENCIES.join("|")}), off (dense)`,
       )
         .choices([...HYBRID_SPARSE_MODES])
         .default("off"),
@@ -34,17 +38,19 @@ export function addHiSparseFlags(cmd: Command): Command {
       "JSON list of token ids: pages holding one are always attended and never spilled",
     )
     .option("--host-pool-gib <gib>", "host KV pool in GiB (default: 2x the device pool's pages)", parseGibArg)
-    .option(
-      "--hisparse-config <json>",
-      "HiSparse knobs as JSON: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector",
-    );
+    .option("--hisparse-config <json>", HISPARSE_CONFIG_HELP);
 }
+
+/** Help of `--hisparse-config` (serve, generate, bench, eval, plan): every key the parser accepts. */
+export const HISPARSE_CONFIG_HELP = `HiSparse knobs as JSON: ${HISPARSE_CONFIG_JSON_KEYS.join(", ")}`;
 
 /**
  * Builds the HiSparse settings from parsed flags (commander's camelCase keys).
  * @returns the settings (null when HiSparse is off and no HiSparse flag is given) and the
- *   reasons the flags are invalid (bad JSON, unreadable whitelist file, conflicting topk, knobs
- *   given with `off`). Knob values themselves are checked later by validateHiSparseConfig.
+ *   reasons the flags are invalid (bad JSON, unknown keys or wrong types in it, unreadable
+ *   whitelist file, conflicting topk, knobs given with `off`; with `off` the JSON is still parsed
+ *   so its own reasons come too). Knob values themselves are checked later by
+ *   validateHiSparseConfig.
  */
 export function hisparseConfigFromOptions(o: Record<string, unknown>): {
   config: HiSparseConfig | null;
@@ -62,7 +68,9 @@ export function hisparseConfigFromOptions(o: Record<string, unknown>): {
     ["--hisparse-config", json],
   ].filter(([, v]) => v !== undefined);
   if (mode === "off") {
+    // The JSON's own problems come with the mode's, so one run lists everything to fix.
     const reasons = given.map(([flag]) => `${flag} needs --enable-hybrid-sparse on or auto`);
+    if (json !== undefined) reasons.push(...parseHiSparseConfigJson(json).reasons);
     return { config: null, reasons };
   }
   const reasons: string[] = [];

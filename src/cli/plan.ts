@@ -21,6 +21,7 @@ import {
 } from "../plan/plan.js";
 import { parseFloatArg, parseGibArg, parseIntArg } from "./engine_flags.js";
 import { action } from "./errors.js";
+import { HISPARSE_CONFIG_HELP } from "./hisparse_flags.js";
 
 /** Bytes per element of the dtypes `plan` accepts. */
 const DTYPE_BYTES = { bf16: 2, f16: 2, f32: 4 } as const;
@@ -90,7 +91,7 @@ export function registerPlan(program: Command): void {
     )
     .option(
       "--hisparse-config <json>",
-      "HiSparse knobs: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers",
+      `${HISPARSE_CONFIG_HELP} (as serve; selector, min_sparse_tokens and residency change no figure)`,
     )
     .option("--host-pool-gib <g>", "host KV pool in GiB (default: 2 × the GPU pool's pages)", parseGibArg)
     .option("--json", "print JSON", false)

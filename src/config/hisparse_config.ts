@@ -82,24 +82,59 @@ export const DEFAULT_BUFFER_FACTOR = 2;
  */
 export const HOST_POOL_DEFAULT_RATIO = 2;
 
-/** The `--hisparse-config` JSON keys and the field each sets. */
+/** The type a `--hisparse-config` value must have, and how a user reads it. */
+interface JsonKeySpec {
+  field: keyof HiSparseConfig;
+  /** Completes "must be ..." in the wrong-type reason, e.g. "an integer". */
+  expected: string;
+  isValid: (value: unknown) => boolean;
+}
+
+/** Number-valued knobs; integrality and ranges are checked by validateHiSparseConfig. */
+const INTEGER: Omit<JsonKeySpec, "field"> = {
+  expected: "an integer",
+  isValid: (v) => typeof v === "number",
+};
+
+/** The `--hisparse-config` JSON keys: the field each sets and the type its value must have. */
 const JSON_KEYS = {
-  topk: "topk",
-  device_buffer_tokens: "deviceBufferTokens",
-  sink_tokens: "sinkTokens",
-  window_tokens: "windowTokens",
-  dense_layers: "denseLayers",
-  min_sparse_tokens: "minSparseTokens",
-  selector: "selector",
-  residency: "residency",
-} as const satisfies Record<string, keyof HiSparseConfig>;
+  topk: { field: "topk", ...INTEGER },
+  device_buffer_tokens: { field: "deviceBufferTokens", ...INTEGER },
+  sink_tokens: { field: "sinkTokens", ...INTEGER },
+  window_tokens: { field: "windowTokens", ...INTEGER },
+  dense_layers: {
+    field: "denseLayers",
+    expected: "a list of integers",
+    isValid: (v) => Array.isArray(v) && v.every((x) => typeof x === "number"),
+  },
+  min_sparse_tokens: { field: "minSparseTokens", ...INTEGER },
+  selector: {
+    field: "selector",
+    expected: `a string (${SPARSE_SELECTORS.join(" or ")})`,
+    isValid: (v) => typeof v === "string",
+  },
+  residency: {
+    field: "residency",
+    expected: `a string (${HISPARSE_RESIDENCIES.join(" or ")})`,
+    isValid: (v) => typeof v === "string",
+  },
+} as const satisfies Record<string, JsonKeySpec>;
+
+/**
+ * Every key `--hisparse-config` accepts, in the order the help text and the unknown-key reason
+ * list them (snake_case, as SGLang's `--hisparse-config`).
+ */
+export const HISPARSE_CONFIG_JSON_KEYS: readonly string[] = Object.keys(JSON_KEYS);
 
 /** Knobs a user may give; missing ones take defaults ({@link resolveHiSparseConfig}). */
 export type HiSparseOverrides = Partial<HiSparseConfig>;
 
 /**
- * Parses `--hisparse-config` JSON (snake_case keys, JSON_KEYS) into overrides.
- * @returns the overrides and the reasons it is invalid (unknown keys, wrong types).
+ * Parses `--hisparse-config` JSON (snake_case keys, {@link HISPARSE_CONFIG_JSON_KEYS}) into
+ * overrides. Values are only type-checked here (a number, a list of numbers, a string); their
+ * ranges are validateHiSparseConfig's.
+ * @returns the overrides and the reasons it is invalid (not JSON, not an object, unknown keys,
+ *   wrong types naming the expected one); the overrides hold only the well-typed keys.
  */
 export function parseHiSparseConfigJson(text: string): { overrides: HiSparseOverrides; reasons: string[] } {
   let raw: unknown;
@@ -113,21 +148,15 @@ export function parseHiSparseConfigJson(text: string): { overrides: HiSparseOver
   const overrides: Record<string, unknown> = {};
   const reasons: string[] = [];
   for (const [key, value] of Object.entries(raw)) {
-    const field = (JSON_KEYS as Record<string, keyof HiSparseConfig>)[key];
-    if (field === undefined) {
+    const spec = (JSON_KEYS as Record<string, JsonKeySpec>)[key];
+    if (spec === undefined) {
       reasons.push(
-        `--hisparse-config has an unknown key "${key}" (known: ${Object.keys(JSON_KEYS).join(", ")})`,
+        `--hisparse-config has an unknown key "${key}" (known: ${HISPARSE_CONFIG_JSON_KEYS.join(", ")})`,
       );
       continue;
     }
-    const ok =
-      key === "selector" || key === "residency"
-        ? typeof value === "string"
-        : key === "dense_layers"
-          ? Array.isArray(value) && value.every((x) => typeof x === "number")
-          : typeof value === "number";
-    if (!ok) reasons.push(`--hisparse-config ${key} has the wrong type (${JSON.stringify(value)})`);
-    else overrides[field] = value;
+    if (spec.isValid(value)) overrides[spec.field] = value;
+    else reasons.push(`--hisparse-config ${key} must be ${spec.expected}, got ${JSON.stringify(value)}`);
   }
   return { overrides: overrides as HiSparseOverrides, reasons };
 }

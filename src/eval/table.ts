@@ -56,3 +56,35 @@ export function pplTable(variants: readonly { name: string; result: PplResult }[
   ];
   return markdownTable(["", ...variants.map((v) => v.name)], rows);
 }
+
+/** "1 window", "2 windows": a count and its noun, plural unless the count is 1. */
+export function countOf(n: number, singular: string, plural = `${singular}s`): string {
+  return `${n} ${n === 1 ? singular : plural}`;
+}
+
+/**
+ * The line above the perplexity table, e.g. "Perplexity of a.txt: 1 window of 64 tokens, 32
+ * prefilled, 32 scored by forced decoding".
+ * @param ctx tokens per window; @param prefixTokens tokens of each window prefilled (the rest scored)
+ */
+export function pplHeading(file: string, numWindows: number, ctx: number, prefixTokens: number): string {
+  return (
+    `Perplexity of ${file}: ${countOf(numWindows, "window")} of ${countOf(ctx, "token")}, ` +
+    `${prefixTokens} prefilled, ${ctx - prefixTokens} scored by forced decoding`
+  );
+}
+
+/**
+ * The line above the needle table, e.g. "Passkey retrieval: 1 document per cell, 1 needle each,
+ * greedy, filler: a.txt".
+ * @param needles [min, max] needles per document; one number when they are equal
+ */
+export function needleHeading(
+  trials: number,
+  needles: readonly [number, number],
+  fillerFiles: readonly string[],
+): string {
+  const [lo, hi] = needles;
+  const each = lo === hi ? countOf(lo, "needle") : `${lo}-${hi} needles`;
+  return `Passkey retrieval: ${countOf(trials, "document")} per cell, ${each} each, greedy, filler: ${fillerFiles.join(", ")}`;
+}

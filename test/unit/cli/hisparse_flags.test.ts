@@ -47,6 +47,7 @@ test("every flag lands in extensions.hisparse; the whitelist file is read", () =
     denseLayers: [0],
     minSparseTokens: 100,
     selector: "quest",
+    residency: "host",
     hostPoolBytes: 2 ** 29,
     whitelistTokenIds: [13, 42],
   });
@@ -102,6 +103,51 @@ test("an unknown --hisparse-config key is reported with the knobs' other problem
         "  - sink_tokens + window_tokens (64 + 256 = 320, the defaults) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config\n" +
         "  - dense_layers must hold integers >= 0, got -1",
     },
+  );
+});
+
+test("--hisparse-config without on or auto: its own JSON problems come with the mode's reason", () => {
+  const needs = "--hisparse-config needs --enable-hybrid-sparse on or auto";
+  const unknown =
+    '--hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency)';
+  for (const mode of [[], ["--enable-hybrid-sparse", "off"]]) {
+    assert.throws(
+      () => parse([...mode, "--hisparse-config", '{"top_k":64,"residency":1,"topk":512}']),
+      (e: Error & { reasons?: string[] }) => {
+        assert.deepEqual(e.reasons, [
+          needs,
+          unknown,
+          "--hisparse-config residency must be a string (host or hybrid), got 1",
+        ]);
+        return true;
+      },
+    );
+  }
+  assert.throws(
+    () => parse(["--hisparse-config", "{topk: 512}"]),
+    (e: Error & { reasons?: string[] }) => {
+      assert.equal(e.reasons?.length, 2);
+      assert.equal(e.reasons[0], needs);
+      assert.match(e.reasons[1]!, /^--hisparse-config is not valid JSON \(/);
+      return true;
+    },
+  );
+  // Well-formed JSON adds nothing: the mode is the only problem.
+  assert.throws(() => parse(["--hisparse-config", '{"topk":512}']), {
+    name: "ConfigError",
+    message: `invalid configuration: ${needs}`,
+  });
+});
+
+test("help: --enable-hybrid-sparse describes on for both residencies; --hisparse-config lists every key", () => {
+  const help = addEngineFlags(new Command("t")).helpInformation().replace(/\s+/g, " ");
+  assert.match(
+    help,
+    /on \(requests longer than min_sparse_tokens attend to their top-k pages; residency host\|hybrid\)/,
+  );
+  assert.match(
+    help,
+    /HiSparse knobs as JSON: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency/,
   );
 });
 

@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
+  HISPARSE_CONFIG_JSON_KEYS,
   parseHiSparseConfigJson,
   resolveHiSparseConfig,
   sparseLayersOf,
@@ -55,10 +56,33 @@ test("--hisparse-config JSON: snake_case keys map onto the knobs; unknown keys a
   assert.deepEqual(bad.overrides, { topk: 8 });
   assert.deepEqual(bad.reasons, [
     '--hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency)',
-    '--hisparse-config dense_layers has the wrong type ("0")',
+    '--hisparse-config dense_layers must be a list of integers, got "0"',
   ]);
+  // Every wrong-type reason names the type the key expects.
+  assert.deepEqual(
+    parseHiSparseConfigJson('{"topk":"512","sink_tokens":null,"dense_layers":[0,"1"],"selector":5}').reasons,
+    [
+      '--hisparse-config topk must be an integer, got "512"',
+      "--hisparse-config sink_tokens must be an integer, got null",
+      '--hisparse-config dense_layers must be a list of integers, got [0,"1"]',
+      "--hisparse-config selector must be a string (quest), got 5",
+    ],
+  );
   assert.match(parseHiSparseConfigJson("{topk: 1}").reasons[0]!, /^--hisparse-config is not valid JSON/);
   assert.deepEqual(parseHiSparseConfigJson("[1]").reasons, ["--hisparse-config must be a JSON object"]);
+});
+
+test("the accepted --hisparse-config keys, in help order", () => {
+  assert.deepEqual(HISPARSE_CONFIG_JSON_KEYS, [
+    "topk",
+    "device_buffer_tokens",
+    "sink_tokens",
+    "window_tokens",
+    "dense_layers",
+    "min_sparse_tokens",
+    "selector",
+    "residency",
+  ]);
 });
 
 test("invalid combinations are all reported", () => {
@@ -170,7 +194,7 @@ test("residency: host or hybrid from --hisparse-config; host needs mode on", () 
   const parsed = parseHiSparseConfigJson('{"residency":"hybrid"}');
   assert.deepEqual(parsed, { overrides: { residency: "hybrid" }, reasons: [] });
   assert.deepEqual(parseHiSparseConfigJson('{"residency":1}').reasons, [
-    "--hisparse-config residency has the wrong type (1)",
+    "--hisparse-config residency must be a string (host or hybrid), got 1",
   ]);
   const on = resolveHiSparseConfig({ mode: "on", ...parsed.overrides });
   assert.deepEqual([on.residency, validateHiSparseConfig(on, ctx)], ["hybrid", []]);

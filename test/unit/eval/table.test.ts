@@ -1,7 +1,14 @@
 /** The side-by-side tables, character for character. */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { markdownTable, needleTable, pplTable } from "../../../src/eval/table.js";
+import {
+  countOf,
+  markdownTable,
+  needleHeading,
+  needleTable,
+  pplHeading,
+  pplTable,
+} from "../../../src/eval/table.js";
 
 describe("eval tables", () => {
   it("aligns label columns left and value columns right", () => {
@@ -54,5 +61,28 @@ describe("eval tables", () => {
       "| perplexity         | 10.0000 | 10.2500 |",
       "| vs dense           |  +0.00% |  +2.50% |",
     ]);
+  });
+
+  it("headings: a count of 1 takes the singular noun (a user saw '1 windows')", () => {
+    assert.deepEqual(
+      [countOf(0, "window"), countOf(1, "window"), countOf(2, "window")],
+      ["0 windows", "1 window", "2 windows"],
+    );
+    assert.equal(
+      pplHeading("a.txt", 1, 64, 32),
+      "Perplexity of a.txt: 1 window of 64 tokens, 32 prefilled, 32 scored by forced decoding",
+    );
+    assert.equal(
+      pplHeading("a.txt", 3, 64, 63),
+      "Perplexity of a.txt: 3 windows of 64 tokens, 63 prefilled, 1 scored by forced decoding",
+    );
+    assert.equal(
+      needleHeading(1, [1, 1], ["a.txt"]),
+      "Passkey retrieval: 1 document per cell, 1 needle each, greedy, filler: a.txt",
+    );
+    assert.equal(
+      needleHeading(4, [1, 3], ["a.txt", "b.txt"]),
+      "Passkey retrieval: 4 documents per cell, 1-3 needles each, greedy, filler: a.txt, b.txt",
+    );
   });
 });

@@ -55,6 +55,15 @@ describe("hisparse plan (CLI)", () => {
     assert.equal(ja.dense.maxConcurrent, 10);
   });
 
+  it("--help lists every --hisparse-config key the engine's parser accepts", () => {
+    const r = hisparse(["--help"]);
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(
+      r.stdout.replace(/\s+/g, " "),
+      /HiSparse knobs as JSON: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency \(as serve; selector, min_sparse_tokens and residency change no figure\)/,
+    );
+  });
+
   it("bad arguments give one line", () => {
     for (const [args, re] of [
       [
