@@ -28,7 +28,7 @@ PY
   else
     timeout 300 ncu --clock-control none --graph-profiling node --launch-skip 2000 --launch-count 600 \
       --metrics gpu__time_duration.sum --csv "${bench[@]}" >"$out/$mode.ncu.csv" 2>"$out/$mode.ncu.err"
-    echo "== $mode: ncu kernel durations (sum us, count, name) over a sample of 600 launches"
+    echo "== $mode: ncu kernel durations (sum ns, count, name) over a sample of 600 launches"
     python3 - "$out/$mode.ncu.csv" <<'PY'
 import csv, sys, collections
 tot = collections.defaultdict(float); cnt = collections.Counter()
@@ -36,8 +36,8 @@ lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
 for r in csv.DictReader(lines):
     if r.get("Metric Name") != "gpu__time_duration.sum": continue
     v = float(r["Metric Value"].replace(",", "")); unit = r["Metric Unit"]
-    us = v / 1000 if unit == "nsecond" else v * 1000 if unit == "msecond" else v
-    tot[r["Kernel Name"][:90]] += us; cnt[r["Kernel Name"][:90]] += 1
+    ns = v * 1000 if unit in ("us", "usecond") else v * 1e6 if unit in ("ms", "msecond") else v
+    tot[r["Kernel Name"][:90]] += ns; cnt[r["Kernel Name"][:90]] += 1
 for k, v in sorted(tot.items(), key=lambda x: -x[1])[:25]:
     print(f"{v:12.1f} {cnt[k]:6d}  {k}")
 PY
