@@ -161,7 +161,8 @@ __global__ void __launch_bounds__(kThreads) resolveKernel(const HsResolveParams 
       if (m < numFree) {
         s.missJ[m] = j;
       } else {
-        outRow[j] = hotRow[0];  // more misses than free slots: the oracle throws; keep reads in bounds
+        outRow[j] = hotRow[0];  // more misses than free slots (the oracle throws): counted as an error;
+                                // hotRow[0] is -1 for a request without a hot buffer, which attention skips
         ++errors;
       }
     }

@@ -26,6 +26,10 @@ export const HYBRID_SPARSE_MODES: readonly HybridSparseMode[] = ["auto", "on", "
  *   attends to its top-k pages only, reading resident pages in place (Quest's speed-up, arXiv
  *   2406.10774) and recalling spilled ones through the hot buffer.
  * `auto` is always `hybrid` (and attends densely until a page of the request is spilled).
+ * Beyond DESIGN.md §4: its exactness clause ("no page INACTIVE -> outputs equal the dense path")
+ * holds for `auto` and for `on` with `host`, whose requests attend sparsely only once pages left
+ * the device; `on` with `hybrid` attends sparsely while every page is resident, so its outputs
+ * equal the dense path's only when topk covers the context.
  */
 export type HiSparseResidency = "host" | "hybrid";
 export const HISPARSE_RESIDENCIES: readonly HiSparseResidency[] = ["host", "hybrid"];
