@@ -14,6 +14,7 @@ import { planHiSparseKnobs } from "../plan/hisparse_knobs.js";
 import {
   CUDA_DIGEST_ELEMENT_BYTES,
   kvBudgetFromGpu,
+  noKvBudgetError,
   PlanError,
   type PlanInput,
   planDense,
@@ -165,14 +166,17 @@ async function runPlan(o: PlanOptions): Promise<void> {
           weightBytes: numParameters * weightElementBytes,
           reserveBytes: Math.round(o.reserveGib * 2 ** 30),
         };
-  const kvBudgetBytes =
-    o.kvCacheGib ??
-    kvBudgetFromGpu({
-      gpuMemBytes: budget.gpuMemBytes!,
-      gpuMemoryUtilization: budget.gpuMemoryUtilization!,
-      weightBytes: budget.weightBytes!,
-      reserveBytes: budget.reserveBytes!,
-    });
+  const gpu =
+    o.kvCacheGib !== undefined
+      ? null
+      : {
+          gpuMemBytes: budget.gpuMemBytes!,
+          gpuMemoryUtilization: budget.gpuMemoryUtilization!,
+          weightBytes: budget.weightBytes!,
+          reserveBytes: budget.reserveBytes!,
+        };
+  const kvBudgetBytes = gpu === null ? o.kvCacheGib! : kvBudgetFromGpu(gpu);
+  if (gpu !== null && !(kvBudgetBytes > 0)) throw noKvBudgetError(gpu);
   const input: PlanInput = {
     model: config,
     kvBudgetBytes,

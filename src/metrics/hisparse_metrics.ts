@@ -7,6 +7,9 @@ import { Counter, Gauge, type Registry } from "prom-client";
 import type { HiSparseStats } from "../core/hisparse/plan.js";
 import { PageState } from "../core/hisparse/residency.js";
 
+/** The label every HiSparse series carries (metrics_registry.ts labels its series alike). */
+type ModelLabel = "model_name";
+
 /**
  * The HiSparse series: counters `hisparse_cache_hits_total`, `hisparse_cache_misses_total`,
  * `hisparse_host_to_device_bytes_total`, `hisparse_spilled_pages_total` (DESIGN.md §4; vLLM's
@@ -14,26 +17,40 @@ import { PageState } from "../core/hisparse/residency.js";
  * `hisparse_sparse_decodes_total` (request decode steps that attended sparsely);
  * gauges `hisparse_pages{state="ACTIVE"|"SPARSE"|"INACTIVE"}`, `hisparse_host_pool_used_pages`,
  * `hisparse_host_pool_usage` (fraction in [0, 1]) and `hisparse_sparse_requests`.
+ * Every series carries `model_name` (the served model name), as vLLM's series and the server's
+ * `hisparse_kv_cache_*` gauges do (metrics_registry.ts), so one dashboard filters them alike.
  */
 export class HiSparseMetrics {
-  private readonly hits: Counter;
-  private readonly misses: Counter;
-  private readonly h2dBytes: Counter;
-  private readonly d2hBytes: Counter;
-  private readonly spilled: Counter;
-  private readonly sparseDecodes: Counter;
-  private readonly pages: Gauge<"state">;
-  private readonly hostUsed: Gauge;
-  private readonly hostUsage: Gauge;
-  private readonly sparseRequests: Gauge;
+  private readonly labels: Record<ModelLabel, string>;
+  private readonly hits: Counter<ModelLabel>;
+  private readonly misses: Counter<ModelLabel>;
+  private readonly h2dBytes: Counter<ModelLabel>;
+  private readonly d2hBytes: Counter<ModelLabel>;
+  private readonly spilled: Counter<ModelLabel>;
+  private readonly sparseDecodes: Counter<ModelLabel>;
+  private readonly pages: Gauge<ModelLabel | "state">;
+  private readonly hostUsed: Gauge<ModelLabel>;
+  private readonly hostUsage: Gauge<ModelLabel>;
+  private readonly sparseRequests: Gauge<ModelLabel>;
   /** Totals already added to the counters. */
   private last: HiSparseStats | null = null;
 
-  /** Registers the series in `registry`. @throws Error when they are already registered there. */
-  constructor(registry: Registry) {
+  /**
+   * Registers the series in `registry`, labelled `model_name="<modelName>"`; the counters start
+   * at 0, so they are scraped before the first sparse step.
+   * @param modelName the served model name (MetricsRegistry's `model_name`).
+   * @throws Error when the series are already registered in `registry`.
+   */
+  constructor(registry: Registry, modelName: string) {
+    this.labels = { model_name: modelName };
     const registers = [registry];
-    const counter = (name: string, help: string) => new Counter({ name, help, registers });
-    const gauge = (name: string, help: string) => new Gauge({ name, help, registers });
+    const labelNames = ["model_name"] as const;
+    const counter = (name: string, help: string) => {
+      const c = new Counter({ name, help, labelNames, registers });
+      c.inc(this.labels, 0);
+      return c;
+    };
+    const gauge = (name: string, help: string) => new Gauge({ name, help, labelNames, registers });
     this.hits = counter(
       "hisparse_cache_hits_total",
       "Selected host-resident page slices found in the hot buffer.",
@@ -58,7 +75,7 @@ export class HiSparseMetrics {
     this.pages = new Gauge({
       name: "hisparse_pages",
       help: "KV pages of live requests by residency state.",
-      labelNames: ["state"] as const,
+      labelNames: ["model_name", "state"] as const,
       registers,
     });
     this.hostUsed = gauge("hisparse_host_pool_used_pages", "Pages of the host pool in use.");
@@ -72,9 +89,10 @@ export class HiSparseMetrics {
   /** Brings the series up to date with the engine's latest stats (counters advance by the difference). */
   update(s: HiSparseStats): void {
     const prev = this.last;
-    const inc = (c: Counter, cur: number, old: number | undefined) => {
+    const labels = this.labels;
+    const inc = (c: Counter<ModelLabel>, cur: number, old: number | undefined) => {
       const d = cur - (old ?? 0);
-      if (d > 0) c.inc(d);
+      if (d > 0) c.inc(labels, d);
     };
     inc(this.hits, s.hitsTotal, prev?.hitsTotal);
     inc(this.misses, s.missesTotal, prev?.missesTotal);
@@ -82,12 +100,15 @@ export class HiSparseMetrics {
     inc(this.d2hBytes, s.deviceToHostBytesTotal, prev?.deviceToHostBytesTotal);
     inc(this.spilled, s.spilledPagesTotal, prev?.spilledPagesTotal);
     inc(this.sparseDecodes, s.sparseDecodesTotal, prev?.sparseDecodesTotal);
-    this.pages.set({ state: PageState.ACTIVE }, s.numActivePages);
-    this.pages.set({ state: PageState.SPARSE }, s.numSparsePages);
-    this.pages.set({ state: PageState.INACTIVE }, s.numInactivePages);
-    this.hostUsed.set(s.hostPoolUsedBlocks);
-    this.hostUsage.set(s.hostPoolTotalBlocks === 0 ? 0 : s.hostPoolUsedBlocks / s.hostPoolTotalBlocks);
-    this.sparseRequests.set(s.numSparseRequests);
+    this.pages.set({ ...labels, state: PageState.ACTIVE }, s.numActivePages);
+    this.pages.set({ ...labels, state: PageState.SPARSE }, s.numSparsePages);
+    this.pages.set({ ...labels, state: PageState.INACTIVE }, s.numInactivePages);
+    this.hostUsed.set(labels, s.hostPoolUsedBlocks);
+    this.hostUsage.set(
+      labels,
+      s.hostPoolTotalBlocks === 0 ? 0 : s.hostPoolUsedBlocks / s.hostPoolTotalBlocks,
+    );
+    this.sparseRequests.set(labels, s.numSparseRequests);
     this.last = s;
   }
 }
@@ -116,6 +137,8 @@ export function formatSparseBlockStateLine(
 /** Where {@link attachHiSparseObservability} plugs in (the server's MetricsRegistry and StatsLogger). */
 export interface ObservabilityHost {
   registry: Registry;
+  /** Value of the `model_name` label (the served model name). */
+  readonly modelName: string;
   addCollector(fn: () => void): void;
 }
 export interface StatsLineHost {
@@ -123,8 +146,9 @@ export interface StatsLineHost {
 }
 
 /**
- * Registers the HiSparse series on the server's registry (refreshed before each scrape from
- * `stats()`) and adds the `sparse_block_state` line to the periodic stats log.
+ * Registers the HiSparse series on the server's registry, labelled `model_name` =
+ * `metrics.modelName` and refreshed before each scrape from `stats()`, and adds the
+ * `sparse_block_state` line to the periodic stats log.
  * @param now clock in seconds (injectable for tests)
  */
 export function attachHiSparseObservability(
@@ -133,7 +157,7 @@ export function attachHiSparseObservability(
   stats: () => HiSparseStats,
   now: () => number = () => performance.now() / 1000,
 ): HiSparseMetrics {
-  const m = new HiSparseMetrics(metrics.registry);
+  const m = new HiSparseMetrics(metrics.registry, metrics.modelName);
   metrics.addCollector(() => m.update(stats()));
   let prev: HiSparseStats | null = null;
   let prevTime = now();

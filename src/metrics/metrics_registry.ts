@@ -154,6 +154,11 @@ export class MetricsRegistry {
     gauge("hisparse_kv_cache_total_blocks", "Device KV cache blocks in all.", (g) => g.numTotalBlocks);
   }
 
+  /** The `model_name` label value (the served model name), for extensions' series. */
+  get modelName(): string {
+    return this.options.modelName;
+  }
+
   /** Prometheus text content type of {@link metrics}. */
   get contentType(): string {
     return this.registry.contentType;

@@ -317,12 +317,34 @@ export function maxByDevicePool(
   return Math.floor((numGpuBlocks - pagesPerRequest) / devicePagesPerRequest) + 1;
 }
 
-/** Device memory left for the KV cache: total × utilization − weights − reserve (bytes). */
-export function kvBudgetFromGpu(o: {
+/** What the KV budget is derived from when only the GPU's size is given (bytes; utilization a fraction). */
+export interface GpuBudgetInput {
   gpuMemBytes: number;
   gpuMemoryUtilization: number;
   weightBytes: number;
   reserveBytes: number;
-}): number {
+}
+
+/** Device memory left for the KV cache: total × utilization − weights − reserve (bytes). */
+export function kvBudgetFromGpu(o: GpuBudgetInput): number {
   return Math.floor(o.gpuMemBytes * o.gpuMemoryUtilization - o.weightBytes - o.reserveBytes);
+}
+
+/** Bytes as GiB with 2 decimals ("0.90 GiB"), for {@link noKvBudgetError}. */
+const gib = (b: number): string => `${(b / 2 ** 30).toFixed(2)} GiB`;
+
+/**
+ * The error for a GPU budget that leaves nothing for the KV cache ({@link kvBudgetFromGpu} <= 0):
+ * one sentence with every term of the subtraction, in GiB with 2 decimals, and the flags that
+ * change it, e.g. "no GPU memory is left for the KV cache: 1.00 GiB × 0.9 utilization = 0.90 GiB,
+ * minus weights 0.05 GiB and reserve 2.00 GiB, leaves -1.15 GiB; raise --gpu-mem-gib or
+ * --gpu-memory-utilization, or lower --reserve-gib".
+ */
+export function noKvBudgetError(o: GpuBudgetInput): PlanError {
+  const usable = o.gpuMemBytes * o.gpuMemoryUtilization;
+  return new PlanError(
+    `no GPU memory is left for the KV cache: ${gib(o.gpuMemBytes)} × ${o.gpuMemoryUtilization} utilization = ${gib(usable)}, ` +
+      `minus weights ${gib(o.weightBytes)} and reserve ${gib(o.reserveBytes)}, leaves ${gib(kvBudgetFromGpu(o))}; ` +
+      "raise --gpu-mem-gib or --gpu-memory-utilization, or lower --reserve-gib",
+  );
 }

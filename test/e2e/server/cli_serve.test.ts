@@ -3,7 +3,8 @@
  * it prints one ready line with its URL; the API key can come from $HISPARSE_API_KEY; /health
  * answers in under 100 ms while a prefill of about 2,000 tokens runs (the forward runs on a
  * worker thread, so the event loop stays free); the periodic stats line is logged; SIGTERM
- * shuts it down with exit code 0.
+ * shuts it down with exit code 0. With HiSparse on it first logs the settings in effect and the
+ * pools' sizes; with HiSparse off it logs no such line.
  */
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
@@ -82,6 +83,7 @@ describe("hisparse serve (child process, ref-small, CPU)", () => {
 
   it("prints exactly one ready line with its URL; /v1 needs the key from $HISPARSE_API_KEY", async () => {
     assert.equal(log().match(/hisparse serving ref-small on http:\/\/127\.0\.0\.1:\d+ /g)?.length, 1);
+    assert.doesNotMatch(log(), /HiSparse/);
     assertOpenAIError(await request(`${url}/v1/models`), 401, "no key");
     const ok = await request(`${url}/v1/models`, { headers: { authorization: `Bearer ${KEY}` } });
     assert.equal(ok.status, 200);
@@ -135,5 +137,48 @@ describe("hisparse serve (child process, ref-small, CPU)", () => {
     proc.kill("SIGTERM");
     assert.equal(await exited, 0);
     assert.match(log(), /SIGTERM received: shutting down/);
+  });
+});
+
+describe("hisparse serve --enable-hybrid-sparse on (child process, ref-small, CPU)", () => {
+  it("logs the HiSparse settings and both pools before the ready line, then stops on SIGTERM", async () => {
+    const { proc, log } = await spawnServe(
+      [
+        "--device",
+        "cpu",
+        "--cpu-threads",
+        "1",
+        "--port",
+        "0",
+        "--max-model-len",
+        "4096",
+        "--enable-hybrid-sparse",
+        "on",
+        "--hybrid-sparse-topk",
+        "512",
+        "--host-pool-gib",
+        "0.5",
+      ],
+      {},
+    );
+    try {
+      // Host pool: 0.5 GiB / 32,768 B per page (2 sparse layers × 2 × 16 × 2 × 64 × 4 B) = 16,384
+      // pages. Each page keeps on the device its 2 dense layers' KV (32,768 B) and the sparse
+      // layers' digests (2 × 2 × 2 × 64 × 4 B = 2,048 B); the device pool gets the rest of the
+      // default 1 GiB CPU KV budget: floor((2^30 − 16,384 × 34,816 B) / 32,768 B) = 15,360 blocks.
+      const lines = log().split("\n");
+      const summary = lines.findIndex((l) => l.includes("HiSparse on:"));
+      const ready = lines.findIndex((l) => l.includes("hisparse serving ref-small on"));
+      assert.ok(summary >= 0 && summary < ready, log());
+      assert.match(
+        lines[summary]!,
+        /^INFO \S+ \S+ HiSparse on: residency host, topk 512, device_buffer_tokens 1024, min_sparse_tokens 1344; device pool 15360 blocks \(0\.47 GiB\), host pool 16384 pages \(0\.50 GiB\)$/,
+      );
+      assert.match(lines[ready]!, /, 15360 KV blocks\)$/);
+    } finally {
+      const exited = new Promise<number | null>((r) => proc.once("exit", (code) => r(code)));
+      proc.kill("SIGTERM");
+      assert.equal(await exited, 0);
+    }
   });
 });

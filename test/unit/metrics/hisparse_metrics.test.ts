@@ -28,9 +28,15 @@ function stats(p: Partial<HiSparseStats>): HiSparseStats {
   };
 }
 
+/** The served model name every series is labelled with. */
+const MODEL = "ref-small";
+const L = `model_name="${MODEL}"`;
+
 test("counters advance by the stats' differences; gauges take the latest values", async () => {
   const registry = new Registry();
-  const m = new HiSparseMetrics(registry);
+  const m = new HiSparseMetrics(registry, MODEL);
+  // Before any step the counters are scraped at 0, already labelled.
+  assert.match(await registry.metrics(), new RegExp(`^hisparse_cache_hits_total\\{${L}\\} 0$`, "m"));
   m.update(stats({ hitsTotal: 10, missesTotal: 4, hostToDeviceBytesTotal: 4096, spilledPagesTotal: 7 }));
   m.update(
     stats({
@@ -51,17 +57,22 @@ test("counters advance by the stats' differences; gauges take the latest values"
     const line = text.split("\n").find((l) => l.startsWith(`${series} `));
     return line === undefined ? undefined : Number(line.split(" ")[1]);
   };
-  assert.equal(value("hisparse_cache_hits_total"), 25);
-  assert.equal(value("hisparse_cache_misses_total"), 5);
-  assert.equal(value("hisparse_host_to_device_bytes_total"), 5120);
-  assert.equal(value("hisparse_spilled_pages_total"), 7);
-  assert.equal(value("hisparse_sparse_decodes_total"), 9);
-  assert.equal(value('hisparse_pages{state="ACTIVE"}'), 12);
-  assert.equal(value('hisparse_pages{state="SPARSE"}'), 3);
-  assert.equal(value('hisparse_pages{state="INACTIVE"}'), 40);
-  assert.equal(value("hisparse_host_pool_used_pages"), 55);
-  assert.equal(value("hisparse_host_pool_usage"), 0.55);
-  assert.equal(value("hisparse_sparse_requests"), 2);
+  assert.equal(value(`hisparse_cache_hits_total{${L}}`), 25);
+  assert.equal(value(`hisparse_cache_misses_total{${L}}`), 5);
+  assert.equal(value(`hisparse_host_to_device_bytes_total{${L}}`), 5120);
+  assert.equal(value(`hisparse_device_to_host_bytes_total{${L}}`), 0);
+  assert.equal(value(`hisparse_spilled_pages_total{${L}}`), 7);
+  assert.equal(value(`hisparse_sparse_decodes_total{${L}}`), 9);
+  assert.equal(value(`hisparse_pages{${L},state="ACTIVE"}`), 12);
+  assert.equal(value(`hisparse_pages{${L},state="SPARSE"}`), 3);
+  assert.equal(value(`hisparse_pages{${L},state="INACTIVE"}`), 40);
+  assert.equal(value(`hisparse_host_pool_used_pages{${L}}`), 55);
+  assert.equal(value(`hisparse_host_pool_usage{${L}}`), 0.55);
+  assert.equal(value(`hisparse_sparse_requests{${L}}`), 2);
+  // Every sample of every series carries the label: 6 counters, 3 page states, 3 gauges.
+  const samples = text.split("\n").filter((l) => l.startsWith("hisparse_"));
+  assert.equal(samples.length, 12);
+  for (const l of samples) assert.ok(l.includes(`{${L}`), l);
 });
 
 test("the periodic line reports pages now, and hit rate and GB/s over the interval", () => {
@@ -91,7 +102,7 @@ test("attachHiSparseObservability: series refreshed by the collector, one log li
   let cur = stats({ hitsTotal: 0, missesTotal: 0, hostToDeviceBytesTotal: 0 });
   let t = 100;
   attachHiSparseObservability(
-    { registry, addCollector: (fn) => collectors.push(fn) },
+    { registry, modelName: MODEL, addCollector: (fn) => collectors.push(fn) },
     { addLine: (fn) => lines.push(fn) },
     () => cur,
     () => t,
@@ -102,7 +113,7 @@ test("attachHiSparseObservability: series refreshed by the collector, one log li
   cur = stats({ hitsTotal: 3, missesTotal: 1, hostToDeviceBytesTotal: 2e9 });
   t = 102;
   collectors[0]!();
-  assert.match(await registry.metrics(), /hisparse_cache_hits_total 3\n/);
+  assert.match(await registry.metrics(), /^hisparse_cache_hits_total\{model_name="ref-small"\} 3$/m);
   assert.match(lines[0]!()!, /hit_rate=0\.750 h2d_GBps=1\.000$/);
   // Interval 2: nothing looked up.
   t = 104;

@@ -73,7 +73,12 @@ describe("hisparse plan (CLI)", () => {
       [["--gpu-mem-gib", "80"], /^hisparse: required option '--context <n>' not specified$/],
       [
         ["--context", "100", "--gpu-mem-gib", "8", "--model", "qwen3-8b"],
-        /^hisparse: no GPU memory is left for the KV cache after the weights and reserve$/,
+        /^hisparse: no GPU memory is left for the KV cache: 8\.00 GiB × 0\.9 utilization = 7\.20 GiB, minus weights 15\.26 GiB and reserve 2\.00 GiB, leaves -10\.06 GiB; raise --gpu-mem-gib or --gpu-memory-utilization, or lower --reserve-gib$/,
+      ],
+      [
+        // The new-user trial's case: ref-small's weights fit, the default 2 GiB reserve does not.
+        ["--model", "ref-small", "--gpu-mem-gib", "1", "--context", "8192"],
+        /^hisparse: no GPU memory is left for the KV cache: 1\.00 GiB × 0\.9 utilization = 0\.90 GiB, minus weights 0\.01 GiB and reserve 2\.00 GiB, leaves -1\.11 GiB; raise --gpu-mem-gib or --gpu-memory-utilization, or lower --reserve-gib$/,
       ],
       [
         ["--context", "100", "--kv-cache-gib", "1", "--hisparse-config", "{bad"],

@@ -11,6 +11,8 @@ import { planHiSparseKnobs } from "../../../src/plan/hisparse_knobs.js";
 import {
   kvBudgetFromGpu,
   maxByDevicePool,
+  noKvBudgetError,
+  PlanError,
   type PlanInput,
   planDense,
   planHiSparse,
@@ -45,6 +47,24 @@ describe("plan arithmetic", () => {
       reserveBytes: 2 * GIB,
     });
     assert.equal(b, BUDGET);
+  });
+
+  it("a GPU too small for the weights and reserve: the error shows each term in GiB and the flags to change", () => {
+    // 8 GiB × 0.9 = 7.20 GiB; weights 2 × 8,030,261,248 B = 14.9575 GiB; 7.2 − 14.9575 − 2 = −9.7575 GiB.
+    const gpu = {
+      gpuMemBytes: 8 * GIB,
+      gpuMemoryUtilization: 0.9,
+      weightBytes: 2 * 8_030_261_248,
+      reserveBytes: 2 * GIB,
+    };
+    assert.ok(kvBudgetFromGpu(gpu) < 0);
+    const e = noKvBudgetError(gpu);
+    assert.ok(e instanceof PlanError);
+    assert.equal(
+      e.message,
+      "no GPU memory is left for the KV cache: 8.00 GiB × 0.9 utilization = 7.20 GiB, minus weights 14.96 GiB " +
+        "and reserve 2.00 GiB, leaves -9.76 GiB; raise --gpu-mem-gib or --gpu-memory-utilization, or lower --reserve-gib",
+    );
   });
 
   it("dense: 128 KiB per token, 8192 blocks per request, 6 requests", () => {
