@@ -1,7 +1,11 @@
 import { readFileSync } from "node:fs";
 import { isAbsolute, relative } from "node:path";
 import { type Command, Option } from "commander";
-import { resolveHiSparseConfig, validateHiSparseConfig } from "../config/hisparse_config.js";
+import {
+  type HiSparseConfig,
+  resolveHiSparseConfig,
+  validateHiSparseConfig,
+} from "../config/hisparse_config.js";
 import {
   countParameters,
   loadModelConfig,
@@ -136,6 +140,9 @@ function refuseWhatTheEngineWould(input: PlanInput, maxPositions: number, numLay
       sinkTokens: h.sinkTokens,
       windowTokens: h.windowTokens,
       denseLayers: [...h.denseLayers],
+      minSparseTokens: h.unplanned?.minSparseTokens,
+      selector: h.unplanned?.selector as HiSparseConfig["selector"] | undefined,
+      residency: h.unplanned?.residency as HiSparseConfig["residency"] | undefined,
     }),
     { blockSize: input.blockSize, enablePrefixCaching: false, numLayers },
   );

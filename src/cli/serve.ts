@@ -126,6 +126,8 @@ export interface HiSparseStartupSummary {
     minSparseTokens: number;
     numGpuBlocks: number;
     devicePoolBytes: number;
+    /** Device bytes held for every host page: dense layers' KV and digests. */
+    perPageDeviceBytes: number;
     numHostBlocks: number;
     hostPoolBytes: number;
   };
@@ -134,8 +136,10 @@ export interface HiSparseStartupSummary {
 /**
  * The start-up summary of HiSparse (mode auto or on): mode, residency, topk,
  * device_buffer_tokens, min_sparse_tokens (token counts, the `--hisparse-config` names), the
- * device pool (main-pool blocks × `info.kvBytesPerBlock`, the sparse layers' KV) and the host
- * pool (pages × `info.hisparse.hostBytesPerBlock`), in pages and GiB with 2 decimals.
+ * device pool (main-pool blocks × `info.kvBytesPerBlock`, the sparse layers' KV), the device
+ * memory held per host page (host pages × `info.hisparse.deviceBytesPerHostBlock`: the dense
+ * layers' KV and the Quest digests) and the host pool (pages × `info.hisparse.hostBytesPerBlock`),
+ * in pages and GiB with 2 decimals.
  * @returns null when HiSparse is off (`config` null, as hisparseConfigOf gives for `off`, or a
  *   worker without HiSparse pools).
  */
@@ -147,10 +151,11 @@ export function hisparseStartupSummary(
   const devicePoolBytes = info.numGpuBlocks * info.kvBytesPerBlock;
   const numHostBlocks = info.hisparse.numHostBlocks;
   const hostPoolBytes = numHostBlocks * info.hisparse.hostBytesPerBlock;
+  const perPageDeviceBytes = numHostBlocks * info.hisparse.deviceBytesPerHostBlock;
   const line =
     `HiSparse ${config.mode}: residency ${config.residency}, topk ${config.topk}, ` +
     `device_buffer_tokens ${config.deviceBufferTokens}, min_sparse_tokens ${config.minSparseTokens}; ` +
-    `device pool ${info.numGpuBlocks} blocks (${gib(devicePoolBytes)}), ` +
+    `device pool ${info.numGpuBlocks} blocks (${gib(devicePoolBytes)}) + ${gib(perPageDeviceBytes)} of dense-layer KV and digests, ` +
     `host pool ${numHostBlocks} pages (${gib(hostPoolBytes)})`;
   return {
     line,
@@ -162,6 +167,7 @@ export function hisparseStartupSummary(
       minSparseTokens: config.minSparseTokens,
       numGpuBlocks: info.numGpuBlocks,
       devicePoolBytes,
+      perPageDeviceBytes,
       numHostBlocks,
       hostPoolBytes,
     },

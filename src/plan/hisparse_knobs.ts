@@ -2,9 +2,9 @@
  * HiSparse knobs for `hisparse plan`, from the same flags the engine takes
  * (`--hybrid-sparse-topk`, `--hisparse-config '<json>'` with snake_case keys, `--host-pool-gib`),
  * parsed and defaulted by the engine's own code (config/hisparse_config.ts), so that plan accepts
- * exactly the JSON that `serve` accepts. Knobs that do not change the arithmetic (selector,
- * min_sparse_tokens, residency: `on` with residency hybrid and `auto` hold the same pages as `on`
- * under pressure) are accepted and ignored.
+ * exactly the JSON that `serve` accepts. Knobs that change no figure (selector, min_sparse_tokens,
+ * residency: the plan counts the pages every mode holds once its requests are spilled) are kept
+ * in `unplanned` for the engine's validation and otherwise ignored.
  */
 import { parseHiSparseConfigJson, resolveHiSparseConfig } from "../config/hisparse_config.js";
 import { PlanError, type PlanHiSparse } from "./plan.js";
@@ -22,6 +22,11 @@ export function planHiSparseKnobs(o: { json?: string; topk?: number; hostPoolByt
     reasons.push(`--hybrid-sparse-topk (${o.topk}) and --hisparse-config topk (${overrides.topk}) disagree`);
   if (reasons.length > 0) throw new PlanError(reasons.join("; "));
   const c = resolveHiSparseConfig({ ...overrides, mode: "on", topk: o.topk ?? overrides.topk });
+  const unplanned = Object.fromEntries(
+    (["minSparseTokens", "selector", "residency"] as const)
+      .filter((k) => overrides[k] !== undefined)
+      .map((k) => [k, overrides[k]]),
+  );
   return {
     topk: c.topk,
     deviceBufferTokens: c.deviceBufferTokens,
@@ -29,5 +34,6 @@ export function planHiSparseKnobs(o: { json?: string; topk?: number; hostPoolByt
     windowTokens: c.windowTokens,
     denseLayers: c.denseLayers,
     hostPoolBytes: o.hostPoolBytes ?? null,
+    ...(Object.keys(unplanned).length > 0 ? { unplanned } : {}),
   };
 }

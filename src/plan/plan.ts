@@ -37,6 +37,11 @@ export interface PlanHiSparse {
   denseLayers: readonly number[];
   /** Host pool in bytes; null = the engine's default, HOST_POOL_DEFAULT_RATIO × the device pool's pages. */
   hostPoolBytes: number | null;
+  /**
+   * Knobs that change no figure, kept so that plan refuses what the engine would
+   * (`--hisparse-config` min_sparse_tokens, selector, residency; absent = the engine's default).
+   */
+  unplanned?: { minSparseTokens?: number; selector?: string; residency?: string };
 }
 
 /** Bytes of one digest value by default: the CPU engine keeps digests in f32. */

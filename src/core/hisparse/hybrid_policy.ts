@@ -42,12 +42,17 @@ export class HybridPolicy implements KVPressureHandler {
     readonly config: HybridPolicyConfig,
   ) {}
 
-  /** True when the request computes at most one token per step (prefill done). */
+  /**
+   * True when the request's next token to compute is an output token, one per step: prefill done
+   * (a prompt's last chunk of one token is still prefill, so the first output does not depend on
+   * how the prompt was chunked; the last token of a recompute after preemption is an output).
+   */
   isDecodePhase(request: Request): boolean {
     return (
       request.status === RequestStatus.RUNNING &&
       request.numComputedTokens > 0 &&
-      request.numTokens - request.numComputedTokens <= 1
+      request.numTokens - request.numComputedTokens <= 1 &&
+      request.numComputedTokens >= request.numPromptTokens
     );
   }
 
@@ -71,17 +76,16 @@ export class HybridPolicy implements KVPressureHandler {
   /*
    * relieveKVPressure: an allocation of ctx.numBlocksNeeded device blocks failed. Victims are the
    * running requests in their decode phase that have spillable pages, best first: the most
-   * blocks gained, counting the hot buffer a victim without one will take (spillable pages -
-   * numHotBlocks), then the most spillable pages, then the newest. Each victim spills all its
-   * spillable pages (it attends sparsely from now on anyway), until the gain covers the
-   * deficit. A victim already scheduled in this step reads its pages in this step's forward, so
-   * it takes its hot buffer at once, and the requester takes its own with the retried
-   * allocation: these are skipped unless that leaves a gain. The others take theirs with their
-   * next allocation, so a victim without gain still frees blocks for the allocation at hand.
-   * All or nothing: the victims are chosen first, and nothing is spilled unless the blocks they
-   * free now cover the deficit (a spill that cannot admit the request would only make its
-   * victims swap-bound; the scheduler preempts or waits instead). A shortage of host blocks
-   * cannot be relieved by spilling: preemption frees them.
+   * blocks gained, counting the hot buffer a victim without one takes with its spill (spillable
+   * pages - numHotBlocks), then the most spillable pages, then the newest. Each victim spills all
+   * its spillable pages (it attends sparsely from now on anyway). Every victim computes a token
+   * in this step or the next, so it takes its hot buffer at once (already scheduled) or with its
+   * next allocation: a victim gains only when its pages outnumber its hot buffer, and victims
+   * without gain are never spilled (when a request's whole context fits its hot buffer, spilling
+   * it frees nothing). All or nothing: victims are chosen until their gain covers the deficit,
+   * and nothing is spilled when it cannot (a spill that does not admit the request would only
+   * make its victims sparse and swap-bound; the scheduler preempts or waits instead). A shortage
+   * of host blocks cannot be relieved by spilling: preemption frees them.
    */
   relieveKVPressure(ctx: KVPressureContext): boolean {
     const kv = this.kv;
@@ -89,31 +93,26 @@ export class HybridPolicy implements KVPressureHandler {
     if (kv.hostBlockPool.numFreeBlocks < numNewPages) return false;
     const deficit = ctx.numBlocksNeeded - ctx.numFreeBlocks;
     if (deficit <= 0) return false;
-    const running = ctx.scheduler.runningRequests;
-    const victims = running
+    const victims = ctx.scheduler.runningRequests
       .map((r, order) => ({ r, order, pages: this.spillablePages(r) }))
-      .filter((v) => v.pages.length > 0)
       .map((v) => ({ ...v, gain: v.pages.length - this.hotCost(v.r) }))
+      .filter((v) => v.gain > 0)
       .sort((a, b) => b.gain - a.gain || b.pages.length - a.pages.length || b.order - a.order);
-    const chosen: Array<{ r: Request; pages: number[]; runsNow: boolean }> = [];
+    const chosen: typeof victims = [];
     let gained = 0;
-    let freedNow = 0;
     for (const v of victims) {
-      const runsNow = ctx.scheduledReqIds.has(v.r.requestId);
-      const paysNow = runsNow || v.r === ctx.request;
-      if (paysNow && v.gain <= 0) continue; // its hot buffer, taken now, would eat the whole spill
-      chosen.push({ r: v.r, pages: v.pages, runsNow });
-      gained += v.gain;
-      freedNow += paysNow ? v.gain : v.pages.length;
       if (gained >= deficit) break;
+      chosen.push(v);
+      gained += v.gain;
     }
-    if (freedNow < deficit) return false;
+    if (gained < deficit) return false;
     for (const v of chosen) {
-      kv.releasePages(v.r.requestId, v.pages);
+      const reqId = v.r.requestId;
+      kv.releasePages(reqId, v.pages);
       this.spilledPagesTotal += v.pages.length;
-      if (v.runsNow) kv.allocateHotBuffer(v.r.requestId);
+      if (ctx.scheduledReqIds.has(reqId)) kv.allocateHotBuffer(reqId);
     }
-    return chosen.length > 0;
+    return true;
   }
 
   /** Device blocks a victim's first spill will cost besides its pages: its hot buffer, unless it has one. */
@@ -130,17 +129,12 @@ export class HybridPolicy implements KVPressureHandler {
     return Math.min(numGpuBlocks, this.kv.hostBlockPool.numHostBlocks);
   }
 
-  /**
-   * `on` mode: the request is longer than minSparseTokens and its next token to compute is an
-   * output token (decode phase, past its prompt: the last chunk of a prompt that happens to be
-   * one token long stays dense, so the first output does not depend on how the prompt was chunked).
-   */
+  /** `on` mode: the request is longer than minSparseTokens and in its decode phase. */
   private isLongOnDecode(request: Request): boolean {
     return (
       this.config.mode === "on" &&
       request.numTokens > this.config.minSparseTokens &&
-      this.isDecodePhase(request) &&
-      request.numComputedTokens >= request.numPromptTokens
+      this.isDecodePhase(request)
     );
   }
 

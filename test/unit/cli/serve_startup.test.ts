@@ -28,7 +28,7 @@ test("auto with the defaults: residency hybrid, topk 2048, buffer 2 × topk, min
   assert.equal(
     s?.line,
     "HiSparse auto: residency hybrid, topk 2048, device_buffer_tokens 4096, min_sparse_tokens 4416; " +
-      "device pool 10485 blocks (0.32 GiB), host pool 20970 pages (0.64 GiB)",
+      "device pool 10485 blocks (0.32 GiB) + 0.68 GiB of dense-layer KV and digests, host pool 20970 pages (0.64 GiB)",
   );
   assert.deepEqual(s?.fields, {
     mode: "auto",
@@ -38,6 +38,7 @@ test("auto with the defaults: residency hybrid, topk 2048, buffer 2 × topk, min
     minSparseTokens: 4416,
     numGpuBlocks: 10485,
     devicePoolBytes: 343_572_480,
+    perPageDeviceBytes: 20970 * 34816, // 730,091,520 B = 0.68 GiB
     numHostBlocks: 20970,
     hostPoolBytes: 687_144_960,
   });
@@ -49,7 +50,7 @@ test("on with topk 512 and a 0.5 GiB host pool: residency host, the knobs derive
   assert.equal(
     s?.line,
     "HiSparse on: residency host, topk 512, device_buffer_tokens 1024, min_sparse_tokens 1344; " +
-      "device pool 15360 blocks (0.47 GiB), host pool 16384 pages (0.50 GiB)",
+      "device pool 15360 blocks (0.47 GiB) + 0.53 GiB of dense-layer KV and digests, host pool 16384 pages (0.50 GiB)",
   );
 });
 

@@ -55,6 +55,34 @@ describe("hisparse plan (CLI)", () => {
     assert.equal(ja.dense.maxConcurrent, 10);
   });
 
+  it("refuses the knobs serve would refuse, those that change no figure included", () => {
+    const r = hisparse([
+      "--model",
+      "llama-3.1-8b",
+      "--kv-cache-gib",
+      "40",
+      "--context",
+      "32768",
+      "--hisparse-config",
+      '{"residency":"bogus","min_sparse_tokens":1.5,"selector":"nope"}',
+    ]);
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /residency must be one of host, hybrid, got bogus/);
+    assert.match(r.stderr, /min_sparse_tokens must be an integer >= 0, got 1.5/);
+    assert.match(r.stderr, /selector must be one of quest, got nope/);
+    const ok = hisparse([
+      "--model",
+      "llama-3.1-8b",
+      "--kv-cache-gib",
+      "40",
+      "--context",
+      "32768",
+      "--hisparse-config",
+      '{"residency":"hybrid"}',
+    ]);
+    assert.equal(ok.status, 0, ok.stderr);
+  });
+
   it("--help lists every --hisparse-config key the engine's parser accepts", () => {
     const r = hisparse(["--help"]);
     assert.equal(r.status, 0, r.stderr);

@@ -126,20 +126,19 @@ test("auto: until the worker confirms a page's mirror, the page is not spilled: 
   assert.equal(hs.stats().spilledPagesTotal, 0);
 });
 
-test("auto: ties go to the newest victim; a victim scheduled in this step is skipped when its hot buffer would eat the gain", () => {
+test("auto: a victim whose pages do not outnumber its hot buffer is never spilled: the newest request is preempted", () => {
   const { s, hs } = hisparseScheduler({}, 6, 32);
   s.addRequest(req("A", tokens(100, 12), { maxTokens: 8 }));
   s.addRequest(req("B", tokens(200, 12), { maxTokens: 8 }));
   // Step 1: A blocks 0-2, B blocks 3-5 (mirrors confirmed).
   hsStep(s);
-  // Step 2: A opens page 3, none free. A and B both have pages 1-2 spillable, gain 2 - 2 = 0:
-  // the newest, B, spills (blocks 4, 5 freed); B is not scheduled yet, so its hot buffer waits.
-  // A gets block 4. Then B opens page 3 and needs its hot buffer: 3 blocks, 1 free. The only
-  // victim, A, runs in this step with gain 0: skipped. B, the newest, preempts itself.
+  // Step 2: A opens page 3, none free. A and B both have pages 1-2 spillable, 2 pages for a
+  // 2-block hot buffer: a spill would free nothing, so there is no victim. B, the newest, is
+  // preempted (blocks 3-5 return, tail first) and A's page 3 gets block 5.
   const { so, plan } = hsStep(s);
   assert.deepEqual([...so.preemptedReqIds], ["B"]);
-  assert.equal(hs.stats().spilledPagesTotal, 2);
-  assert.deepEqual(rows(plan), { A: [[0, 1, 2, 6], [0, 1, 2, 4], [], []] });
+  assert.equal(hs.stats().spilledPagesTotal, 0);
+  assert.deepEqual(rows(plan).A, [[0, 1, 2, 6], [0, 1, 2, 5], [], []]);
   assert.deepEqual(plan.sparseReqIds, []);
 });
 
@@ -289,4 +288,19 @@ test("pressure is relieved all or nothing: a spill that cannot admit the waiting
   assert.deepEqual(plan.sparseReqIds, ["A"]);
   assert.deepEqual([hs.stats().spilledPagesTotal, s.makeStats().numWaitingReqs], [0, 1]);
   assert.deepEqual(pageStates(hs, "A"), [A_, A_, A_, A_, A_]);
+});
+
+test("a prompt's one-token last chunk is no spill victim (auto) and goes host-resident only at its first output (on, host)", () => {
+  for (const cfg of [{ mode: "auto" }, { mode: "on", minSparseTokens: 16 }] as const) {
+    // A: a 21-token prompt, 20 tokens per step: step 2 computes its last prompt token alone.
+    // C arrives then and needs 3 blocks of the 8 (A holds 5 pages + its next one): pressure.
+    const { s, hs } = hisparseScheduler(cfg, 8, 64, { maxNumBatchedTokens: 20 });
+    s.addRequest(req("A", tokens(100, 21), { maxTokens: 4 }));
+    hsStep(s);
+    s.addRequest(req("C", tokens(300, 12), { maxTokens: 4 }));
+    const { so, plan } = hsStep(s);
+    assert.equal(so.numScheduledTokens.get(asRequestId("A")), 1, JSON.stringify(cfg));
+    assert.deepEqual([plan.sparseReqIds, hs.stats().spilledPagesTotal], [[], 0], JSON.stringify(cfg));
+    assert.deepEqual(pageStates(hs, "A"), [A_, A_, A_, A_, A_, A_], JSON.stringify(cfg));
+  }
 });
