@@ -126,8 +126,8 @@ export interface HiSparseStartupSummary {
     minSparseTokens: number;
     numGpuBlocks: number;
     devicePoolBytes: number;
-    /** Device bytes held for every host page: dense layers' KV and digests. */
-    perPageDeviceBytes: number;
+    /** Device bytes held for the host pages (all of them): dense layers' KV and digests. */
+    hostPagesDeviceBytes: number;
     numHostBlocks: number;
     hostPoolBytes: number;
   };
@@ -151,11 +151,11 @@ export function hisparseStartupSummary(
   const devicePoolBytes = info.numGpuBlocks * info.kvBytesPerBlock;
   const numHostBlocks = info.hisparse.numHostBlocks;
   const hostPoolBytes = numHostBlocks * info.hisparse.hostBytesPerBlock;
-  const perPageDeviceBytes = numHostBlocks * info.hisparse.deviceBytesPerHostBlock;
+  const hostPagesDeviceBytes = numHostBlocks * info.hisparse.deviceBytesPerHostBlock;
   const line =
     `HiSparse ${config.mode}: residency ${config.residency}, topk ${config.topk}, ` +
     `device_buffer_tokens ${config.deviceBufferTokens}, min_sparse_tokens ${config.minSparseTokens}; ` +
-    `device pool ${info.numGpuBlocks} blocks (${gib(devicePoolBytes)}) + ${gib(perPageDeviceBytes)} of dense-layer KV and digests, ` +
+    `device pool ${info.numGpuBlocks} blocks (${gib(devicePoolBytes)}) + ${gib(hostPagesDeviceBytes)} of dense-layer KV and digests, ` +
     `host pool ${numHostBlocks} pages (${gib(hostPoolBytes)})`;
   return {
     line,
@@ -167,7 +167,7 @@ export function hisparseStartupSummary(
       minSparseTokens: config.minSparseTokens,
       numGpuBlocks: info.numGpuBlocks,
       devicePoolBytes,
-      perPageDeviceBytes,
+      hostPagesDeviceBytes,
       numHostBlocks,
       hostPoolBytes,
     },

@@ -140,6 +140,31 @@ for (const name of ["ref-small", "ref-base"] as RefModel[]) {
         assert.ok(r.numPreemptions > 0);
       });
 
+    it("on, residency hybrid, topk < context: pages read in place or recalled through the hot buffer give the same tokens", async () => {
+      // topk 32 = 4 pages (sink page 0, window page, 2 chosen), hot buffer 4 blocks: requests of up
+      // to 8 pages spill under PRESSURE_BLOCKS (on the CPU engine: 26 pages spilled, 64 misses,
+      // no preemption), and every decode step attends sparsely in both runs.
+      const cfg = {
+        topk: 32,
+        deviceBufferTokens: 32,
+        sinkTokens: 8,
+        windowTokens: 8,
+        mode: "on",
+        residency: "hybrid",
+        minSparseTokens: 0,
+      } as const;
+      const roomy = await run(dir, prompts, { numGpuBlocksOverride: 256, extensions: hisparse(cfg) });
+      const tight = await run(dir, prompts, {
+        numGpuBlocksOverride: PRESSURE_BLOCKS,
+        extensions: hisparse(cfg),
+      });
+      assert.equal(tight.numPreemptions, 0);
+      assert.deepEqual(tight.tokens, roomy.tokens);
+      const [r, t] = [roomy.stats!, tight.stats!];
+      assert.deepEqual([r.spilledPagesTotal, r.missesTotal], [0, 0]);
+      assert.ok(t.spilledPagesTotal > 0 && t.missesTotal > 0, JSON.stringify(t));
+    });
+
     it("auto without pressure runs the dense path: no spill, no hit, no miss, no host-to-device byte", async () => {
       const r = await run(dir, prompts, {
         numGpuBlocksOverride: 256,

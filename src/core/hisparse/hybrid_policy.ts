@@ -78,11 +78,10 @@ export class HybridPolicy implements KVPressureHandler {
    * running requests in their decode phase that have spillable pages, best first: the most
    * blocks gained, counting the hot buffer a victim without one takes with its spill (spillable
    * pages - numHotBlocks), then the most spillable pages, then the newest. Each victim spills all
-   * its spillable pages (it attends sparsely from now on anyway). Every victim computes a token
-   * in this step or the next, so it takes its hot buffer at once (already scheduled) or with its
-   * next allocation: a victim gains only when its pages outnumber its hot buffer, and victims
-   * without gain are never spilled (when a request's whole context fits its hot buffer, spilling
-   * it frees nothing). All or nothing: victims are chosen until their gain covers the deficit,
+   * its spillable pages (it attends sparsely from now on anyway) and takes its hot buffer at once
+   * (the requester with its retried allocation): a victim gains only when its pages outnumber its
+   * hot buffer, and victims without gain are never spilled (when a request's whole context fits
+   * its hot buffer, spilling it frees nothing). All or nothing: victims are chosen until their gain covers the deficit,
    * and nothing is spilled when it cannot (a spill that does not admit the request would only
    * make its victims sparse and swap-bound; the scheduler preempts or waits instead). A shortage
    * of host blocks cannot be relieved by spilling: preemption frees them.
@@ -110,7 +109,12 @@ export class HybridPolicy implements KVPressureHandler {
       const reqId = v.r.requestId;
       kv.releasePages(reqId, v.pages);
       this.spilledPagesTotal += v.pages.length;
-      if (ctx.scheduledReqIds.has(reqId)) kv.allocateHotBuffer(reqId);
+      // The requester takes its hot buffer with its retried allocation; every other victim takes
+      // it now, so that the blocks its gain left for it cannot go to another request first.
+      if (v.r !== ctx.request && !kv.allocateHotBuffer(reqId))
+        throw new Error(
+          `request ${reqId} was spilled but its hot buffer does not fit (a gain accounting bug)`,
+        );
     }
     return true;
   }

@@ -115,7 +115,9 @@ for (const name of ["ref-small", "ref-base"] as RefModel[]) {
     ] as const)
       it(`${label} under forced pressure (a 34-block pool), topk >= context: no spill can free a block, so requests are preempted as with off; greedy tokens equal off`, async () => {
         // The hot buffer (64 tokens) holds a whole request: spilling its pages would free no
-        // block once its hot buffer is taken, so the policy spills nothing (HybridPolicy).
+        // block once its hot buffer is taken, so the policy spills nothing (HybridPolicy): with
+        // topk >= context no spill can ever pay. Spills and recalls under pressure are checked by
+        // the "topk < context" case above and by `on` (host residency).
         const r = await run(dir!, prompts, { numGpuBlocksOverride: 34, extensions: hisparse(cfg) });
         assert.deepEqual(r.tokens, dense.tokens);
         const st = r.stats!;

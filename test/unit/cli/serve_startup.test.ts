@@ -38,7 +38,7 @@ test("auto with the defaults: residency hybrid, topk 2048, buffer 2 × topk, min
     minSparseTokens: 4416,
     numGpuBlocks: 10485,
     devicePoolBytes: 343_572_480,
-    perPageDeviceBytes: 20970 * 34816, // 730,091,520 B = 0.68 GiB
+    hostPagesDeviceBytes: 20970 * 34816, // 730,091,520 B = 0.68 GiB
     numHostBlocks: 20970,
     hostPoolBytes: 687_144_960,
   });
