@@ -53,29 +53,22 @@ function spawnServe(
   });
 }
 
+/**
+ * Flags of every server these tests start: one CPU-backend thread (on a 2-core machine, CI, two
+ * compute threads would take both cores, and /health would then measure the OS scheduler, not
+ * the event loop it checks), an ephemeral port, a 4096-token max_model_len.
+ */
+const BASE_ARGS = ["--device", "cpu", "--cpu-threads", "1", "--port", "0", "--max-model-len", "4096"];
+
 describe("hisparse serve (child process, ref-small, CPU)", () => {
   let proc: ChildProcess;
   let url: string;
   let log: () => string;
 
   before(async () => {
-    ({ proc, url, log } = await spawnServe(
-      // One CPU-backend thread: on a 2-core machine (CI) two compute threads would take both
-      // cores, and /health would then measure the OS scheduler, not the event loop this checks.
-      [
-        "--device",
-        "cpu",
-        "--cpu-threads",
-        "1",
-        "--port",
-        "0",
-        "--max-model-len",
-        "4096",
-        "--stats-interval",
-        "1",
-      ],
-      { HISPARSE_API_KEY: KEY },
-    ));
+    ({ proc, url, log } = await spawnServe([...BASE_ARGS, "--stats-interval", "1"], {
+      HISPARSE_API_KEY: KEY,
+    }));
   });
   after(() => {
     if (proc.exitCode === null) proc.kill("SIGKILL");
@@ -143,22 +136,7 @@ describe("hisparse serve (child process, ref-small, CPU)", () => {
 describe("hisparse serve --enable-hybrid-sparse on (child process, ref-small, CPU)", () => {
   it("logs the HiSparse settings and both pools before the ready line, then stops on SIGTERM", async () => {
     const { proc, log } = await spawnServe(
-      [
-        "--device",
-        "cpu",
-        "--cpu-threads",
-        "1",
-        "--port",
-        "0",
-        "--max-model-len",
-        "4096",
-        "--enable-hybrid-sparse",
-        "on",
-        "--hybrid-sparse-topk",
-        "512",
-        "--host-pool-gib",
-        "0.5",
-      ],
+      [...BASE_ARGS, "--enable-hybrid-sparse", "on", "--hybrid-sparse-topk", "512", "--host-pool-gib", "0.5"],
       {},
     );
     try {
