@@ -22,12 +22,12 @@ const pools = (numGpuBlocks: number, numHostBlocks: number) => ({
   },
 });
 
-test("auto with the defaults: residency hybrid, topk 2048, buffer 2 × topk, min_sparse 64 + 256 + 4096", () => {
+test("auto with the defaults: residency hybrid, topk 2048, buffer 2 × topk; min_sparse (64 + 256 + 4096) only in the fields", () => {
   // 10,485 × 32,768 B = 343,572,480 B = 0.32 GiB; 20,970 pages = 687,144,960 B = 0.64 GiB.
   const s = hisparseStartupSummary(resolveHiSparseConfig({ mode: "auto" }), pools(10485, 20970));
   assert.equal(
     s?.line,
-    "HiSparse auto: residency hybrid, topk 2048, device_buffer_tokens 4096, min_sparse_tokens 4416; " +
+    "HiSparse auto: residency hybrid, topk 2048, device_buffer_tokens 4096; " +
       "device pool 10485 blocks (0.32 GiB) + 0.68 GiB of dense-layer KV and digests, host pool 20970 pages (0.64 GiB)",
   );
   assert.deepEqual(s?.fields, {
