@@ -12,8 +12,8 @@ import assert from "node:assert/strict";
 import { before, describe, it } from "node:test";
 import { loadAddon } from "../../src/backends/cuda/addon.js";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../../src/config/hisparse_config.js";
-import type { HiSparseStats } from "../../src/core/hisparse/plan.js";
-import { LLM, type LLMOptions } from "../../src/engine/llm.js";
+import type { LLMOptions } from "../../src/engine/llm.js";
+import { type HiSparseRunResult, runPrompts } from "../helpers/hisparse_run.js";
 import { loadFixture, type RefModel, refModelDir } from "../helpers/reference.js";
 import { gpuSkip } from "./helpers.js";
 
@@ -26,12 +26,6 @@ const SPARSE: Partial<HiSparseConfig> = { topk: 64, deviceBufferTokens: 64, sink
 /** A device pool too small for the five requests at once (requests are preempted; measured on CPU). */
 const PRESSURE_BLOCKS = 30;
 
-interface RunResult {
-  tokens: number[][];
-  stats: HiSparseStats | undefined;
-  numPreemptions: number;
-}
-
 function skip(name: RefModel): string | false {
   const g = gpuSkip();
   if (g !== false) return g;
@@ -40,39 +34,16 @@ function skip(name: RefModel): string | false {
 }
 
 /** Generates the fixture prompts in one batch on CUDA with the given engine options. */
-async function run(dir: string, prompts: number[][], opts: Partial<LLMOptions>): Promise<RunResult> {
-  const llm = new LLM({
+function run(dir: string, prompts: number[][], opts: Partial<LLMOptions>): Promise<HiSparseRunResult> {
+  const base: LLMOptions = {
     model: dir,
     device: "cuda",
     maxModelLen: 128,
     blockSize: BLOCK,
     maxNumSeqs: 8,
     gpuMemoryUtilization: 0.5,
-    ...opts,
-  });
-  try {
-    const engine = await llm.getEngine();
-    const outs = await llm.generate(
-      prompts.map((p) => ({ promptTokenIds: p })),
-      PARAMS,
-    );
-    const stats = engine.hisparse?.stats();
-    if (engine.hisparse !== null) {
-      assert.equal(
-        engine.scheduler.kvCacheManager.numFreeBlocks,
-        engine.info.numGpuBlocks,
-        "device pool freed",
-      );
-      assert.equal(stats!.hostPoolUsedBlocks, 0, "host pool freed");
-    }
-    return {
-      tokens: outs.map((o) => o.outputs[0]!.tokenIds),
-      stats,
-      numPreemptions: engine.scheduler.makeStats().numPreemptions,
-    };
-  } finally {
-    await llm.shutdown();
-  }
+  };
+  return runPrompts({ ...base, ...opts }, prompts, PARAMS);
 }
 
 const hisparse = (c: Partial<HiSparseConfig>) => ({ hisparse: resolveHiSparseConfig({ ...SPARSE, ...c }) });
@@ -81,7 +52,7 @@ for (const name of ["ref-small", "ref-base"] as RefModel[]) {
   describe(`HiSparse exactness on CUDA: ${name}`, { skip: skip(name) }, () => {
     const dir = refModelDir(name)!;
     const prompts = loadFixture(name).map((c) => c.input_ids);
-    let dense: RunResult;
+    let dense: HiSparseRunResult;
     before(async () => {
       dense = await run(dir, prompts, { numGpuBlocksOverride: 256 });
     });

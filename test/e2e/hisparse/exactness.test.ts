@@ -9,8 +9,8 @@
 import assert from "node:assert/strict";
 import { before, describe, it } from "node:test";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../../../src/config/hisparse_config.js";
-import type { HiSparseStats } from "../../../src/core/hisparse/plan.js";
-import { LLM, type LLMOptions } from "../../../src/engine/llm.js";
+import type { LLMOptions } from "../../../src/engine/llm.js";
+import { type HiSparseRunResult, runPrompts } from "../../helpers/hisparse_run.js";
 import { loadFixture, type RefModel, refModelDir } from "../../helpers/reference.js";
 
 /** Prompts of at most 13 tokens + 48 outputs: 61 tokens, within topk = 64. */
@@ -19,39 +19,9 @@ const PARAMS = { temperature: 0, maxTokens: MAX_TOKENS, ignoreEos: true };
 /** Sinks = page 0, window = the last 2 pages, topk = every page of the longest context. */
 const SPARSE: Partial<HiSparseConfig> = { topk: 64, deviceBufferTokens: 64, sinkTokens: 4, windowTokens: 8 };
 
-interface RunResult {
-  tokens: number[][];
-  stats: HiSparseStats | undefined;
-  numPreemptions: number;
-}
-
-/** Generates the fixture prompts in one batch with the given engine options. */
-async function run(dir: string, prompts: number[][], opts: Partial<LLMOptions>): Promise<RunResult> {
-  const llm = new LLM({ model: dir, device: "cpu", maxModelLen: 128, blockSize: 4, ...opts });
-  try {
-    const engine = await llm.getEngine();
-    const outs = await llm.generate(
-      prompts.map((p) => ({ promptTokenIds: p })),
-      PARAMS,
-    );
-    const stats = engine.hisparse?.stats();
-    if (engine.hisparse !== null) {
-      // Every pool is whole again once the requests finished.
-      assert.equal(
-        engine.scheduler.kvCacheManager.numFreeBlocks,
-        engine.info.numGpuBlocks,
-        "device pool freed",
-      );
-      assert.equal(stats!.hostPoolUsedBlocks, 0, "host pool freed");
-    }
-    return {
-      tokens: outs.map((o) => o.outputs[0]!.tokenIds),
-      stats,
-      numPreemptions: engine.scheduler.makeStats().numPreemptions,
-    };
-  } finally {
-    await llm.shutdown();
-  }
+/** Generates the fixture prompts in one batch on the CPU backend with the given engine options. */
+function run(dir: string, prompts: number[][], opts: Partial<LLMOptions>): Promise<HiSparseRunResult> {
+  return runPrompts({ model: dir, device: "cpu", maxModelLen: 128, blockSize: 4, ...opts }, prompts, PARAMS);
 }
 
 const hisparse = (c: Partial<HiSparseConfig>) => ({ hisparse: resolveHiSparseConfig({ ...SPARSE, ...c }) });
@@ -60,7 +30,7 @@ for (const name of ["ref-small", "ref-base"] as RefModel[]) {
   const dir = refModelDir(name);
   describe(`HiSparse exactness: ${name}`, { skip: dir === null && `${name} not found` }, () => {
     const prompts = loadFixture(name).map((c) => c.input_ids);
-    let dense: RunResult;
+    let dense: HiSparseRunResult;
     before(async () => {
       dense = await run(dir!, prompts, {});
     });
