@@ -10,7 +10,7 @@ export { mlpKindOf } from "./moe_config.js";
 
 /**
  * Model families the engine runs. They share one decoder (models/decoder.ts): GQA attention with
- * a dense or mixture-of-experts MLP per layer; FAMILY_TRAITS below says how each reads its config.
+ * a dense or mixture-of-experts MLP per layer; family_traits.ts says how each reads its config.
  */
 export const SUPPORTED_ARCHITECTURES = {
   LlamaForCausalLM: "llama",
