@@ -360,7 +360,8 @@ export interface BackendMoeOps {
   route(logits: Tensor, rule: MoeRoutingRule, correctionBias: Tensor | null): MoeRouting;
   /**
    * Groups token rows by expert (vLLM moe_align + permute): row (t, j) of the routing is a copy
-   * of x[t] placed in expert topkIds[t, j]'s segment; expert counts stay on the device. x: [T, H]; topkIds: i32 [T, k] with ids in [0, numExperts).
+   * of x[t] placed in expert topkIds[t, j]'s segment; expert counts stay on the device.
+   * x: [T, H]; topkIds: i32 [T, k] with ids in [0, numExperts).
    * @throws Error on shapes or an id outside [0, numExperts).
    */
   permute(x: Tensor, topkIds: Tensor, numExperts: number): MoePermutation;
