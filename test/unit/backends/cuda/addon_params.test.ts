@@ -27,7 +27,7 @@ import {
   RESOLVE_PARAMS,
   SPARSE_DECODE_PARAMS,
 } from "../../../../src/backends/cuda/addon_params.js";
-import { checkParams } from "./fake_addon.js";
+import { checkParams } from "./fake_params.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 const read = (path: string) => readFileSync(join(root, path), "utf8");
