@@ -83,5 +83,8 @@ export interface DeviceHiSparseStepMeta {
   maskedSeqLens: Tensor | null;
 }
 
-/** Key of the device step metadata in AttentionMetadata.extensions (its own name: never read as HiSparseStepMeta). */
+/**
+ * Key of the device step metadata in AttentionMetadata.extensions (a name of its own, so that it
+ * is never read as the CPU path's HiSparseStepMeta).
+ */
 export const DEVICE_HISPARSE_STEP_META = extensionKey<DeviceHiSparseStepMeta>("hisparse-device");

@@ -19,7 +19,7 @@ import type { DevicePtr } from "./device_ptr.js";
  */
 export type ParamKind = "ptr" | "i32" | "size" | "f32";
 
-/** A C parameter struct: its name, the header declaring it, an optional first member `base`, its fields in order. */
+/** A C parameter struct: its name, its header, an optional first member `base`, its fields in order. */
 export interface ParamStruct {
   readonly struct: string;
   readonly header: string;

@@ -17,10 +17,10 @@ import { HISPARSE, HISPARSE_PLAN, HISPARSE_RESULT, type HiSparseStats } from "./
  *    (HybridPolicy.offloadLongRequest);
  * 3. pages the step fills are recorded as mirrored in this step (the worker copies them after
  *    the forward; they become spillable once this step's output came back);
- * 4. the plan (under HISPARSE_PLAN): the page-table deltas, the mirror copies, and the requests that decode sparsely
- *    (HybridPolicy.decodesSparsely: those holding an INACTIVE page, which have their hot buffer,
- *    and in `on` mode with residency `hybrid` every long decoding request; each computes one
- *    token).
+ * 4. the plan (under HISPARSE_PLAN): the page-table deltas, the mirror copies, and the requests
+ *    that decode sparsely (HybridPolicy.decodesSparsely: those holding an INACTIVE page, which
+ *    have their hot buffer, and in `on` mode with residency `hybrid` every long decoding request;
+ *    each computes one token).
  */
 export class HiSparseExtension implements SchedulerExtension {
   readonly name = HISPARSE;

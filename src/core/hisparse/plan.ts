@@ -28,7 +28,7 @@ export interface PageTableDelta {
   newHostBlockIds: HostBlockId[];
   /** Appended pages: device block of each (NULL_BLOCK_ID if spilled before it was sent). */
   newBlockIds: BlockId[];
-  /** Earlier pages spilled since the previous plan, in spill order: their device block becomes NULL_BLOCK_ID. */
+  /** Earlier pages spilled since the previous plan, in spill order: their device block becomes -1. */
   spilledPages: number[];
   /** Pages pinned since the previous plan (whitelisted tokens), ascending. */
   newPinnedPages: number[];
