@@ -17,6 +17,7 @@
  */
 
 import type { MoeRoutingRule } from "../config/moe_config.js";
+import type { ExtensionData } from "../core/extension_data.js";
 
 /** Element types of tensors. "i32" is for ids, positions, slot mappings and block tables. */
 export type DType = "f32" | "bf16" | "f16" | "i32";
@@ -78,10 +79,11 @@ export interface AttentionMetadata {
     positions: Int32Array;
   };
   /**
-   * Per-step metadata of optional attention features, keyed by feature (e.g. "hisparse": page
-   * tables, host slot mapping); set by the worker's extensions, read by their AttentionBackend.
+   * Per-step metadata of optional attention features, one typed entry per feature (HiSparse:
+   * host slot mapping, dense-layer tables, the sparse rows); set by the worker's extensions,
+   * read by their AttentionBackend through the feature's ExtensionKey.
    */
-  extensions?: ReadonlyMap<string, unknown>;
+  extensions?: ExtensionData;
 }
 
 /**
