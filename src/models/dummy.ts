@@ -1,7 +1,9 @@
 import type { HostTensorData } from "../backends/backend.js";
 import { type ModelConfig, mlpKindOf } from "../config/model_config.js";
 import { moeWeightSpecs } from "./moe_mlp.js";
-import { WeightLoadError, type WeightSource } from "./weights.js";
+import { type DummyTensorKind, WeightLoadError, type WeightSource, type WeightSpec } from "./weights.js";
+
+export type { DummyTensorKind, WeightSpec } from "./weights.js";
 
 /**
  * Seeded random weights for `--load-format dummy` (vLLM's DummyModelLoader): every tensor the
@@ -25,16 +27,6 @@ export const DUMMY_NORM_VALUE = 1.0;
  * per element keeps an 8B-parameter dummy load at a few seconds per GB.
  */
 const NORMAL_LEVELS = 65536;
-
-/** What a tensor is, which decides its values. */
-export type DummyTensorKind = "matrix" | "bias" | "norm";
-
-/** Name, shape and kind of one tensor of the Llama family. */
-export interface WeightSpec {
-  name: string;
-  shape: number[];
-  kind: DummyTensorKind;
-}
 
 /**
  * Every HF tensor name and shape of a Llama-family model (transformers modeling_llama.py,

@@ -1,10 +1,9 @@
 import type { Backend, BackendMoeOps, HostTensorData, Tensor } from "../backends/backend.js";
 import type { ModelConfig, MoeConfig, MoeRoutingRule } from "../config/model_config.js";
 import type { MlpLayer } from "./blocks.js";
-import type { WeightSpec } from "./dummy.js";
 import { DenseMlp } from "./mlp.js";
 import type { WeightLoader } from "./weight_loader.js";
-import { concatRows } from "./weights.js";
+import { concatRows, type WeightSpec } from "./weights.js";
 
 /**
  * The mixture-of-experts MLP block (HF Qwen3MoeSparseMoeBlock; Glm4MoeMoE / DeepseekV3MoE with
