@@ -7,16 +7,17 @@
  * arguments in `calls` (the tests check the marshalling) and touch no memory.
  */
 import type { DType } from "../../../../src/backends/backend.js";
-import type {
-  AllocatorStats,
-  HisparseNative,
-  NativeBlas,
-  NativeCudaGraph,
-  NativeDeviceAllocator,
-  NativeEvent,
-  NativePinnedBuffer,
-  NativeStream,
-  NativeWorkspace,
+import {
+  ADDON_ABI_VERSION,
+  type AllocatorStats,
+  type HisparseNative,
+  type NativeBlas,
+  type NativeCudaGraph,
+  type NativeDeviceAllocator,
+  type NativeEvent,
+  type NativePinnedBuffer,
+  type NativeStream,
+  type NativeWorkspace,
 } from "../../../../src/backends/cuda/addon.js";
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits } from "../../../../src/backends/cuda/half.js";
 
@@ -251,12 +252,18 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     (...args: number[]) =>
       void calls.push({ fn, args });
 
+  /** For launchers with boolean flags: recorded as 0 / 1. */
+  const recordFlags =
+    (fn: string) =>
+    (...args: (number | boolean)[]) =>
+      void calls.push({ fn, args: args.map(Number) });
+
   const fake: FakeAddon = {
     calls,
     memory: mem,
     sampleResult: [],
     lastSampleRows: null,
-    abiVersion: 2,
+    abiVersion: ADDON_ABI_VERSION,
     buildInfo: {
       cudaRuntimeVersion: 13000,
       hasAttention: options.hasAttention ?? true,
@@ -334,6 +341,12 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     resolve: record("resolve"),
     mirrorPages: record("mirrorPages"),
     sparseDecodeAttention: record("sparseDecodeAttention"),
+    moeRoute: recordFlags("moeRoute"),
+    moePermuteScratchBytes: (numTokens, topK, numExperts) =>
+      numTokens * topK > 4096 ? numExperts * 4 * 64 : 0,
+    moePermute: record("moePermute"),
+    moeGroupedGemm: recordFlags("moeGroupedGemm"),
+    moeUnpermute: record("moeUnpermute"),
     sample: (
       stream,
       logits,
