@@ -36,8 +36,21 @@ export interface FixtureCase {
 
 /** The trained reference models. */
 export type TrainedModel = "ref-small" | "ref-base";
-/** The tiny random checkpoints of transformers 5.17 (../shared/models/README.md). */
-export type TinyModel = "tiny-qwen3-moe" | "tiny-glm4-moe";
+/**
+ * The tiny random checkpoints of transformers 5.17: the two of ../shared/models/README.md, and
+ * those scripts/gpu/moe_fixtures.sh makes (a group-limited router with a nonzero correction
+ * bias, a packed-expert checkpoint, 512-token-vocabulary copies of the two shapes small enough
+ * for test/fixtures/models/). Tests of a model skip unless both it and its fixture are found.
+ */
+export const TINY_MODELS = [
+  "tiny-qwen3-moe",
+  "tiny-glm4-moe",
+  "tiny-glm4-moe-grouped",
+  "tiny-qwen3-moe-packed",
+  "tiny-qwen3-moe-v512",
+  "tiny-glm4-moe-v512",
+] as const;
+export type TinyModel = (typeof TINY_MODELS)[number];
 export type RefModel = TrainedModel | TinyModel;
 
 /** Directory of a reference model, or null when it is not available on this machine. */
@@ -50,6 +63,19 @@ export function refModelDir(name: RefModel): string | null {
     join(repoRoot, "..", "..", "shared", "models", name),
   ];
   return candidates.find((d) => d !== "" && existsSync(join(d, "config.json"))) ?? null;
+}
+
+/** Whether test/fixtures/hf-<name>.json exists. */
+export function hasFixture(name: RefModel): boolean {
+  return existsSync(join(repoRoot, "test", "fixtures", `hf-${name}.json`));
+}
+
+/**
+ * Directory of a model whose fixture exists too, or null (a tiny checkpoint may be found in
+ * ../shared without its fixture having been copied, or the other way round).
+ */
+export function referencedModelDir(name: RefModel): string | null {
+  return hasFixture(name) ? refModelDir(name) : null;
 }
 
 /** The HF fixture cases of a reference model. */
