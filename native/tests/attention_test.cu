@@ -156,6 +156,7 @@ int main(int argc, char** argv) {
   runCase(decodeSpec("d128 g4 maxModelLen 256 (1 split)", 32, 8, 128, 16, {256, 1, 100}, 256, 103), true, tally);
   runCase(decodeSpec("d32 g2 bs16 (tiny MoE models)", 4, 2, 32, 16, randomLens(17, 5, 1, 700, 1), 1024, 110), true,
           tally);
+  runCase(decodeSpec("d32 g2 maxModelLen 256 (1 split)", 4, 2, 32, 16, {256, 1, 100, 0}, 256, 111), true, tally);
   if (!quick) {
     runCase(decodeSpec("llama-8b shape bs16, lens 1..32K + padded",
                        32, 8, 128, 16,

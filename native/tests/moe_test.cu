@@ -35,11 +35,6 @@ std::vector<uint16_t> toBf16(const std::vector<float>& v) {
   for (size_t i = 0; i < v.size(); ++i) r[i] = floatToBf16(v[i]);
   return r;
 }
-std::vector<float> fromBf16(const std::vector<uint16_t>& v) {
-  std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = bf16ToFloat(v[i]);
-  return r;
-}
 /** Random values rounded to bf16 (as floats). */
 std::vector<float> randomBf16Values(Rng& rng, size_t n, double scale) {
   std::vector<float> v(n);

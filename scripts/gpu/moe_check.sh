@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The mixture-of-experts checks of the CUDA backend (issue 14), GPU machine, summary last.
+#
+# Prepare here (nvcc, no GPU):
+#   npm run build && npm run build:native && bash scripts/gpu/moe_check.sh --compile-only
+#   bash scripts/device/pack.sh --model tiny-qwen3-moe --model tiny-glm4-moe
+# Run there, carrying .device, dist and build/Release:
+#   bash scripts/device/unpack.sh && source .device/prelude.sh && bash scripts/gpu/moe_check.sh
+#
+# Steps (each under `timeout`; about 2 minutes in all):
+#  1. kernels: build/Release/moe_test (native/tests/moe_test.cu: every MoE kernel against the C++
+#     port of the CPU oracle; route/permute/unpermute exact, grouped GEMM configs within bf16
+#     tolerance and bitwise equal to each other, fused silu_and_mul bitwise the unfused pair, a
+#     layer's graph replay == eager), then its --bench (Qwen3-30B-A3B layer shapes, per kernel);
+#  2. dist/test/native/{moe,ops,attention,hisparse_moe}.test.js: Backend.moe through CudaBackend
+#     against the CPU backend on identical inputs (whole layer, graph replays), partial rotary,
+#     attention with head_dim 32 (the tiny MoE checkpoints), HiSparse `on` == `off` on
+#     tiny-qwen3-moe;
+#  3. HF parity: scripts/gpu/hf_reference.py on tiny-qwen3-moe and tiny-glm4-moe (bf16 and fp32
+#     logits, greedy runs with top-2 gaps), then compare_hf.js: logits within bf16 tolerance of HF
+#     fp32 and of our CPU backend, greedy tokens equal HF fp32's except at near-ties (< 0.1);
+#  4. engine_checks.js on both models: batch invariance with chunked prefill and preemption
+#     (tie-aware), CUDA graphs == --enforce-eager, seeded sampling reproducible.
+# Options: --compile-only (build moe_test here and stop), --skip-hf (steps 1, 2, 4 only).
+# Logs go to $OUT (when set) or /tmp/hisparse-moe-check. Exit 0 iff every step passed.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+compile_only=0; skip_hf=0
+for a in "$@"; do
+  case "$a" in
+    --compile-only) compile_only=1 ;;
+    --skip-hf) skip_hf=1 ;;
+    *) echo "moe_check.sh: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+out="${OUT:-/tmp/hisparse-moe-check}"
+mkdir -p "$out" build/Release
+bin=build/Release/moe_test
+K=native/kernels
+
+if [ ! -x "$bin" ] || [ "${MOE_REBUILD:-0}" = 1 ] || [ "$compile_only" = 1 ]; then
+  NVCC="${NVCC:-nvcc}"
+  command -v "$NVCC" >/dev/null 2>&1 || NVCC=/usr/local/cuda/bin/nvcc
+  echo "== compiling $bin"
+  "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xcompiler -pthread \
+    native/tests/moe_test.cu $K/moe_route.cu $K/moe_permute.cu $K/moe_gemm.cu $K/activation.cu -o "$bin" \
+    || { echo "moe_check.sh: compiling moe_test failed" >&2; exit 1; }
+fi
+[ "$compile_only" = 1 ] && { echo "built $bin"; exit 0; }
+command -v node >/dev/null || { echo "moe_check.sh: node is not on PATH (source .device/prelude.sh first)" >&2; exit 2; }
+models="${HISPARSE_MODELS:-$PWD/.device/models}"
+export HISPARSE_MODELS="$models"
+rows=()
+fails=0
+step() {  # name timeout_s command...
+  local name=$1 limit=$2; shift 2
+  local t0; t0=$(date +%s)
+  echo "== $name: $*"
+  timeout "$limit" "$@" > >(tee "$out/$name.log") 2>&1
+  local rc=$?
+  rows+=("$(printf '%-22s %-6s %4ss' "$name" "$([ $rc = 0 ] && echo ok || echo FAIL:$rc)" $(( $(date +%s) - t0 )))")
+  [ $rc = 0 ] || fails=$((fails + 1))
+}
+
+step moe_test 120 "$bin"
+step moe_bench_kernels 120 "$bin" --bench
+step native_tests 240 node --test --test-reporter=spec dist/test/native/moe.test.js dist/test/native/ops.test.js \
+  dist/test/native/attention.test.js dist/test/native/hisparse_moe.test.js
+if [ "$skip_hf" = 0 ]; then
+  ref=/tmp/hfref-moe
+  export PYTHONUNBUFFERED=1
+  step hf_reference 240 python3 scripts/gpu/hf_reference.py --out "$ref" --only --tokens 24 \
+    --ref "$models/tiny-qwen3-moe" "$models/tiny-glm4-moe"
+  step compare_hf 240 node dist/scripts/gpu/compare_hf.js "$ref/tiny-qwen3-moe.json" "$ref/tiny-glm4-moe.json" \
+    --assert-greedy=tiny-qwen3-moe,tiny-glm4-moe
+fi
+for m in tiny-qwen3-moe tiny-glm4-moe; do
+  step "engine_$m" 240 node dist/scripts/gpu/engine_checks.js --model "$models/$m"
+done
+
+echo "== summary"
+grep -h "moe_test:\|RESULT\|^# pass\|^# fail" "$out"/*.log
+printf '%s\n' "${rows[@]}"
+exit $(( fails > 0 ))
