@@ -7,11 +7,12 @@
 # Run there, carrying .device, dist and build/Release:
 #   bash scripts/device/unpack.sh && source .device/prelude.sh && bash scripts/gpu/moe_check.sh
 #
-# Steps (each under `timeout`; about 2 minutes in all):
+# Steps (each under `timeout`; an estimated 4-5 minutes in all, under 2 without sanitizers and step 4):
 #  1. kernels: build/Release/moe_test (native/tests/moe_test.cu: every MoE kernel against the C++
 #     port of the CPU oracle; route/permute/unpermute exact, grouped GEMM configs within bf16
 #     tolerance and bitwise equal to each other, fused silu_and_mul bitwise the unfused pair, a
-#     layer's graph replay == eager), then its --bench (Qwen3-30B-A3B layer shapes, per kernel);
+#     layer's graph replay == eager); compute-sanitizer memcheck over --quick and racecheck over
+#     the GEMM cases; then its --bench (Qwen3-30B-A3B layer shapes, per kernel);
 #  2. dist/test/native/{moe,ops,attention,hisparse_moe}.test.js: Backend.moe through CudaBackend
 #     against the CPU backend on identical inputs (whole layer, graph replays), partial rotary,
 #     attention with head_dim 32 (the tiny MoE checkpoints), HiSparse `on` == `off` on
@@ -21,15 +22,18 @@
 #     fp32 and of our CPU backend, greedy tokens equal HF fp32's except at near-ties (< 0.1);
 #  4. engine_checks.js on both models: batch invariance with chunked prefill and preemption
 #     (tie-aware), CUDA graphs == --enforce-eager, seeded sampling reproducible.
-# Options: --compile-only (build moe_test here and stop), --skip-hf (steps 1, 2, 4 only).
+# Options: --compile-only (build moe_test here and stop); --no-sanitize, --skip-hf, --skip-engine
+# leave out the sanitizer runs, step 3, step 4.
 # Logs go to $OUT (when set) or /tmp/hisparse-moe-check. Exit 0 iff every step passed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-compile_only=0; skip_hf=0
+compile_only=0; skip_hf=0; skip_engine=0; sanitize=1
 for a in "$@"; do
   case "$a" in
     --compile-only) compile_only=1 ;;
     --skip-hf) skip_hf=1 ;;
+    --skip-engine) skip_engine=1 ;;
+    --no-sanitize) sanitize=0 ;;
     *) echo "moe_check.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -63,6 +67,11 @@ step() {  # name timeout_s command...
 }
 
 step moe_test 120 "$bin"
+if [ "$sanitize" = 1 ]; then
+  san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  step moe_memcheck 180 "$san" --tool memcheck --error-exitcode 1 --print-limit 20 "$bin" --quick
+  step moe_racecheck 180 "$san" --tool racecheck --error-exitcode 1 --print-limit 20 "$bin" --quick --only gemm
+fi
 step moe_bench_kernels 120 "$bin" --bench
 step native_tests 240 node --test --test-reporter=spec dist/test/native/moe.test.js dist/test/native/ops.test.js \
   dist/test/native/attention.test.js dist/test/native/hisparse_moe.test.js
@@ -74,11 +83,13 @@ if [ "$skip_hf" = 0 ]; then
   step compare_hf 240 node dist/scripts/gpu/compare_hf.js "$ref/tiny-qwen3-moe.json" "$ref/tiny-glm4-moe.json" \
     --assert-greedy=tiny-qwen3-moe,tiny-glm4-moe
 fi
-for m in tiny-qwen3-moe tiny-glm4-moe; do
-  step "engine_$m" 240 node dist/scripts/gpu/engine_checks.js --model "$models/$m"
-done
+if [ "$skip_engine" = 0 ]; then
+  for m in tiny-qwen3-moe tiny-glm4-moe; do
+    step "engine_$m" 240 node dist/scripts/gpu/engine_checks.js --model "$models/$m"
+  done
+fi
 
 echo "== summary"
-grep -h "moe_test:\|RESULT\|^# pass\|^# fail" "$out"/*.log
+grep -h "moe_test:\|RESULT\|ERROR SUMMARY\|^# pass\|^# fail" "$out"/*.log
 printf '%s\n' "${rows[@]}"
 exit $(( fails > 0 ))
