@@ -1,6 +1,7 @@
 import {
   type AttentionMetadata,
   type Backend,
+  type BackendMoeOps,
   type DeviceSamplingRows,
   DTYPE_BYTES,
   type DType,
@@ -31,6 +32,7 @@ import {
 } from "./cuda_backend_setup.js";
 import type { CudaGraphs } from "./graphs.js";
 import { type HostStaging, readConverted, type UploadConversion, writeConverted } from "./host_io.js";
+import { CudaMoeOps } from "./moe_ops.js";
 import * as ops from "./ops.js";
 import { SideStream } from "./side_stream.js";
 import * as sparse from "./sparse_attention_ops.js";
@@ -58,6 +60,8 @@ export class CudaBackend implements Backend {
   }
   readonly graphs: CudaGraphs;
   readonly blas: NativeBlas;
+  /** Mixture-of-experts ops (moe_ops.ts). */
+  readonly moe: BackendMoeOps;
   private readonly allocator: NativeDeviceAllocator;
   private readonly streamObj: NativeStream;
   private readonly workspace: StepWorkspace;
@@ -79,6 +83,7 @@ export class CudaBackend implements Backend {
     this.staging = r.staging;
     this.uploadPath = r.upload;
     this.graphs = r.graphs;
+    this.moe = new CudaMoeOps(this, options.moeFusedActivation ?? true);
   }
 
   /** Handle of the backend's stream (for the ops modules and for KV transfer code). */

@@ -45,6 +45,11 @@ export interface CudaBackendOptions {
    * and workspaceScope's release are unavailable in this mode. Use with cachingAllocator: false.
    */
   exactWorkspace?: boolean;
+  /**
+   * MoE layers: fuse silu_and_mul into the gate_up grouped GEMM (default true; bitwise the same
+   * result, one launch fewer per layer). false runs the pair unfused (benchmarks compare).
+   */
+  moeFusedActivation?: boolean;
 }
 
 /** CudaBackend.memoryStats(): the caching allocator's counters plus the step workspace's (bytes). */

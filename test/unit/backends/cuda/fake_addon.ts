@@ -10,6 +10,7 @@
  */
 import type { DType } from "../../../../src/backends/backend.js";
 import {
+  ADDON_ABI_VERSION,
   type AllocatorStats,
   asDevicePtr,
   type DevicePtr,
@@ -270,12 +271,18 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     (stream: number, params: object, ...rest: number[]) =>
       void calls.push({ fn, args: [stream, ...rest], params: checkParams(fn, spec, params) });
 
+  /** For launchers with boolean flags: recorded as 0 / 1. */
+  const recordFlags =
+    (fn: string) =>
+    (...args: (number | boolean)[]) =>
+      void calls.push({ fn, args: args.map(Number) });
+
   const fake: FakeAddon = {
     calls,
     memory: mem,
     sampleResult: [],
     lastSampleRows: null,
-    abiVersion: 3,
+    abiVersion: ADDON_ABI_VERSION,
     buildInfo: {
       cudaRuntimeVersion: 13000,
       hasAttention: options.hasAttention ?? true,
@@ -353,6 +360,12 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     resolve: recordParams("resolve", RESOLVE_PARAMS),
     mirrorPages: record("mirrorPages"),
     sparseDecodeAttention: recordParams("sparseDecodeAttention", SPARSE_DECODE_PARAMS),
+    moeRoute: recordFlags("moeRoute"),
+    moePermuteScratchBytes: (numTokens, topK, numExperts) =>
+      numTokens * topK > 4096 ? numExperts * 4 * 64 : 0,
+    moePermute: record("moePermute"),
+    moeGroupedGemm: recordFlags("moeGroupedGemm"),
+    moeUnpermute: record("moeUnpermute"),
     sample: (
       stream,
       logits,
