@@ -8,7 +8,7 @@ import {
   loadModelConfig,
   type ModelConfig,
 } from "../config/model_config.js";
-import { modelKVCacheGroups } from "../core/kv/kv_cache_spec.js";
+import { modelKVCacheGroups } from "../core/kv/kv_cache_interface.js";
 import { bytesPerToken } from "../core/kv/kv_memory.js";
 import { packageRoot, resolveModelDir } from "../models/registry.js";
 import { Tokenizer } from "../tokenizer/tokenizer.js";

@@ -26,7 +26,7 @@ import {
   groupPageBytes,
   hisparseKVCacheGroups,
   modelKVCacheGroups,
-} from "../core/kv/kv_cache_spec.js";
+} from "../core/kv/kv_cache_interface.js";
 import {
   bestHostPool,
   concurrency,

@@ -5,7 +5,7 @@
 import { DensePagedAttention } from "../attention/backend.js";
 import { type Backend, DTYPE_BYTES } from "../backends/backend.js";
 import { ConfigError } from "../config/engine_args.js";
-import { modelKVCacheGroups } from "../core/kv/kv_cache_spec.js";
+import { modelKVCacheGroups } from "../core/kv/kv_cache_interface.js";
 import { sizeKVMemory } from "../core/kv/kv_memory.js";
 import { kvRefusalMessage } from "../core/kv/kv_refusals.js";
 import {

@@ -9,7 +9,7 @@ import type { AttentionBackend } from "../attention/backend.js";
 import type { Backend, DType, QkvLayout, Tensor } from "../backends/backend.js";
 import { ConfigError, type EngineArgs } from "../config/engine_args.js";
 import type { ModelConfig } from "../config/model_config.js";
-import type { KVCacheGroupSpec } from "../core/kv/kv_cache_spec.js";
+import type { KVCacheGroupSpec } from "../core/kv/kv_cache_interface.js";
 import type { WorkerExtension } from "./extension.js";
 
 /** What a set-up is built from (the worker has loaded the model). */
@@ -60,7 +60,7 @@ export interface KVCacheSetup {
   readonly blockSize: number;
   /** Blocks of the device pool (the scheduler's BlockPool). */
   readonly numGpuBlocks: number;
-  /** The groups as laid out (core/kv/kv_cache_spec.ts). */
+  /** The groups as laid out (core/kv/kv_cache_interface.ts). */
   readonly groups: readonly KVCacheGroupSpec[];
   /** [numLayers] the cache tensor each layer's attention reads and writes. */
   readonly kvCaches: readonly Tensor[];

@@ -1,7 +1,7 @@
 /**
  * The KV memory formula: how many blocks a memory budget buys, how they split between the
  * HiSparse pools, what one request may hold, and why a setting cannot work. Integer arithmetic
- * over the KV cache groups of kv_cache_spec.ts; the worker's set-ups size their pools with it,
+ * over the KV cache groups of kv_cache_interface.ts; the worker's set-ups size their pools with it,
  * the scheduler admits with it, and `hisparse plan` prints it. Every count is floored.
  *
  * Dense engine (vLLM determine_num_available_blocks, one block across every group):
@@ -16,7 +16,7 @@
  * host pool is given (capped at defaultHostPoolMaxBytes when set).
  */
 import { HOST_POOL_DEFAULT_RATIO } from "../../config/hisparse_config.js";
-import { groupPageBytes, type KVCacheGroupSpec } from "./kv_cache_spec.js";
+import { groupPageBytes, type KVCacheGroupSpec } from "./kv_cache_interface.js";
 
 /** Blocks that hold `numTokens` tokens: ceil(numTokens / blockSize) (vLLM cdiv). */
 export function blocksForTokens(numTokens: number, blockSize: number): number {
@@ -43,7 +43,7 @@ export interface HiSparseBlockCosts {
   deviceBytesPerHostBlock: number;
 }
 
-/** Per-block costs of the HiSparse layout (kv_cache_spec.ts hisparseKVCacheGroups). */
+/** Per-block costs of the HiSparse layout (kv_cache_interface.ts hisparseKVCacheGroups). */
 export function hisparseBlockCosts(
   groups: readonly KVCacheGroupSpec[],
   blockSize: number,

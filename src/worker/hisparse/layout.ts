@@ -12,7 +12,7 @@ import {
   hisparseKVCacheGroups,
   type KVCacheGroupSpec,
   modelKVCacheGroups,
-} from "../../core/kv/kv_cache_spec.js";
+} from "../../core/kv/kv_cache_interface.js";
 import { type KVMemorySizing, sizeKVMemory, sparseRequestMinBlocks } from "../../core/kv/kv_memory.js";
 import { kvRefusalMessage } from "../../core/kv/kv_refusals.js";
 import type { WorkerExtension } from "../extension.js";
@@ -46,7 +46,7 @@ export interface HiSparseLayout {
 
 /** What differs between backends in the sizing. */
 export interface HiSparseSizingOptions {
-  /** Bytes per Quest digest element (core/kv/kv_cache_spec.ts DIGEST_ELEMENT_BYTES). */
+  /** Bytes per Quest digest element (core/kv/kv_cache_interface.ts DIGEST_ELEMENT_BYTES). */
   digestElementBytes: number;
   /** Device bytes the set-up takes before the pools (CUDA: the slot tables). */
   reservedDeviceBytes?: number;

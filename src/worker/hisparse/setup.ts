@@ -5,7 +5,7 @@ import type { Backend, Tensor } from "../../backends/backend.js";
 import { ConfigError, type EngineArgs } from "../../config/engine_args.js";
 import { type HiSparseConfig, validateHiSparseConfig } from "../../config/hisparse_config.js";
 import type { ModelConfig } from "../../config/model_config.js";
-import { DIGEST_ELEMENT_BYTES } from "../../core/kv/kv_cache_spec.js";
+import { DIGEST_ELEMENT_BYTES } from "../../core/kv/kv_cache_interface.js";
 import type { KVCacheSetup, KVCacheSetupContext } from "../kv_cache_setup.js";
 import { HiSparseWorker } from "./hisparse_worker.js";
 import { CpuHostKvCache } from "./host_kv_cache.js";

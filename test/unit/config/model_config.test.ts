@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { loadModelConfig, ModelConfigError, parseModelConfig } from "../../../src/config/model_config.js";
-import { modelKVCacheGroups } from "../../../src/core/kv/kv_cache_spec.js";
+import { modelKVCacheGroups } from "../../../src/core/kv/kv_cache_interface.js";
 import { bytesPerToken } from "../../../src/core/kv/kv_memory.js";
 
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));

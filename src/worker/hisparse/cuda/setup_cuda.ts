@@ -5,7 +5,7 @@ import { CudaQuestSelector } from "../../../attention/sparse/cuda/cuda_quest.js"
 import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
 import { ConfigError } from "../../../config/engine_args.js";
 import { type HiSparseConfig, sparseLayersOf } from "../../../config/hisparse_config.js";
-import { DIGEST_ELEMENT_BYTES } from "../../../core/kv/kv_cache_spec.js";
+import { DIGEST_ELEMENT_BYTES } from "../../../core/kv/kv_cache_interface.js";
 import type { KVCacheSetup, KVCacheSetupContext } from "../../kv_cache_setup.js";
 import { hisparseKVCacheSetup, layOutHiSparse } from "../layout.js";
 import { modelReasons } from "../setup.js";

@@ -1,5 +1,5 @@
 /**
- * The KV memory formula (core/kv/kv_memory.ts) over the KV cache groups (kv_cache_spec.ts):
+ * The KV memory formula (core/kv/kv_memory.ts) over the KV cache groups (kv_cache_interface.ts):
  * dense blocks from a budget; the HiSparse split between the device pool and the host pool, the
  * device cost of every host page, the RAM cap of the default host pool and the reserved bytes;
  * every refusal with its words; the admission limit. Each figure is worked out in the comments.
@@ -15,7 +15,7 @@ import {
   kvHeadsPerRank,
   mlaAttentionSpec,
   modelKVCacheGroups,
-} from "../../../../src/core/kv/kv_cache_spec.js";
+} from "../../../../src/core/kv/kv_cache_interface.js";
 import {
   admissionRefusal,
   bytesPerToken,

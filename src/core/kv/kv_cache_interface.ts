@@ -1,5 +1,5 @@
 /**
- * What the KV cache holds, as a list of groups (vLLM v1's vocabulary,
+ * What the KV cache holds, as a list of groups (vLLM v1's vocabulary and file name,
  * vllm/v1/kv_cache_interface.py: a KVCacheSpec says what one layer stores per token and per
  * page; a KVCacheGroupSpec says which layers share that spec). The KV memory formula
  * (kv_memory.ts) sums these groups; nothing else in the tree computes KV bytes.
