@@ -32,6 +32,8 @@ import {
   concurrency,
   maxByDevicePool,
   sparseDevicePagesPerRequest,
+  sparseRequestDeviceBytes,
+  unpagedConcurrency,
 } from "../core/kv/kv_concurrency.js";
 import {
   blocksForTokens,
@@ -191,7 +193,7 @@ export function planDense(p: PlanInput): DensePlan {
     numGpuBlocks: sizing.numGpuBlocks,
     pagesPerRequest,
     maxConcurrent: concurrency(sizing, pagesPerRequest, pagesPerRequest, p.blockSize).maxConcurrent,
-    maxConcurrentUnpaged: Math.floor(p.kvBudgetBytes / (p.contextTokens * kvBytesPerToken)),
+    maxConcurrentUnpaged: unpagedConcurrency(p.kvBudgetBytes, p.contextTokens, kvBytesPerToken),
   };
 }
 
@@ -244,10 +246,9 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
     pagesPerRequest,
     devicePagesPerRequest,
     minGpuBlocks,
-    deviceBytesPerRequest:
-      devicePagesPerRequest * costs.mainBytesPerBlock + pagesPerRequest * costs.deviceBytesPerHostBlock,
+    deviceBytesPerRequest: sparseRequestDeviceBytes(costs, pagesPerRequest, devicePagesPerRequest),
     given: pool(h.hostPoolBytes),
-    best: pool(best.numHostBlocks * costs.hostBytesPerBlock),
+    best: pool(best.hostPoolBytes),
     bestN: best.bestN,
     bestMinHostBlocks: best.minHostBlocks,
   };
@@ -261,7 +262,7 @@ function poolPlan(sizing: KVMemorySizing, P: number, d: number, blockSize: numbe
   const host = sizing.host!;
   const c = concurrency(sizing, P, d, blockSize);
   return {
-    hostPoolBytes: host.numHostBlocks * host.hostBytesPerBlock,
+    hostPoolBytes: host.hostPoolBytes,
     numHostBlocks: host.numHostBlocks,
     numGpuBlocks: sizing.numGpuBlocks,
     maxByHost: c.maxByHost,

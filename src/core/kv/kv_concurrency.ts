@@ -47,6 +47,27 @@ export function sparseDevicePagesPerRequest(pagesPerRequest: number, minGpuBlock
   return Math.min(pagesPerRequest, minGpuBlocks);
 }
 
+/**
+ * Device bytes one request holds once it decodes sparsely: d main-pool blocks, and the device
+ * cost of each of its P host pages (dense layers' KV, digests).
+ */
+export function sparseRequestDeviceBytes(
+  costs: HiSparseBlockCosts,
+  pagesPerRequest: number,
+  devicePagesPerRequest: number,
+): number {
+  return devicePagesPerRequest * costs.mainBytesPerBlock + pagesPerRequest * costs.deviceBytesPerHostBlock;
+}
+
+/** Requests that a budget would hold without paging: floor(budget / (context × bytes per token)). */
+export function unpagedConcurrency(
+  budgetBytes: number,
+  contextTokens: number,
+  bytesPerToken: number,
+): number {
+  return Math.floor(budgetBytes / (contextTokens * bytesPerToken));
+}
+
 /** Requests at once in sized pools, and why none may run. */
 export interface Concurrency {
   /** Dense: floor(G / P). HiSparse: requests the host pool holds, floor(H / P). */
@@ -92,6 +113,8 @@ export interface BestHostPool {
   minHostBlocks: number;
   /** max(bestN × P, minHostBlocks). */
   numHostBlocks: number;
+  /** numHostBlocks × host bytes per page: the `--host-pool-gib` to give. */
+  hostPoolBytes: number;
 }
 
 /**
@@ -113,5 +136,6 @@ export function bestHostPool(
   ];
   const bestN = Math.max(0, Math.floor((budgetBytes - (P - d) * m) / (P * h + d * m)));
   const minHostBlocks = Math.ceil(budgetBytes / (m + h));
-  return { bestN, minHostBlocks, numHostBlocks: Math.max(bestN * P, minHostBlocks) };
+  const numHostBlocks = Math.max(bestN * P, minHostBlocks);
+  return { bestN, minHostBlocks, numHostBlocks, hostPoolBytes: numHostBlocks * costs.hostBytesPerBlock };
 }

@@ -128,7 +128,13 @@ export interface KVMemorySizing {
   /** Device bytes of one device-pool block (HiSparse: the offloadable groups only). */
   bytesPerBlock: number;
   /** HiSparse host pool and per-page costs, or null for the dense engine. */
-  host: { numHostBlocks: number; hostBytesPerBlock: number; deviceBytesPerHostBlock: number } | null;
+  host: {
+    numHostBlocks: number;
+    /** numHostBlocks × hostBytesPerBlock (at most the given host pool). */
+    hostPoolBytes: number;
+    hostBytesPerBlock: number;
+    deviceBytesPerHostBlock: number;
+  } | null;
   /** Why the engine cannot start with these pools (empty when it can). */
   refusals: KVRefusal[];
 }
@@ -169,6 +175,7 @@ export function sizeKVMemory(i: KVMemoryInput): KVMemorySizing {
     bytesPerBlock: costs.mainBytesPerBlock,
     host: {
       numHostBlocks,
+      hostPoolBytes: numHostBlocks * costs.hostBytesPerBlock,
       hostBytesPerBlock: costs.hostBytesPerBlock,
       deviceBytesPerHostBlock: costs.deviceBytesPerHostBlock,
     },

@@ -142,7 +142,12 @@ describe("sizeKVMemory", () => {
     assert.deepEqual(hisparse(null), {
       numGpuBlocks: 102,
       bytesPerBlock: 32768,
-      host: { numHostBlocks: 204, hostBytesPerBlock: 32768, deviceBytesPerHostBlock: 34816 },
+      host: {
+        numHostBlocks: 204,
+        hostPoolBytes: 204 * 32768,
+        hostBytesPerBlock: 32768,
+        deviceBytesPerHostBlock: 34816,
+      },
       refusals: [],
     });
   });
