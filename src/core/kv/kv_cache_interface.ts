@@ -217,7 +217,7 @@ export function modelKVCacheGroups(model: KVModelGeometry, storage: KVStorage): 
 }
 
 /** What HiSparse changes in the layout (HiSparseConfig, plus the digest dtype of the backend). */
-export interface HiSparseLayout {
+export interface HiSparseGroupOptions {
   /** Layers that attend densely over every page: their KV stays on the device. */
   denseLayers: readonly number[];
   /** Bytes per Quest digest element ({@link DIGEST_ELEMENT_BYTES} of the engine). */
@@ -228,12 +228,14 @@ export interface HiSparseLayout {
  * The groups as HiSparse lays them out (DESIGN.md §4): each offloadable group splits into its
  * sparse layers (offloadable: device pool + host pool) and its dense layers (kept on the device,
  * indexed by host block), and each full-attention group's sparse layers get Quest digests (on the
- * device for every page). Groups that are not offloadable (indexer keys) stay as they are. Empty
+ * device for every page; the `quest` selector, the only one today: a DSA selector would add none,
+ * its indexer keys being a group of their own). Groups that are not offloadable (indexer keys)
+ * stay as they are. Empty
  * groups are left out.
  */
 export function hisparseKVCacheGroups(
   groups: readonly KVCacheGroupSpec[],
-  layout: HiSparseLayout,
+  layout: HiSparseGroupOptions,
 ): KVCacheGroupSpec[] {
   const dense = new Set(layout.denseLayers);
   const out: KVCacheGroupSpec[] = [];
