@@ -230,8 +230,7 @@ export interface HiSparseGroupOptions {
  * indexed by host block), and each full-attention group's sparse layers get Quest digests (on the
  * device for every page; the `quest` selector, the only one today: a DSA selector would add none,
  * its indexer keys being a group of their own). Groups that are not offloadable (indexer keys)
- * stay as they are. Empty
- * groups are left out.
+ * stay as they are. Empty groups are left out.
  */
 export function hisparseKVCacheGroups(
   groups: readonly KVCacheGroupSpec[],
