@@ -14,14 +14,16 @@
  */
 import { writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
-import { DensePagedAttention } from "../src/attention/backend.js";
 import type { Tensor } from "../src/backends/backend.js";
 import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
-import { countParameters, kvBytesPerToken } from "../src/config/model_config.js";
+import { makeEngineArgs } from "../src/config/engine_args.js";
+import { countParameters } from "../src/config/model_config.js";
 import { asRequestId, type RequestId } from "../src/core/ids.js";
+import { bytesPerToken } from "../src/core/kv/kv_memory.js";
 import { loadModel } from "../src/models/registry.js";
 import { CudaGraphRunner } from "../src/worker/cuda_graph_runner.js";
 import { type PreparedInputs, stageAttentionMetadata } from "../src/worker/input_batch.js";
+import { createKVCacheSetup } from "../src/worker/kv_cache_registry.js";
 
 const arg = (name: string, d: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -44,21 +46,20 @@ const { config, model } = loadModel({
   maxModelLen: maxCtx + BLOCK,
 });
 console.log(`loaded ${config.architecture} (dummy) in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-const kvPerTok = kvBytesPerToken(config, 2);
-const numBlocks = Math.floor(memBudget / (kvPerTok * BLOCK));
-const kvCaches = backend.allocateKvCache({
-  numLayers: config.numHiddenLayers,
-  numBlocks,
-  blockSize: BLOCK,
-  numKvHeads: config.numKeyValueHeads,
-  headDim: config.headDim,
-  dtype: "bf16",
+// The dense engine's KV set-up (as Worker.create builds it): floor(budget / block bytes) blocks.
+const kv = createKVCacheSetup(backend, {
+  model,
+  args: makeEngineArgs({ device: "cuda", blockSize: BLOCK, maxModelLen: maxCtx + BLOCK }),
+  kvCacheDtype: "bf16",
+  deviceBudgetBytes: memBudget,
+  maxModelLen: maxCtx + BLOCK,
 });
+const { kvCaches, attention, numGpuBlocks: numBlocks } = kv;
+const kvPerTok = bytesPerToken(kv.groups);
 const params = countParameters(config);
 // Bytes a decode step must read: every weight once (the embedding table only for B rows, ignored).
 const embedBytes = config.vocabSize * config.hiddenSize * 2;
 const weightBytes = params * 2 - (config.tieWordEmbeddings ? 0 : embedBytes);
-const attention = new DensePagedAttention(backend, model.layout, BLOCK);
 const runner = new CudaGraphRunner(
   backend,
   backend.graphs,

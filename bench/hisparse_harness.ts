@@ -1,15 +1,15 @@
 /**
  * The engine pieces of the HiSparse benchmarks (bench/hisparse_throughput.ts,
  * bench/hisparse_capacity.ts) on one CUDA backend and one loaded model: for each configuration
- * the KV cache is sized and allocated as Worker.create does (dense, or HiSparse through
- * setupCudaHiSparse), with a ModelRunner in fastPrefill mode (prefill tokens' K/V and digests
+ * the KV cache is sized and allocated as Worker.create does (the same KV set-up,
+ * worker/kv_cache_registry.ts createKVCacheSetup: dense, or HiSparse), with a ModelRunner in
+ * fastPrefill mode (prefill tokens' K/V and digests
  * are written from random rows instead of running the model, so 128K-token contexts fill in
  * seconds; decode steps run the real model, captured in CUDA graphs) and the engine's own
  * Scheduler (with HiSparse scheduling: spills, offload, mirrors, admission). The model is loaded
  * once (dummy weights) and shared by every configuration.
  */
 import type { Tensor } from "../src/backends/backend.js";
-import { DTYPE_BYTES } from "../src/backends/backend.js";
 import type { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import {
   cacheConfigOf,
@@ -18,7 +18,6 @@ import {
   schedulerConfigOf,
 } from "../src/config/engine_args.js";
 import { type HiSparseConfig, hisparseConfigOf } from "../src/config/hisparse_config.js";
-import { kvBytesPerToken } from "../src/config/model_config.js";
 import {
   createHiSparseScheduling,
   type HiSparseScheduling,
@@ -29,7 +28,7 @@ import { makeSamplingParams } from "../src/core/sampling_params.js";
 import type { EngineCoreOutput, SchedulerOutput } from "../src/core/sched/output.js";
 import { Scheduler } from "../src/core/sched/scheduler.js";
 import type { LlamaForCausalLM } from "../src/models/llama.js";
-import { setupCudaHiSparse } from "../src/worker/hisparse/cuda/setup_cuda.js";
+import { createKVCacheSetup } from "../src/worker/kv_cache_registry.js";
 import { ModelRunner } from "../src/worker/model_runner.js";
 
 /** One engine configuration over the shared model. */
@@ -40,7 +39,7 @@ export interface BenchEngine {
   hisparse: HiSparseScheduling | null;
   numGpuBlocks: number;
   numHostBlocks: number;
-  kvCaches: Tensor[];
+  kvCaches: readonly Tensor[];
   /** Frees the KV cache, the HiSparse tables and pinned memory, the graphs. */
   dispose(): void;
 }
@@ -75,39 +74,23 @@ export function createBenchEngine(
     maxNumBatchedTokens: o.maxNumBatchedTokens,
     extensions: o.hisparse === null ? {} : { hisparse: o.hisparse },
   });
-  const config = model.config;
-  let kvCaches: Tensor[];
-  let numGpuBlocks: number;
-  let numHostBlocks = 0;
-  let extensionSetup: ReturnType<typeof setupCudaHiSparse> | null = null;
-  const hs = hisparseConfigOf(args.extensions);
-  if (hs === null) {
-    numGpuBlocks = Math.floor(o.kvBudgetBytes / (o.blockSize * kvBytesPerToken(config, DTYPE_BYTES.bf16)));
-    kvCaches = backend.allocateKvCache({
-      numLayers: config.numHiddenLayers,
-      numBlocks: numGpuBlocks,
-      blockSize: o.blockSize,
-      numKvHeads: config.numKeyValueHeads,
-      headDim: config.headDim,
-      dtype: "bf16",
-    });
-  } else {
-    extensionSetup = setupCudaHiSparse(backend, model, args, hs, "bf16", o.kvBudgetBytes, o.maxModelLen);
-    kvCaches = extensionSetup.kvCaches;
-    numGpuBlocks = extensionSetup.numGpuBlocks;
-    numHostBlocks = extensionSetup.info.numHostBlocks;
-  }
-  const runner = new ModelRunner(backend, model, kvCaches, o.blockSize, {
+  const kv = createKVCacheSetup(backend, {
+    model,
+    args,
+    kvCacheDtype: "bf16",
+    deviceBudgetBytes: o.kvBudgetBytes,
+    maxModelLen: o.maxModelLen,
+  });
+  const runner = new ModelRunner(backend, model, kv, {
     seed: 0,
     enforceEager: false,
     maxModelLen: o.maxModelLen,
     maxNumSeqs: o.maxNumSeqs,
+    fastPrefill: true,
   });
-  runner.fastPrefill = true;
-  if (extensionSetup !== null) {
-    runner.attention = extensionSetup.attention;
-    runner.extensions.push(extensionSetup.extension);
-  }
+  const { numGpuBlocks } = kv;
+  const numHostBlocks = kv.info.hisparse?.numHostBlocks ?? 0;
+  const hs = hisparseConfigOf(args.extensions);
   const hisparse =
     hs === null
       ? null
@@ -124,11 +107,8 @@ export function createBenchEngine(
     hisparse,
     numGpuBlocks,
     numHostBlocks,
-    kvCaches,
-    dispose: () => {
-      runner.dispose();
-      for (const t of kvCaches) backend.free(t);
-    },
+    kvCaches: kv.kvCaches,
+    dispose: () => runner.dispose(),
   };
 }
 

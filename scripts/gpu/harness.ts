@@ -2,8 +2,8 @@
  * Model-level helpers for the GPU check scripts: load a checkpoint on a backend and compute the
  * last-position logits of one prompt through the same input preparation as the ModelRunner.
  */
-import { DensePagedAttention } from "../../src/attention/backend.js";
-import type { Backend, Tensor } from "../../src/backends/backend.js";
+import type { Backend } from "../../src/backends/backend.js";
+import { makeEngineArgs } from "../../src/config/engine_args.js";
 import { loadModelConfig, type ModelConfig } from "../../src/config/model_config.js";
 import { newExtensionData } from "../../src/core/extension_data.js";
 import { asBlockId, asRequestId } from "../../src/core/ids.js";
@@ -16,12 +16,15 @@ import {
   prepareInputs,
   stageAttentionMetadata,
 } from "../../src/worker/input_batch.js";
+import { createKVCacheSetup } from "../../src/worker/kv_cache_registry.js";
+import type { KVCacheSetup } from "../../src/worker/kv_cache_setup.js";
 
 /** A loaded model with a KV cache big enough for one prompt of `maxLen` tokens. */
 export interface Harness {
   config: ModelConfig;
   model: LlamaForCausalLM;
-  kvCaches: Tensor[];
+  /** The dense engine's KV set-up (worker/kv_cache_registry.ts), ceil(maxLen / blockSize) blocks. */
+  kv: KVCacheSetup;
   blockSize: number;
   dispose(): void;
 }
@@ -31,21 +34,20 @@ export function loadHarness(backend: Backend, dir: string, maxLen: number, block
   const src = SafetensorsCheckpoint.open(dir);
   const model = LlamaForCausalLM.load(config, src, backend, Math.max(maxLen, 16));
   src.close();
-  const kvCaches = backend.allocateKvCache({
-    numLayers: config.numHiddenLayers,
-    numBlocks: Math.ceil(maxLen / blockSize),
-    blockSize,
-    numKvHeads: config.numKeyValueHeads,
-    headDim: config.headDim,
-    dtype: backend.activationDtype,
+  const kv = createKVCacheSetup(backend, {
+    model,
+    args: makeEngineArgs({ blockSize, numGpuBlocksOverride: Math.ceil(maxLen / blockSize) }),
+    kvCacheDtype: backend.activationDtype,
+    deviceBudgetBytes: 0,
+    maxModelLen: maxLen,
   });
   return {
     config,
     model,
-    kvCaches,
+    kv,
     blockSize,
     dispose: () => {
-      for (const t of kvCaches) backend.free(t);
+      kv.dispose();
       model.dispose();
     },
   };
@@ -76,11 +78,10 @@ export function lastLogits(backend: Backend, h: Harness, ids: number[]): Float32
   backend.resetWorkspace();
   const T = ids.length;
   const meta = stageAttentionMetadata(backend, inp);
-  const attention = new DensePagedAttention(backend, h.model.layout, h.blockSize);
   const logits = h.model.forward(
     backend.stage(inp.inputIds, [T], "i32"),
     backend.stage(inp.positions, [T], "i32"),
-    { meta, attention, kvCaches: h.kvCaches },
+    { meta, attention: h.kv.attention, kvCaches: h.kv.kvCaches },
     backend.stage(inp.logitsIndices, [1], "i32"),
   );
   return backend.toHost(logits) as Float32Array;

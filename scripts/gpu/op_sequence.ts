@@ -10,14 +10,15 @@
  * (exactWorkspace), so memcheck sees the exact bounds of every tensor.
  * Run (compiled): node dist/scripts/gpu/op_sequence.js   -> prints "op-sequence: ok ..." and exits 0.
  */
-import { DensePagedAttention } from "../../src/attention/backend.js";
 import type { AttentionMetadata, HostTensorData, Tensor } from "../../src/backends/backend.js";
 import { CudaBackend, type CudaBackendOptions } from "../../src/backends/cuda/cuda_backend.js";
 import { f32ToBf16Bits } from "../../src/backends/cuda/half.js";
+import { makeEngineArgs } from "../../src/config/engine_args.js";
 import type { ModelConfig } from "../../src/config/model_config.js";
 import { LlamaForCausalLM } from "../../src/models/llama.js";
 import type { WeightSource } from "../../src/models/weights.js";
 import { stageAttentionMetadata } from "../../src/worker/input_batch.js";
+import { createKVCacheSetup } from "../../src/worker/kv_cache_registry.js";
 
 const BLOCK = 16;
 const MAX_POS = 256;
@@ -166,14 +167,13 @@ function stageBatch(be: CudaBackend, reqs: Req[]) {
 function setup(options: CudaBackendOptions) {
   const be = new CudaBackend({ workspaceBytes: 64 * 2 ** 20, stagingBytes: 4 * 2 ** 20, ...options });
   const model = LlamaForCausalLM.load(config, randomWeights(1), be, MAX_POS);
-  const attention = new DensePagedAttention(be, model.layout, BLOCK);
-  const kvCaches = be.allocateKvCache({
-    numLayers: config.numHiddenLayers,
-    numBlocks: NUM_BLOCKS,
-    blockSize: BLOCK,
-    numKvHeads: config.numKeyValueHeads,
-    headDim: config.headDim,
-    dtype: "bf16",
+  // The dense engine's KV set-up with a fixed pool (--num-gpu-blocks-override NUM_BLOCKS).
+  const { attention, kvCaches } = createKVCacheSetup(be, {
+    model,
+    args: makeEngineArgs({ blockSize: BLOCK, numGpuBlocksOverride: NUM_BLOCKS }),
+    kvCacheDtype: "bf16",
+    deviceBudgetBytes: 0,
+    maxModelLen: MAX_POS,
   });
   const step = (reqs: Req[]): Tensor => {
     const s = stageBatch(be, reqs);

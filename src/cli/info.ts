@@ -5,10 +5,11 @@ import type { Command } from "commander";
 import {
   countActiveParameters,
   countParameters,
-  kvBytesPerToken,
   loadModelConfig,
   type ModelConfig,
 } from "../config/model_config.js";
+import { modelKVCacheGroups } from "../core/kv/kv_cache_interface.js";
+import { bytesPerToken } from "../core/kv/kv_memory.js";
 import { packageRoot, resolveModelDir } from "../models/registry.js";
 import { Tokenizer } from "../tokenizer/tokenizer.js";
 import { action } from "./errors.js";
@@ -56,7 +57,7 @@ async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
       rope: cfg.rope,
       rotaryDim: cfg.rotaryDim ?? cfg.headDim,
       moe: cfg.moe ?? null,
-      kvBytesPerTokenBf16: kvBytesPerToken(cfg, 2),
+      kvBytesPerTokenBf16: bytesPerToken(modelKVCacheGroups(cfg, { elementBytes: 2 })),
       tokenizer: Tokenizer.existsIn(dir),
     },
   };

@@ -1,9 +1,7 @@
 import { type Command, InvalidArgumentError, Option } from "commander";
-import { type HiSparseConfig, hisparseConfigOf } from "../config/hisparse_config.js";
 import { DEFAULT_MAX_REQUEST_BODY_BYTES } from "../server/app.js";
 import { createLogger, type LogFormat } from "../server/log.js";
 import { DEFAULT_STATS_INTERVAL_S, type RunningServer, startServer } from "../server/server.js";
-import type { WorkerInfo } from "../worker/worker.js";
 import { addEngineFlags, engineArgsFromOptions, parseFloatArg, parseIntArg } from "./engine_flags.js";
 import { action } from "./errors.js";
 import { packageVersion } from "./info.js";
@@ -101,80 +99,13 @@ async function runServe(o: ServeOptions): Promise<void> {
     bar.stop();
   }
   const info = server.llm.engine.info;
-  const hisparse = hisparseStartupSummary(hisparseConfigOf(server.llm.engine.args.extensions), info);
-  if (hisparse !== null) logger.info({ hisparse: hisparse.fields }, hisparse.line);
+  const kv = info.kvCache;
+  logger[kv.logLevel]({ [kv.key]: kv.fields }, kv.line);
   logger.info(
     `hisparse serving ${server.context.modelName} on ${server.url} (${info.backend}: ${info.deviceName}, ` +
       `max_model_len ${info.maxModelLen}, ${info.numGpuBlocks} KV blocks)`,
   );
   installSignalHandlers(server, logger);
-}
-
-/** Bytes as GiB with 2 decimals ("0.25 GiB"). */
-const gib = (bytes: number): string => `${(bytes / 2 ** 30).toFixed(2)} GiB`;
-
-/** The HiSparse settings in effect and its pools, as `hisparse serve` logs them at start-up. */
-export interface HiSparseStartupSummary {
-  /** One log line, e.g. "HiSparse auto: residency hybrid, topk 2048, ...; device pool 512 blocks (0.06 GiB) + ..., host pool 1024 pages (0.12 GiB)". */
-  line: string;
-  /** The same figures as pino fields (JSON log format); pool sizes in pages and bytes. */
-  fields: {
-    mode: string;
-    residency: string;
-    topk: number;
-    deviceBufferTokens: number;
-    minSparseTokens: number;
-    numGpuBlocks: number;
-    devicePoolBytes: number;
-    /** Device bytes held for the host pages (all of them): dense layers' KV and digests. */
-    hostPagesDeviceBytes: number;
-    numHostBlocks: number;
-    hostPoolBytes: number;
-  };
-}
-
-/**
- * The start-up summary of HiSparse (mode auto or on): mode, residency, topk,
- * device_buffer_tokens, min_sparse_tokens (`on` only: it decides nothing in `auto`; token counts,
- * the `--hisparse-config` names; the JSON fields keep it in both modes), the
- * device pool (main-pool blocks × `info.kvBytesPerBlock`, the sparse layers' KV), the device
- * memory held per host page (host pages × `info.hisparse.deviceBytesPerHostBlock`: the dense
- * layers' KV and the Quest digests) and the host pool (pages × `info.hisparse.hostBytesPerBlock`),
- * in pages and GiB with 2 decimals.
- * @returns null when HiSparse is off (`config` null, as hisparseConfigOf gives for `off`, or a
- *   worker without HiSparse pools).
- */
-export function hisparseStartupSummary(
-  config: HiSparseConfig | null,
-  info: Pick<WorkerInfo, "numGpuBlocks" | "kvBytesPerBlock" | "hisparse">,
-): HiSparseStartupSummary | null {
-  if (config === null || info.hisparse === null) return null;
-  const devicePoolBytes = info.numGpuBlocks * info.kvBytesPerBlock;
-  const numHostBlocks = info.hisparse.numHostBlocks;
-  const hostPoolBytes = numHostBlocks * info.hisparse.hostBytesPerBlock;
-  const hostPagesDeviceBytes = numHostBlocks * info.hisparse.deviceBytesPerHostBlock;
-  const line =
-    `HiSparse ${config.mode}: residency ${config.residency}, topk ${config.topk}, ` +
-    `device_buffer_tokens ${config.deviceBufferTokens}` +
-    // min_sparse_tokens only decides anything in `on` (auto attends sparsely once a page spills)
-    (config.mode === "on" ? `, min_sparse_tokens ${config.minSparseTokens}; ` : "; ") +
-    `device pool ${info.numGpuBlocks} blocks (${gib(devicePoolBytes)}) + ${gib(hostPagesDeviceBytes)} of dense-layer KV and digests, ` +
-    `host pool ${numHostBlocks} pages (${gib(hostPoolBytes)})`;
-  return {
-    line,
-    fields: {
-      mode: config.mode,
-      residency: config.residency,
-      topk: config.topk,
-      deviceBufferTokens: config.deviceBufferTokens,
-      minSparseTokens: config.minSparseTokens,
-      numGpuBlocks: info.numGpuBlocks,
-      devicePoolBytes,
-      hostPagesDeviceBytes,
-      numHostBlocks,
-      hostPoolBytes,
-    },
-  };
 }
 
 /**

@@ -247,11 +247,6 @@ export function loadModelConfig(modelDir: string): ModelConfig {
   return parseModelConfig(cfg, gen);
 }
 
-/** Bytes of KV cache per token across all layers: 2 (K,V) × layers × kvHeads × headDim × dtypeBytes. */
-export function kvBytesPerToken(cfg: ModelConfig, dtypeBytes: number): number {
-  return 2 * cfg.numHiddenLayers * cfg.numKeyValueHeads * cfg.headDim * dtypeBytes;
-}
-
 /**
  * Parameter count (weights only; tied lm_head counted once). MoE layers count every routed
  * expert, the router (and its correction bias) and the shared experts, so the figure is what the

@@ -1,4 +1,5 @@
 import { ConfigError } from "../config/engine_args.js";
+import { poolsTooSmall } from "../core/kv/kv_memory.js";
 import type { Scheduler } from "../core/sched/scheduler.js";
 
 /**
@@ -35,7 +36,8 @@ export interface KVCachePools {
  * limit is what the scheduler admits ({@link Scheduler.maxBlocksPerRequest}): the device pool
  * when dense; with HiSparse, the device pool (a prefill attends densely, so all of a request's
  * pages are resident while it prefills) and the host pool (every page has a host block).
- * Like vLLM, the whole max_model_len must fit, ceil(maxModelLen / blockSize) blocks.
+ * Like vLLM, the whole max_model_len must fit, ceil(maxModelLen / blockSize) blocks
+ * (core/kv/kv_memory.ts poolsTooSmall names the pools at fault).
  * @throws KVCacheCapacityError naming max_model_len, the tokens that fit, the pools at fault
  *   and their flags.
  */
@@ -59,10 +61,11 @@ export function checkKVCacheCapacity(scheduler: Scheduler, pools: KVCachePools):
   }
   const numHostBlocks = pools.numHostBlocks;
   // Name each pool too small for max_model_len; the device pool unless the host pool alone is.
-  const hostOnly = numHostBlocks * bs < maxModelLen && numGpuBlocks * bs >= maxModelLen;
+  const short = poolsTooSmall({ numGpuBlocks, numHostBlocks }, maxModelLen, bs);
+  const hostOnly = short.host && !short.device;
   const remedies = [
     ...(hostOnly ? [] : [`the device pool (${deviceFlags})`]),
-    ...(numHostBlocks * bs < maxModelLen ? ["the host pool (--host-pool-gib)"] : []),
+    ...(short.host ? ["the host pool (--host-pool-gib)"] : []),
   ];
   throw new KVCacheCapacityError(
     maxModelLen,

@@ -2,7 +2,13 @@
  * The text of `hisparse plan`: every term of the arithmetic with its value, so the figures can
  * be checked by hand.
  */
-import type { DensePlan, HiSparsePlan, HiSparsePoolPlan, PlanInput } from "./plan.js";
+import {
+  type DensePlan,
+  DIGEST_ELEMENT_BYTES,
+  type HiSparsePlan,
+  type HiSparsePoolPlan,
+  type PlanInput,
+} from "./plan.js";
 
 const GIB = 2 ** 30;
 
@@ -92,7 +98,7 @@ export function hisparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan): 
     `  sparse layers  = ${m.numHiddenLayers} − ${h.numDenseLayers} dense = ${h.numSparseLayers}`,
     `  GPU block      = ${h.numSparseLayers} sparse layers × 2 × ${p.blockSize} × ${m.numKeyValueHeads} × ${m.headDim} × ${p.kvElementBytes} B = ${formatBytes(h.mainBytesPerBlock)}`,
     `  host page      = the same sparse-layer K and V = ${formatBytes(h.hostBytesPerBlock)}`,
-    `  GPU per page   = dense layers ${h.numDenseLayers} × 2 × ${p.blockSize} × ${m.numKeyValueHeads} × ${m.headDim} × ${p.kvElementBytes} B + digests ${h.numSparseLayers} × 2 × ${m.numKeyValueHeads} × ${m.headDim} × ${h.digestBytesPerPage / (h.numSparseLayers * 2 * m.numKeyValueHeads * m.headDim)} B = ${formatBytes(h.deviceBytesPerHostBlock)} (digests ${formatBytes(h.digestBytesPerPage)})`,
+    `  GPU per page   = dense layers ${h.numDenseLayers} × 2 × ${p.blockSize} × ${m.numKeyValueHeads} × ${m.headDim} × ${p.kvElementBytes} B + digests ${h.numSparseLayers} × 2 × ${m.numKeyValueHeads} × ${m.headDim} × ${p.digestElementBytes ?? DIGEST_ELEMENT_BYTES} B = ${formatBytes(h.deviceBytesPerHostBlock)} (digests ${formatBytes(h.digestBytesPerPage)})`,
     `  per request    = ${formatInt(h.pagesPerRequest)} pages; on the GPU ceil((${c.sinkTokens} + ${c.windowTokens} + ${c.deviceBufferTokens}) / ${p.blockSize}) + 1 = ${formatInt(h.devicePagesPerRequest)} blocks`,
     `                 = ${formatInt(h.devicePagesPerRequest)} × ${formatBytes(h.mainBytesPerBlock)} + ${formatInt(h.pagesPerRequest)} × ${formatBytes(h.deviceBytesPerHostBlock)} = ${formatBytes(h.deviceBytesPerRequest)} of GPU memory (dense: ${formatBytes(dense.pagesPerRequest * dense.kvBytesPerBlock)})`,
     `  prefill        = all ${formatInt(h.pagesPerRequest)} pages in GPU blocks while a request prefills (dense attention; also a recompute after preemption),`,
@@ -119,10 +125,9 @@ function bestLines(p: PlanInput, h: HiSparsePlan): string[] {
     h.mainBytesPerBlock,
     h.deviceBytesPerHostBlock,
   ];
-  const minHost = Math.ceil(p.kvBudgetBytes / (m + hb));
   return [
     `    N              = floor((${formatInt(p.kvBudgetBytes)} B − (${formatInt(P)} − ${formatInt(d)}) × ${formatInt(m)} B) / (${formatInt(P)} × ${formatInt(hb)} B + ${formatInt(d)} × ${formatInt(m)} B)) = ${formatInt(h.bestN)}`,
     `                   (N requests' host pages and sparse GPU blocks, plus one dense prefill's extra ${formatInt(P - d)} blocks)`,
-    `    host pages     = max(${formatInt(h.bestN)} × ${formatInt(P)}, ceil(budget / (${formatInt(m)} B + ${formatInt(hb)} B)) = ${formatInt(minHost)}) = ${formatInt(h.best.numHostBlocks)}`,
+    `    host pages     = max(${formatInt(h.bestN)} × ${formatInt(P)}, ceil(budget / (${formatInt(m)} B + ${formatInt(hb)} B)) = ${formatInt(h.bestMinHostBlocks)}) = ${formatInt(h.best.numHostBlocks)}`,
   ];
 }

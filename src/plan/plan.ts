@@ -1,8 +1,9 @@
 /**
  * `hisparse plan`: how many requests of a given context fit on one GPU, dense vs Hybrid HiSparse,
- * from the model's KV geometry alone (no GPU needed). The arithmetic is the engine's own sizing:
- * dense = worker/worker.ts (one block = blockSize tokens of every layer's K and V); HiSparse =
- * the HiSparse memory plan of DESIGN.md §4 as worker/hisparse/memory_plan.ts sizes it:
+ * from the model's KV geometry alone (no GPU needed). Every figure comes from the engine's own
+ * KV memory formula (core/kv/kv_memory.ts, which the worker's set-ups size their pools with, and
+ * core/kv/kv_concurrency.ts): dense = one block of blockSize tokens of every layer's K and V;
+ * HiSparse = the memory split of DESIGN.md §4:
  * - the device pool ("main pool") holds the sparse layers only: per request, the sink pages, the
  *   recent window, the tail page and the hot buffer (`device_buffer_tokens`, default 2 × topk);
  * - every page of every request has a host block (all sparse layers' K and V, in the host pool
@@ -16,10 +17,35 @@
  *   only decoding requests spill; `maxBlocksPerRequest` admits a request only if its pages fit
  *   the device pool), so the device pool must hold one request's every page beside the sparse
  *   footprint of the others.
- * Pure arithmetic over numbers; every count is floored as the engine floors it.
+ * This file checks the inputs, lays the model's KV cache out as the engine does and assembles
+ * the formula's answers; it computes no size of its own.
  */
 
-import { HOST_POOL_DEFAULT_RATIO } from "../config/hisparse_config.js";
+import {
+  DIGEST_ELEMENT_BYTES as ENGINE_DIGEST_BYTES,
+  groupPageBytes,
+  hisparseKVCacheGroups,
+  modelKVCacheGroups,
+} from "../core/kv/kv_cache_interface.js";
+import {
+  bestHostPool,
+  concurrency,
+  maxByDevicePool,
+  sparseDevicePagesPerRequest,
+  sparseRequestDeviceBytes,
+  unpagedConcurrency,
+} from "../core/kv/kv_concurrency.js";
+import {
+  blocksForTokens,
+  bytesPerToken,
+  hisparseBlockCosts,
+  type KVMemorySizing,
+  sizeKVMemory,
+  sparseRequestMinBlocks,
+} from "../core/kv/kv_memory.js";
+import { describeKVRefusal } from "../core/kv/kv_refusals.js";
+
+export { maxByDevicePool };
 
 /** The model geometry the plan needs (config/model_config.ts ModelConfig satisfies it). */
 export interface PlanModel {
@@ -45,9 +71,9 @@ export interface PlanHiSparse {
 }
 
 /** Bytes of one digest value by default: the CPU engine keeps digests in f32. */
-export const DIGEST_ELEMENT_BYTES = 4;
+export const DIGEST_ELEMENT_BYTES: number = ENGINE_DIGEST_BYTES.cpu;
 /** Bytes of one digest value on the CUDA engine (bf16, exact there: the keys are bf16); `hisparse plan` uses it. */
-export const CUDA_DIGEST_ELEMENT_BYTES = 2;
+export const CUDA_DIGEST_ELEMENT_BYTES: number = ENGINE_DIGEST_BYTES.cuda;
 
 /** Everything the plan is computed from. */
 export interface PlanInput {
@@ -92,9 +118,10 @@ export interface HiSparsePoolPlan {
   /** min(maxByHost, maxByDevice), or 0 when the engine would refuse (refusals). */
   maxConcurrent: number;
   /**
-   * Why the engine would refuse these settings (empty when it serves them): at start
-   * (worker/hisparse/memory_plan.ts reasons), or every request at admission (its pages do not fit
-   * the device pool for the dense prefill: Scheduler.admissionError).
+   * Why the engine would refuse these settings (empty when it serves them): every reason it
+   * refuses to start with (core/kv/kv_memory.ts sizeKVMemory), else why it rejects every request
+   * of this context at admission (its pages do not fit the device pool for the dense prefill:
+   * Scheduler.admissionError); the facts of core/kv/kv_refusals.ts, without the remedies.
    */
   refusals: string[];
 }
@@ -120,7 +147,7 @@ export interface HiSparsePlan {
   devicePagesPerRequest: number;
   /**
    * The smallest device pool the engine starts with: ceil((sink + window + buffer) / blockSize) + 1
-   * (worker/hisparse/memory_plan.ts; ceil(x) > G exactly when x > G for a whole G).
+   * (core/kv/kv_memory.ts sparseRequestMinBlocks).
    */
   minGpuBlocks: number;
   /** Device bytes of one request at steady state (decoding sparsely). */
@@ -136,6 +163,8 @@ export interface HiSparsePlan {
   best: HiSparsePoolPlan;
   /** N of `best` before the minimum-host-pages rule (0 when not even one prefill fits). */
   bestN: number;
+  /** The minimum-host-pages rule of `best`: ceil(budget / (m + h)). */
+  bestMinHostBlocks: number;
 }
 
 /** Error for settings that cannot be planned; one sentence for the user. */
@@ -154,18 +183,17 @@ export function planDense(p: PlanInput): DensePlan {
     throw new PlanError(`--context must be a positive integer, got ${p.contextTokens}`);
   if (!(Number.isInteger(p.blockSize) && p.blockSize >= 1))
     throw new PlanError(`--block-size must be a positive integer, got ${p.blockSize}`);
-  const m = p.model;
-  const kvBytesPerToken = 2 * m.numHiddenLayers * m.numKeyValueHeads * m.headDim * p.kvElementBytes;
-  const kvBytesPerBlock = p.blockSize * kvBytesPerToken;
-  const numGpuBlocks = Math.floor(p.kvBudgetBytes / kvBytesPerBlock);
-  const pagesPerRequest = Math.ceil(p.contextTokens / p.blockSize);
+  const groups = modelKVCacheGroups(p.model, { elementBytes: p.kvElementBytes });
+  const sizing = sizeKVMemory({ groups, blockSize: p.blockSize, deviceBudgetBytes: p.kvBudgetBytes });
+  const kvBytesPerToken = bytesPerToken(groups);
+  const pagesPerRequest = blocksForTokens(p.contextTokens, p.blockSize);
   return {
     kvBytesPerToken,
-    kvBytesPerBlock,
-    numGpuBlocks,
+    kvBytesPerBlock: sizing.bytesPerBlock,
+    numGpuBlocks: sizing.numGpuBlocks,
     pagesPerRequest,
-    maxConcurrent: Math.floor(numGpuBlocks / pagesPerRequest),
-    maxConcurrentUnpaged: Math.floor(p.kvBudgetBytes / (p.contextTokens * kvBytesPerToken)),
+    maxConcurrent: concurrency(sizing, pagesPerRequest, pagesPerRequest, p.blockSize).maxConcurrent,
+    maxConcurrentUnpaged: unpagedConcurrency(p.kvBudgetBytes, p.contextTokens, kvBytesPerToken),
   };
 }
 
@@ -174,10 +202,9 @@ export function planDense(p: PlanInput): DensePlan {
  * @throws PlanError for dense layers out of range or knobs that are not positive.
  */
 export function planHiSparse(p: PlanInput): HiSparsePlan {
-  const m = p.model;
   const h = p.hisparse;
   const bs = p.blockSize;
-  const L = m.numHiddenLayers;
+  const L = p.model.numHiddenLayers;
   if (
     h.denseLayers.some((l) => !Number.isInteger(l) || l < 0 || l >= L) ||
     new Set(h.denseLayers).size !== h.denseLayers.length
@@ -188,138 +215,61 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
   if (h.denseLayers.length === L) throw new PlanError("every layer is dense, so nothing attends sparsely");
   if (!(h.topk > 0 && h.deviceBufferTokens > 0 && h.sinkTokens >= 0 && h.windowTokens >= 0))
     throw new PlanError("topk and device_buffer_tokens must be > 0, sink_tokens and window_tokens >= 0");
-  const numDense = h.denseLayers.length;
-  const numSparse = L - numDense;
-  const layerBlockBytes = 2 * bs * m.numKeyValueHeads * m.headDim * p.kvElementBytes;
-  const mainBytesPerBlock = numSparse * layerBlockBytes;
-  const digestBytesPerPage =
-    numSparse * 2 * m.numKeyValueHeads * m.headDim * (p.digestElementBytes ?? DIGEST_ELEMENT_BYTES);
-  const deviceBytesPerHostBlock = numDense * layerBlockBytes + digestBytesPerPage;
-  const hostBytesPerBlock = numSparse * layerBlockBytes;
-  const pagesPerRequest = Math.ceil(p.contextTokens / bs);
-  const devicePagesPerRequest = Math.min(
-    pagesPerRequest,
-    Math.ceil((h.sinkTokens + h.windowTokens + h.deviceBufferTokens) / bs) + 1,
-  );
-  const costs: PoolCosts = {
-    mainBytesPerBlock,
-    deviceBytesPerHostBlock,
-    hostBytesPerBlock,
+  const groups = hisparseKVCacheGroups(modelKVCacheGroups(p.model, { elementBytes: p.kvElementBytes }), {
+    denseLayers: h.denseLayers,
+    digestElementBytes: p.digestElementBytes ?? DIGEST_ELEMENT_BYTES,
+  });
+  const costs = hisparseBlockCosts(groups, bs);
+  const minGpuBlocks = sparseRequestMinBlocks(h, bs);
+  const pagesPerRequest = blocksForTokens(p.contextTokens, bs);
+  const devicePagesPerRequest = sparseDevicePagesPerRequest(pagesPerRequest, minGpuBlocks);
+  const digestBytesPerPage = groups
+    .filter((g) => g.spec.kind === "page_digest")
+    .reduce((s, g) => s + groupPageBytes(g, bs), 0);
+  const pool = (hostPoolBytes: number | null): HiSparsePoolPlan => {
+    const sizing = sizeKVMemory({
+      groups,
+      blockSize: bs,
+      deviceBudgetBytes: p.kvBudgetBytes,
+      hisparse: { hostPoolBytes, minGpuBlocks },
+    });
+    return poolPlan(sizing, pagesPerRequest, devicePagesPerRequest, bs);
+  };
+  const best = bestHostPool(p.kvBudgetBytes, costs, pagesPerRequest, devicePagesPerRequest);
+  return {
+    numSparseLayers: L - h.denseLayers.length,
+    numDenseLayers: h.denseLayers.length,
+    digestBytesPerPage,
+    mainBytesPerBlock: costs.mainBytesPerBlock,
+    deviceBytesPerHostBlock: costs.deviceBytesPerHostBlock,
+    hostBytesPerBlock: costs.hostBytesPerBlock,
     pagesPerRequest,
     devicePagesPerRequest,
-    minGpuBlocks: Math.ceil((h.sinkTokens + h.windowTokens + h.deviceBufferTokens) / bs) + 1,
+    minGpuBlocks,
+    deviceBytesPerRequest: sparseRequestDeviceBytes(costs, pagesPerRequest, devicePagesPerRequest),
+    given: pool(h.hostPoolBytes),
+    best: pool(best.hostPoolBytes),
+    bestN: best.bestN,
+    bestMinHostBlocks: best.minHostBlocks,
   };
-  // Most requests N with N × (P × h + d × m) + (P − d) × m within the budget (HiSparsePlan.best);
-  // the engine also needs at least as many host pages as device blocks.
-  const bestN = Math.max(
-    0,
-    Math.floor(
-      (p.kvBudgetBytes - (pagesPerRequest - devicePagesPerRequest) * mainBytesPerBlock) /
-        (pagesPerRequest * deviceBytesPerHostBlock + devicePagesPerRequest * mainBytesPerBlock),
-    ),
-  );
-  const minHostBlocks = Math.ceil(p.kvBudgetBytes / (mainBytesPerBlock + deviceBytesPerHostBlock));
-  const bestHostBlocks = Math.max(bestN * pagesPerRequest, minHostBlocks);
-  return {
-    numSparseLayers: numSparse,
-    numDenseLayers: numDense,
-    digestBytesPerPage,
-    ...costs,
-    deviceBytesPerRequest:
-      devicePagesPerRequest * mainBytesPerBlock + pagesPerRequest * deviceBytesPerHostBlock,
-    given: poolPlan(p.kvBudgetBytes, h.hostPoolBytes, costs),
-    best: poolPlan(p.kvBudgetBytes, bestHostBlocks * hostBytesPerBlock, costs),
-    bestN,
-  };
-}
-
-/** Per-page costs and per-request page counts that {@link poolPlan} splits the budget with. */
-interface PoolCosts {
-  mainBytesPerBlock: number;
-  deviceBytesPerHostBlock: number;
-  hostBytesPerBlock: number;
-  pagesPerRequest: number;
-  devicePagesPerRequest: number;
-  minGpuBlocks: number;
 }
 
 /** An integer with thousands separators, for refusal sentences ("8,192"). */
 const fmt = (n: number): string => n.toLocaleString("en-US");
 
-/**
- * Pool sizes for one host pool, as the engine splits its budget (worker/hisparse/memory_plan.ts
- * planHiSparseMemory), the requests each pool holds, and the engine's refusals, at start
- * (memory_plan.ts reasons) or at admission (Scheduler.admissionError with
- * HybridPolicy.maxBlocksPerRequest: a request's pages must fit the device pool).
- */
-function poolPlan(budget: number, hostPoolBytes: number | null, c: PoolCosts): HiSparsePoolPlan {
-  let numGpuBlocks: number;
-  let numHostBlocks: number;
-  if (hostPoolBytes !== null) {
-    numHostBlocks = Math.floor(hostPoolBytes / c.hostBytesPerBlock);
-    numGpuBlocks = Math.floor((budget - numHostBlocks * c.deviceBytesPerHostBlock) / c.mainBytesPerBlock);
-  } else {
-    const ratio = HOST_POOL_DEFAULT_RATIO;
-    numGpuBlocks = Math.floor(budget / (c.mainBytesPerBlock + ratio * c.deviceBytesPerHostBlock));
-    numHostBlocks = ratio * numGpuBlocks;
-  }
-  numGpuBlocks = Math.max(0, numGpuBlocks);
-  const refusals: string[] = [];
-  if (numGpuBlocks < 1)
-    refusals.push(
-      "no device memory is left for the KV pool after the dense layers and digests of the host pages",
-    );
-  else if (numHostBlocks < numGpuBlocks)
-    refusals.push(
-      `the host pool holds ${fmt(numHostBlocks)} pages, fewer than the ${fmt(numGpuBlocks)} device blocks`,
-    );
-  else if (c.minGpuBlocks > numGpuBlocks)
-    refusals.push(
-      `the device pool (${fmt(numGpuBlocks)} blocks) cannot hold one sparse request's ${fmt(c.minGpuBlocks)} blocks (sinks, window, hot buffer and a new page)`,
-    );
-  else if (c.pagesPerRequest > numGpuBlocks)
-    refusals.push(
-      `the device pool (${fmt(numGpuBlocks)} blocks) cannot hold one request's ${fmt(c.pagesPerRequest)} pages for its dense prefill`,
-    );
-  const maxByHost = Math.floor(numHostBlocks / c.pagesPerRequest);
-  const maxByDevice = maxByDevicePool(numGpuBlocks, c.pagesPerRequest, c.devicePagesPerRequest);
+/** One host pool's figures from the formula's sizing: pools, requests at once, refusals. */
+function poolPlan(sizing: KVMemorySizing, P: number, d: number, blockSize: number): HiSparsePoolPlan {
+  const host = sizing.host!;
+  const c = concurrency(sizing, P, d, blockSize);
   return {
-    hostPoolBytes: numHostBlocks * c.hostBytesPerBlock,
-    numHostBlocks,
-    numGpuBlocks,
-    maxByHost,
-    maxByDevice,
-    maxConcurrent: refusals.length > 0 ? 0 : Math.min(maxByHost, maxByDevice),
-    refusals,
+    hostPoolBytes: host.hostPoolBytes,
+    numHostBlocks: host.numHostBlocks,
+    numGpuBlocks: sizing.numGpuBlocks,
+    maxByHost: c.maxByHost,
+    maxByDevice: c.maxByDevice,
+    maxConcurrent: c.maxConcurrent,
+    refusals: c.refusals.map((r) => describeKVRefusal(r, fmt).fact),
   };
-}
-
-/**
- * Requests a device pool of G blocks runs at once, P pages per request, d once it decodes:
- *   G >= P ? floor((G − P) / d) + 1 : 0
- * (floor(G / P) when d = P). The steady state it assumes, from core/sched/scheduler.ts and
- * core/hisparse/hybrid_policy.ts:
- * - one request at a time is in its prefill and holds all P pages (prefill, chunked or a
- *   recompute after preemption, attends densely; pages spill only in the decode phase, and a
- *   recompute covers prompt and generated tokens, so up to the whole context). A waiting request
- *   starts only when the pool has room for its chunk after the pressure handler spilled the
- *   decoding requests' pages, and a running prefill that runs out of blocks preempts the newest
- *   request, so two prefills hold their pages together only when the pool has room for both;
- * - the N − 1 others decode sparsely on d blocks each (sinks, window, hot buffer and the page a
- *   decode step may open before the page that leaves the window is spilled): `on` mode moves them
- *   there after their prefill, `auto` mode when the pool runs short.
- * So the figure is what the engine is sure to run, not always its peak: under pressure it spills
- * the page leaving the window before taking a new block (d − 1 blocks per decoding request), and a
- * fresh prefill holds only its prompt's pages, so it may run a few more (on the CPU engine, G 132,
- * P 40, d 11 with 600-token prompts: 9 planned, 10 at once).
- */
-export function maxByDevicePool(
-  numGpuBlocks: number,
-  pagesPerRequest: number,
-  devicePagesPerRequest: number,
-): number {
-  if (numGpuBlocks < pagesPerRequest) return 0;
-  return Math.floor((numGpuBlocks - pagesPerRequest) / devicePagesPerRequest) + 1;
 }
 
 /** What the KV budget is derived from when only the GPU's size is given (bytes; utilization a fraction). */

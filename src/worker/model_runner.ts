@@ -1,4 +1,4 @@
-import { type AttentionBackend, DensePagedAttention } from "../attention/backend.js";
+import type { AttentionBackend } from "../attention/backend.js";
 import type { AttentionMetadata, Backend, Tensor } from "../backends/backend.js";
 import { newExtensionData } from "../core/extension_data.js";
 import type { RequestId } from "../core/ids.js";
@@ -13,6 +13,7 @@ import {
   stageAttentionMetadata,
   updateStates,
 } from "./input_batch.js";
+import type { KVCacheSetup } from "./kv_cache_setup.js";
 import { RequestSampler } from "./request_sampler.js";
 
 /** Settings of a ModelRunner. */
@@ -23,7 +24,20 @@ export interface ModelRunnerOptions {
   enforceEager: boolean;
   maxModelLen: number;
   maxNumSeqs: number;
+  /**
+   * Benchmarks only: a step with prefill tokens does not run the model; every layer's K/V (and
+   * feature state such as HiSparse digests) is written from a fixed random qkv through
+   * AttentionBackend.writeKv, and rows that sample get zero logits (token 0). Fills long contexts
+   * in a fraction of a real prefill's time; the decode steps that follow run the real model.
+   */
+  fastPrefill?: boolean;
 }
+
+/** What the runner takes of a KV set-up (worker/kv_cache_setup.ts); it owns it from then on. */
+export type ModelRunnerKV = Pick<
+  KVCacheSetup,
+  "blockSize" | "kvCaches" | "attention" | "extensions" | "dispose"
+>;
 
 /**
  * Turns a SchedulerOutput into one model forward and sampled tokens
@@ -34,31 +48,39 @@ export interface ModelRunnerOptions {
 export class ModelRunner {
   private readonly states = new Map<RequestId, CachedRequestState>();
   private readonly sampler: RequestSampler;
-  /** How attention uses the KV cache; replaceable by optional features (HiSparse). */
-  attention: AttentionBackend;
+  /** How attention uses the KV cache (the set-up's: dense paged, HiSparse...). */
+  readonly attention: AttentionBackend;
   /** The worker halves of optional features (HiSparse), called around each step. */
-  readonly extensions: WorkerExtension[] = [];
-  /**
-   * Benchmarks only: a step with prefill tokens does not run the model; every layer's K/V (and
-   * feature state such as HiSparse digests) is written from a fixed random qkv through
-   * AttentionBackend.writeKv, and rows that sample get zero logits (token 0). Fills long contexts
-   * in a fraction of a real prefill's time; the decode steps that follow run the real model.
-   */
-  fastPrefill = false;
+  readonly extensions: readonly WorkerExtension[];
+  /** [numLayers] each layer's KV cache tensor. */
+  private readonly kvCaches: readonly Tensor[];
+  /** Tokens per KV block. */
+  readonly blockSize: number;
+  /** ModelRunnerOptions.fastPrefill. */
+  readonly fastPrefill: boolean;
   /** bf16 [rows, qkv width] random rows used by fastPrefill (grown on demand). */
   private fillQkv: Tensor | null = null;
 
   /** Replays decode steps from CUDA graphs (null: eager, e.g. CPU or --enforce-eager). */
   private readonly graphRunner: CudaGraphRunner | null;
 
+  /**
+   * @param kv the KV set-up (worker/kv_cache_registry.ts createKVCacheSetup): caches, attention
+   *   backend and extensions, used as they are; freed by {@link dispose}.
+   */
   constructor(
     private readonly backend: Backend,
     private readonly model: LlamaForCausalLM,
-    private readonly kvCaches: readonly Tensor[],
-    readonly blockSize: number,
+    private readonly kv: ModelRunnerKV,
     opts: ModelRunnerOptions,
   ) {
-    this.attention = new DensePagedAttention(backend, model.layout, blockSize);
+    const blockSize = kv.blockSize;
+    const kvCaches = kv.kvCaches;
+    this.blockSize = blockSize;
+    this.kvCaches = kvCaches;
+    this.attention = kv.attention;
+    this.extensions = kv.extensions;
+    this.fastPrefill = opts.fastPrefill ?? false;
     this.sampler = new RequestSampler(backend, model.config.vocabSize, model.config.eosTokenIds, opts.seed);
     this.graphRunner =
       backend.graphs === undefined || opts.enforceEager
@@ -75,12 +97,12 @@ export class ModelRunner {
           );
   }
 
-  /** Frees graph resources and what the extensions hold. */
+  /** Frees graph resources, then the KV set-up (what the extensions hold, the caches). */
   dispose(): void {
     this.graphRunner?.dispose();
-    for (const ext of this.extensions) ext.dispose?.();
     if (this.fillQkv !== null) this.backend.free(this.fillQkv);
     this.fillQkv = null;
+    this.kv.dispose();
   }
 
   /**

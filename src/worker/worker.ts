@@ -1,21 +1,13 @@
 import { totalmem } from "node:os";
-import type { Backend, DType, Tensor } from "../backends/backend.js";
-import { DTYPE_BYTES } from "../backends/backend.js";
-import type { CudaBackend } from "../backends/cuda/cuda_backend.js";
+import type { Backend, DType } from "../backends/backend.js";
 import { createBackend } from "../backends/registry.js";
 import type { EngineArgs } from "../config/engine_args.js";
 import { ConfigError } from "../config/engine_args.js";
-import { hisparseConfigOf } from "../config/hisparse_config.js";
-import {
-  countParameters,
-  kvBytesPerToken,
-  loadModelConfig,
-  type ModelConfig,
-} from "../config/model_config.js";
+import { countParameters, loadModelConfig, type ModelConfig } from "../config/model_config.js";
 import type { ModelRunnerOutput, SchedulerOutput } from "../core/sched/output.js";
 import { loadModel, resolveModelDir } from "../models/registry.js";
-import { setupCudaHiSparse } from "./hisparse/cuda/setup_cuda.js";
-import { type HiSparseWorkerInfo, setupHiSparse } from "./hisparse/setup.js";
+import { createKVCacheSetup } from "./kv_cache_registry.js";
+import type { HiSparseWorkerInfo, KVCacheDescription } from "./kv_cache_setup.js";
 import { ModelRunner } from "./model_runner.js";
 
 /** What the worker reports once loaded. */
@@ -32,6 +24,8 @@ export interface WorkerInfo {
   kvBytesPerBlock: number;
   /** HiSparse pools and layers, or null when HiSparse is off. */
   hisparse: HiSparseWorkerInfo | null;
+  /** The KV set-up's start-up log entry (KVCacheSetup.description). */
+  kvCache: KVCacheDescription;
 }
 
 /**
@@ -42,13 +36,13 @@ export class Worker {
   private constructor(
     readonly info: WorkerInfo,
     private readonly backend: Backend,
-    private readonly kvCaches: Tensor[],
     readonly modelRunner: ModelRunner,
     private readonly disposeModel: () => void,
   ) {}
 
   /**
-   * Creates the backend, loads the model, sizes and allocates the KV cache.
+   * Creates the backend, loads the model, and builds the KV set-up that the backend and the
+   * enabled feature call for (worker/kv_cache_registry.ts), sized from the memory budget.
    * @throws ConfigError / ModelConfigError / WeightLoadError with a one-sentence message.
    */
   static async create(args: EngineArgs, onProgress?: (done: number, total: number) => void): Promise<Worker> {
@@ -65,26 +59,19 @@ export class Worker {
       });
       const { config, model, modelDir, maxModelLen } = loaded;
       const kvCacheDtype = resolveKvDtype(args, backend);
-      const hs = hisparseConfigOf(args.extensions);
-      const budget = () => kvMemoryBudget(args, backend);
-      const sparse =
-        hs === null
-          ? null
-          : backend.name === "cuda"
-            ? setupCudaHiSparse(backend as CudaBackend, model, args, hs, kvCacheDtype, budget(), maxModelLen)
-            : setupHiSparse(backend, model, args, hs, kvCacheDtype, budget());
-      const kv = sparse ?? denseKvCache(args, backend, config, kvCacheDtype);
-      const runner = new ModelRunner(backend, model, kv.kvCaches, args.blockSize, {
+      const kv = createKVCacheSetup(backend, {
+        model,
+        args,
+        kvCacheDtype,
+        deviceBudgetBytes: kvMemoryBudget(args, backend),
+        maxModelLen,
+      });
+      const runner = new ModelRunner(backend, model, kv, {
         seed: args.seed,
         enforceEager: args.enforceEager,
         maxModelLen,
         maxNumSeqs: args.maxNumSeqs,
       });
-      if (sparse !== null) {
-        runner.attention = sparse.attention;
-        runner.extensions.push(sparse.extension);
-      }
-      const kvCaches = kv.kvCaches;
       const info: WorkerInfo = {
         backend: backend.name,
         deviceName: backend.deviceName,
@@ -94,10 +81,11 @@ export class Worker {
         numGpuBlocks: kv.numGpuBlocks,
         blockSize: args.blockSize,
         kvCacheDtype,
-        kvBytesPerBlock: kv.kvBytesPerBlock,
-        hisparse: sparse?.info ?? null,
+        kvBytesPerBlock: kv.info.kvBytesPerBlock,
+        hisparse: kv.info.hisparse,
+        kvCache: kv.description,
       };
-      return new Worker(info, backend, kvCaches, runner, () => model.dispose());
+      return new Worker(info, backend, runner, () => model.dispose());
     } catch (e) {
       backend.dispose();
       throw e;
@@ -108,10 +96,9 @@ export class Worker {
     return this.modelRunner.executeModel(so);
   }
 
-  /** Frees the KV cache, the weights and the backend. */
+  /** Frees the runner (and with it the KV set-up), the weights and the backend. */
   shutdown(): void {
     this.modelRunner.dispose();
-    for (const t of this.kvCaches) this.backend.free(t);
     this.disposeModel();
     this.backend.dispose();
   }
@@ -119,36 +106,6 @@ export class Worker {
 
 function resolveKvDtype(args: EngineArgs, backend: Backend): DType {
   return args.kvCacheDtype === "auto" ? backend.activationDtype : args.kvCacheDtype;
-}
-
-/**
- * Sizes and allocates the dense engine's KV cache: one [numGpuBlocks, 2, blockSize, Hkv, D]
- * tensor per layer.
- * @throws ConfigError when no block fits the budget.
- */
-function denseKvCache(
-  args: EngineArgs,
-  backend: Backend,
-  config: ModelConfig,
-  kvCacheDtype: DType,
-): { numGpuBlocks: number; kvBytesPerBlock: number; kvCaches: Tensor[] } {
-  const kvBytesPerBlock = args.blockSize * kvBytesPerToken(config, DTYPE_BYTES[kvCacheDtype]);
-  const numGpuBlocks =
-    args.numGpuBlocksOverride ?? Math.floor(kvMemoryBudget(args, backend) / kvBytesPerBlock);
-  if (numGpuBlocks < 1) {
-    throw new ConfigError([
-      `no memory is left for the KV cache (one block needs ${kvBytesPerBlock} bytes); lower --max-model-len or raise the memory budget`,
-    ]);
-  }
-  const kvCaches = backend.allocateKvCache({
-    numLayers: config.numHiddenLayers,
-    numBlocks: numGpuBlocks,
-    blockSize: args.blockSize,
-    numKvHeads: config.numKeyValueHeads,
-    headDim: config.headDim,
-    dtype: kvCacheDtype,
-  });
-  return { numGpuBlocks, kvBytesPerBlock, kvCaches };
 }
 
 /**

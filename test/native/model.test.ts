@@ -13,14 +13,16 @@ import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { DensePagedAttention } from "../../src/attention/backend.js";
+import type { AttentionBackend } from "../../src/attention/backend.js";
 import type { AttentionMetadata, Tensor } from "../../src/backends/backend.js";
 import { loadAddon } from "../../src/backends/cuda/addon.js";
 import type { CudaBackend } from "../../src/backends/cuda/cuda_backend.js";
+import { makeEngineArgs } from "../../src/config/engine_args.js";
 import { loadModelConfig } from "../../src/config/model_config.js";
 import { LlamaForCausalLM } from "../../src/models/llama.js";
 import { SafetensorsCheckpoint } from "../../src/models/safetensors.js";
 import { stageAttentionMetadata } from "../../src/worker/input_batch.js";
+import { createKVCacheSetup } from "../../src/worker/kv_cache_registry.js";
 import { gpuSkip, makeBackend, relErr } from "./helpers.js";
 
 function repoRoot(): string {
@@ -61,8 +63,8 @@ function argmax(x: ArrayLike<number>): number {
 describe("ref-small on CUDA vs HF transformers", { skip: skipReason() }, () => {
   let be: CudaBackend;
   let model: LlamaForCausalLM;
-  let attention: DensePagedAttention;
-  let kvCaches: Tensor[];
+  let attention: AttentionBackend;
+  let kvCaches: readonly Tensor[];
   const fixture = fixturePath ? (JSON.parse(readFileSync(fixturePath, "utf8")) as Fixture) : { cases: [] };
   // Blocks in reverse order, so a request's pages are not contiguous.
   const blockIds = Array.from({ length: MAX_BLOCKS }, (_, i) => MAX_BLOCKS - 1 - i);
@@ -72,15 +74,14 @@ describe("ref-small on CUDA vs HF transformers", { skip: skipReason() }, () => {
     be = makeBackend();
     const cfg = loadModelConfig(modelDir);
     model = LlamaForCausalLM.load(cfg, SafetensorsCheckpoint.open(modelDir), be, MAX_POS);
-    attention = new DensePagedAttention(be, model.layout, BLOCK);
-    kvCaches = be.allocateKvCache({
-      numLayers: cfg.numHiddenLayers,
-      numBlocks: MAX_BLOCKS,
-      blockSize: BLOCK,
-      numKvHeads: cfg.numKeyValueHeads,
-      headDim: cfg.headDim,
-      dtype: "bf16",
-    });
+    // The dense engine's KV set-up with a fixed pool of MAX_BLOCKS blocks.
+    ({ attention, kvCaches } = createKVCacheSetup(be, {
+      model,
+      args: makeEngineArgs({ blockSize: BLOCK, numGpuBlocksOverride: MAX_BLOCKS }),
+      kvCacheDtype: "bf16",
+      deviceBudgetBytes: 0,
+      maxModelLen: MAX_POS,
+    }));
   });
   after(() => be?.dispose());
 

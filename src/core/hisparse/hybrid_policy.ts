@@ -1,4 +1,5 @@
 import type { HiSparseResidency } from "../../config/hisparse_config.js";
+import { maxBlocksPerRequest } from "../kv/kv_memory.js";
 import { type Request, RequestStatus } from "../request.js";
 import type { KVPressureContext, KVPressureHandler } from "../sched/extensions.js";
 import type { HybridKVCacheManager } from "./hybrid_kv_cache_manager.js";
@@ -126,11 +127,12 @@ export class HybridPolicy implements KVPressureHandler {
   }
 
   /**
-   * Admission limit: a request must fit the device pool densely (prefill, and a recompute after
-   * preemption, attend over all its pages) and the host tier (every page has a host block).
+   * Admission limit (core/kv/kv_memory.ts maxBlocksPerRequest): a request must fit the device
+   * pool densely (prefill, and a recompute after preemption, attend over all its pages) and the
+   * host tier (every page has a host block).
    */
   maxBlocksPerRequest(numGpuBlocks: number): number {
-    return Math.min(numGpuBlocks, this.kv.hostBlockPool.numHostBlocks);
+    return maxBlocksPerRequest({ numGpuBlocks, numHostBlocks: this.kv.hostBlockPool.numHostBlocks });
   }
 
   /** `on` mode: the request is longer than minSparseTokens and in its decode phase. */

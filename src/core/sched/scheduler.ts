@@ -7,6 +7,7 @@ import {
 import type { BlockId, RequestId } from "../ids.js";
 import { BlockPool } from "../kv/block_pool.js";
 import { KVCacheManager } from "../kv/kv_cache_manager.js";
+import { blocksForTokens, maxBlocksPerRequest } from "../kv/kv_memory.js";
 import { isFinished, type Request, RequestStatus } from "../request.js";
 import type {
   FreeReason,
@@ -110,7 +111,10 @@ export class Scheduler implements SchedulerView {
    */
   get maxBlocksPerRequest(): number {
     const numGpuBlocks = this.kvCacheManager.blockPool.numGpuBlocks;
-    return this.kvPressureHandler?.maxBlocksPerRequest?.(numGpuBlocks) ?? numGpuBlocks;
+    return (
+      this.kvPressureHandler?.maxBlocksPerRequest?.(numGpuBlocks) ??
+      maxBlocksPerRequest({ numGpuBlocks, numHostBlocks: null })
+    );
   }
 
   /**
@@ -144,7 +148,7 @@ export class Scheduler implements SchedulerView {
     if (request.numPromptTokens > maxModelLen)
       return `the prompt has ${request.numPromptTokens} tokens, more than the maximum model length of ${maxModelLen}`;
     const numTokens = maxKvTokens(request, maxModelLen);
-    const blocksNeeded = Math.ceil(numTokens / this.cacheConfig.blockSize);
+    const blocksNeeded = blocksForTokens(numTokens, this.cacheConfig.blockSize);
     const limit = this.maxBlocksPerRequest;
     if (blocksNeeded > limit)
       return `the request may need ${numTokens} tokens of KV cache (prompt plus max_tokens), more than the ${limit * this.cacheConfig.blockSize} the cache can hold`;

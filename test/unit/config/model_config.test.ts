@@ -4,12 +4,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import {
-  kvBytesPerToken,
-  loadModelConfig,
-  ModelConfigError,
-  parseModelConfig,
-} from "../../../src/config/model_config.js";
+import { loadModelConfig, ModelConfigError, parseModelConfig } from "../../../src/config/model_config.js";
+import { modelKVCacheGroups } from "../../../src/core/kv/kv_cache_interface.js";
+import { bytesPerToken } from "../../../src/core/kv/kv_memory.js";
 
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const tmp = mkdtempSync(join(tmpdir(), "hisparse-config-"));
@@ -104,7 +101,7 @@ describe("parseModelConfig: shapes and families", () => {
     assert.equal(c.tieWordEmbeddings, false);
     assert.deepEqual(c.eosTokenIds, [128001]);
     // 2 (K,V) × 32 layers × 8 kv heads × 128 × 2 bytes = 128 KiB per token.
-    assert.equal(kvBytesPerToken(c, 2), 131072);
+    assert.equal(bytesPerToken(modelKVCacheGroups(c, { elementBytes: 2 })), 131072);
   });
 
   it("gives the same RoPE for the newer rope_parameters form of llama3 scaling", () => {

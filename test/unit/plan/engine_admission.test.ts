@@ -3,16 +3,14 @@
  * engine sizes its KV cache to the planned number of blocks, and admits exactly the planned
  * number of requests of the planned context at once, with no preemption while they run; with
  * HiSparse, one request's dense prefill beside the others' sparse blocks, and the engine
- * refuses to start when the plan refuses a request of max_model_len tokens.
- * The HiSparse half runs once the HiSparse flags exist in this checkout (branch wip/hisparse).
+ * refuses to start when the plan refuses a request of max_model_len tokens; in every HiSparse
+ * mode (`on`, `on` with residency hybrid, `auto`).
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { Command } from "commander";
-import { addEngineFlags } from "../../../src/cli/engine_flags.js";
 import { variantEngineArgs } from "../../../src/cli/eval.js";
 import { type EngineArgs, makeEngineArgs } from "../../../src/config/engine_args.js";
 import { loadModelConfig } from "../../../src/config/model_config.js";
@@ -23,10 +21,6 @@ import { type PlanInput, planDense, planHiSparse } from "../../../src/plan/plan.
 import { TINY_LLAMA_CONFIG } from "../../helpers/tiny_model.js";
 
 const TINY = TINY_LLAMA_CONFIG;
-
-const hasHiSparseFlags = addEngineFlags(new Command()).options.some(
-  (o) => o.long === "--enable-hybrid-sparse",
-);
 
 /**
  * Submits `n` requests of `prompt` tokens + `maxTokens`, steps the engine to the end.
@@ -108,7 +102,6 @@ describe("plan vs the engine's admission (CPU, tiny dummy model)", () => {
     });
   }
 
-  const skip = !hasHiSparseFlags && "the HiSparse flags are not in this checkout yet (branch wip/hisparse)";
   /*
    * HiSparse on the tiny model, layer 0 dense, layers 1-3 sparse: a GPU block holds 3 layers ×
    * 2 × 16 × 1 × 32 × 4 B = 12,288 B; each page costs on the device its dense layer 4,096 B +
@@ -123,18 +116,35 @@ describe("plan vs the engine's admission (CPU, tiny dummy model)", () => {
     p.hisparse = planHiSparseKnobs({ json: knobs, hostPoolBytes: hostPages * 12288 });
     return planHiSparse(p);
   };
-  const hisparseArgs = (budget: number, hostPages: number, maxModelLen = 1024): EngineArgs => {
+  /**
+   * Every HiSparse mode: the plan counts the pages each holds at full load, so residency changes
+   * no figure (`on` spills a request's pages after its prefill, `on` with residency hybrid and
+   * `auto` when the pool runs short).
+   */
+  const MODES = [
+    { mode: "on", json: knobs },
+    { mode: "on", json: knobs.replace("}", ', "residency": "hybrid"}') },
+    { mode: "auto", json: knobs },
+  ] as const;
+  type Mode = (typeof MODES)[number];
+  const modeName = (m: Mode) => (m.json.includes("hybrid") ? `${m.mode} (residency hybrid)` : m.mode);
+  const hisparseArgs = (
+    budget: number,
+    hostPages: number,
+    maxModelLen = 1024,
+    m: Mode = MODES[0],
+  ): EngineArgs => {
     const flags = [
       "--enable-hybrid-sparse",
-      "on",
+      m.mode,
       "--hisparse-config",
-      knobs,
+      m.json,
       "--host-pool-gib",
       String((hostPages * 12288) / 2 ** 30),
     ];
     const args = variantEngineArgs(
       { ...base(budget, maxModelLen), cpuKvCacheGib: budget },
-      { name: "on", argv: flags },
+      { name: m.mode, argv: flags },
     );
     return { ...args, inprocWorker: true };
   };
@@ -153,27 +163,25 @@ describe("plan vs the engine's admission (CPU, tiny dummy model)", () => {
     // 195 host pages (5 requests); GPU pool floor((2,108,552 − 195 × 4,864) / 12,288) = 94 again.
     { what: "the host pool", hostPages: 195, budget: 2_108_552, byDevice: 6, byHost: 5 },
   ]) {
-    it(`HiSparse on, limited by ${what}: the planned GPU pool and number of requests at once`, {
-      skip,
-    }, async () => {
-      const h = hisparsePlan(budget, hostPages, 624);
-      assert.deepEqual([h.pagesPerRequest, h.devicePagesPerRequest], [39, 11]);
-      assert.deepEqual(
-        [h.given.numGpuBlocks, h.given.maxByDevice, h.given.maxByHost],
-        [94, byDevice, byHost],
-      );
-      const n = h.given.maxConcurrent;
-      const r = await run(hisparseArgs(budget, hostPages), n + 3, 600, 24);
-      assert.equal(r.numGpuBlocks, 94, "the engine sizes the planned GPU pool");
-      assert.equal(r.peak, n, "the planned number of requests runs at once, no more");
-      assert.equal(r.preemptions, 0);
-      assert.equal(r.finished, n + 3);
-    });
+    for (const m of MODES) {
+      it(`HiSparse ${modeName(m)}, limited by ${what}: the planned GPU pool and number of requests at once`, async () => {
+        const h = hisparsePlan(budget, hostPages, 624);
+        assert.deepEqual([h.pagesPerRequest, h.devicePagesPerRequest], [39, 11]);
+        assert.deepEqual(
+          [h.given.numGpuBlocks, h.given.maxByDevice, h.given.maxByHost],
+          [94, byDevice, byHost],
+        );
+        const n = h.given.maxConcurrent;
+        const r = await run(hisparseArgs(budget, hostPages, 1024, m), n + 3, 600, 24);
+        assert.equal(r.numGpuBlocks, 94, "the engine sizes the planned GPU pool");
+        assert.equal(r.peak, n, "the planned number of requests runs at once, no more");
+        assert.equal(r.preemptions, 0);
+        assert.equal(r.finished, n + 3);
+      });
+    }
   }
 
-  it("HiSparse on: a GPU pool smaller than one request's pages is refused as the engine refuses it", {
-    skip,
-  }, async () => {
+  it("HiSparse on, on (residency hybrid) and auto: a GPU pool smaller than one request's pages is refused as the engine refuses it", async () => {
     // 156 host pages; GPU pool floor((1,132,424 − 156 × 4,864) / 12,288) = 30 blocks < 39 pages.
     const [budget, hostPages] = [1_132_424, 156];
     const h = hisparsePlan(budget, hostPages, 624);
@@ -185,16 +193,18 @@ describe("plan vs the engine's admission (CPU, tiny dummy model)", () => {
     ]);
     // The engine refuses to start: a request of max_model_len 1024 tokens would need 64 pages
     // on the device for its prefill, and 30 × 16 = 480 tokens fit.
-    await assert.rejects(run(hisparseArgs(budget, hostPages), 1, 600, 24), {
-      name: "KVCacheCapacityError",
-      message:
-        "the model's max seq len (1024) is larger than the maximum number of tokens one HiSparse request can hold (480: its pages must fit the device pool of 30 blocks for its dense prefill and the host pool of 156 blocks, 16 tokens a block); increase the device pool (--cpu-kv-cache-gib or --num-gpu-blocks-override), or decrease --max-model-len",
-    });
     // With max_model_len 480 it starts; 400 + 24 tokens = 27 pages fit:
     // floor((30 − 27) / 11) + 1 = 1 request at a time.
     const short = hisparsePlan(budget, hostPages, 424);
     assert.deepEqual([short.given.maxByDevice, short.given.maxConcurrent], [1, 1]);
-    const r = await run(hisparseArgs(budget, hostPages, 480), 3, 400, 24);
-    assert.deepEqual([r.peak, r.preemptions, r.finished], [1, 0, 3]);
+    for (const m of MODES) {
+      await assert.rejects(run(hisparseArgs(budget, hostPages, 1024, m), 1, 600, 24), {
+        name: "KVCacheCapacityError",
+        message:
+          "the model's max seq len (1024) is larger than the maximum number of tokens one HiSparse request can hold (480: its pages must fit the device pool of 30 blocks for its dense prefill and the host pool of 156 blocks, 16 tokens a block); increase the device pool (--cpu-kv-cache-gib or --num-gpu-blocks-override), or decrease --max-model-len",
+      });
+      const r = await run(hisparseArgs(budget, hostPages, 480, m), 3, 400, 24);
+      assert.deepEqual([r.peak, r.preemptions, r.finished], [1, 0, 3], modeName(m));
+    }
   });
 });

@@ -157,7 +157,7 @@ describe("plan arithmetic", () => {
       input({ ...over, hisparse: { ...over.hisparse!, deviceBufferTokens: 65536 } }),
     ).given;
     assert.deepEqual(huge.refusals, [
-      "the device pool (3,584 blocks) cannot hold one sparse request's 4,117 blocks (sinks, window, hot buffer and a new page)",
+      "the device pool (3,584 blocks) cannot hold one sparse request's minimum of 4,117 blocks (sinks, window, hot buffer and a new page)",
     ]);
     assert.equal(maxByDevicePool(3584, 256, 256), Math.floor(3584 / 256));
     assert.equal(maxByDevicePool(8191, 8192, 277), 0);

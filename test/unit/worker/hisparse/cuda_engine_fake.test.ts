@@ -27,8 +27,8 @@ import { HISPARSE_PLAN } from "../../../../src/core/hisparse/plan.js";
 import { Scheduler } from "../../../../src/core/sched/scheduler.js";
 import { LlamaForCausalLM } from "../../../../src/models/llama.js";
 import type { WeightSource } from "../../../../src/models/weights.js";
-import type { CudaHiSparseWorker } from "../../../../src/worker/hisparse/cuda/cuda_hisparse_worker.js";
-import { setupCudaHiSparse } from "../../../../src/worker/hisparse/cuda/setup_cuda.js";
+import { CudaHiSparseWorker } from "../../../../src/worker/hisparse/cuda/cuda_hisparse_worker.js";
+import { createKVCacheSetup } from "../../../../src/worker/kv_cache_registry.js";
 import { ModelRunner } from "../../../../src/worker/model_runner.js";
 import { createFakeAddon } from "../../backends/cuda/fake_addon.js";
 import { cacheConfig, req, schedConfig } from "../../core/helpers.js";
@@ -171,21 +171,33 @@ function run(
     denseLayers: [0],
     ...hsConfig,
   });
-  const args = makeEngineArgs({ blockSize: BS, maxNumSeqs: 4, numGpuBlocksOverride: numGpuBlocks });
-  const setup = setupCudaHiSparse(be, model, args, hs, "bf16", 0, MAX_MODEL_LEN);
-  const runner = new ModelRunner(be, model, setup.kvCaches, BS, {
+  const args = makeEngineArgs({
+    blockSize: BS,
+    maxNumSeqs: 4,
+    numGpuBlocksOverride: numGpuBlocks,
+    extensions: { hisparse: hs },
+  });
+  // The engine's own choice of set-up: the CUDA backend and HiSparse on give setupCudaHiSparse.
+  const setup = createKVCacheSetup(be, {
+    model,
+    args,
+    kvCacheDtype: "bf16",
+    deviceBudgetBytes: 0,
+    maxModelLen: MAX_MODEL_LEN,
+  });
+  const runner = new ModelRunner(be, model, setup, {
     seed: 0,
     enforceEager: false,
     maxModelLen: MAX_MODEL_LEN,
     maxNumSeqs: 4,
   });
-  runner.attention = setup.attention;
-  runner.extensions.push(setup.extension);
-  const worker = setup.extension as CudaHiSparseWorker;
+  assert.equal(setup.extensions.length, 1);
+  const worker = setup.extensions[0];
+  assert.ok(worker instanceof CudaHiSparseWorker);
   const scheduling = createHiSparseScheduling(hs, {
     blockSize: BS,
     numGpuBlocks: setup.numGpuBlocks,
-    numHostBlocks: setup.info.numHostBlocks,
+    numHostBlocks: setup.info.hisparse!.numHostBlocks,
   });
   const sched = new Scheduler(
     schedConfig({ maxNumSeqs: 4, maxModelLen: MAX_MODEL_LEN, maxNumBatchedTokens: 64 }),

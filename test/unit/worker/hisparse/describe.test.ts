@@ -1,8 +1,11 @@
-/** `hisparse serve`'s start-up summary of HiSparse: the settings in effect and both pools' sizes. */
+/**
+ * The start-up summary of a HiSparse set-up (its KVCacheSetup.description, which `hisparse serve`
+ * logs): the settings in effect and both pools' sizes.
+ */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { hisparseStartupSummary } from "../../../src/cli/serve.js";
-import { hisparseConfigOf, resolveHiSparseConfig } from "../../../src/config/hisparse_config.js";
+import { resolveHiSparseConfig } from "../../../../src/config/hisparse_config.js";
+import { hisparseStartupSummary } from "../../../../src/worker/hisparse/describe.js";
 
 /**
  * ref-small on the CPU with dense layers [0, 1]: a block of the 2 sparse layers is
@@ -26,11 +29,11 @@ test("auto with the defaults: residency hybrid, topk 2048, buffer 2 × topk; min
   // 10,485 × 32,768 B = 343,572,480 B = 0.32 GiB; 20,970 pages = 687,144,960 B = 0.64 GiB.
   const s = hisparseStartupSummary(resolveHiSparseConfig({ mode: "auto" }), pools(10485, 20970));
   assert.equal(
-    s?.line,
+    s.line,
     "HiSparse auto: residency hybrid, topk 2048, device_buffer_tokens 4096; " +
       "device pool 10485 blocks (0.32 GiB) + 0.68 GiB of dense-layer KV and digests, host pool 20970 pages (0.64 GiB)",
   );
-  assert.deepEqual(s?.fields, {
+  assert.deepEqual(s.fields, {
     mode: "auto",
     residency: "hybrid",
     topk: 2048,
@@ -48,15 +51,8 @@ test("on with topk 512 and a 0.5 GiB host pool: residency host, the knobs derive
   // Buffer 2 × 512 = 1,024; min_sparse 64 + 256 + 1,024 = 1,344; 16,384 pages × 32 KiB = 0.50 GiB.
   const s = hisparseStartupSummary(resolveHiSparseConfig({ mode: "on", topk: 512 }), pools(15360, 16384));
   assert.equal(
-    s?.line,
+    s.line,
     "HiSparse on: residency host, topk 512, device_buffer_tokens 1024, min_sparse_tokens 1344; " +
       "device pool 15360 blocks (0.47 GiB) + 0.53 GiB of dense-layer KV and digests, host pool 16384 pages (0.50 GiB)",
   );
-});
-
-test("off: no summary", () => {
-  const off = hisparseConfigOf({ hisparse: resolveHiSparseConfig({ mode: "off" }) });
-  assert.equal(off, null);
-  assert.equal(hisparseStartupSummary(off, { ...pools(100, 200), hisparse: null }), null);
-  assert.equal(hisparseStartupSummary(null, { ...pools(100, 200), hisparse: null }), null);
 });

@@ -1,0 +1,141 @@
+/**
+ * How many requests of one context run at once in pools sized by the KV memory formula
+ * (kv_memory.ts), from how the scheduler and the HiSparse policy use them; `hisparse plan`
+ * prints these figures. Pure integer arithmetic.
+ */
+import {
+  admissionRefusal,
+  type HiSparseBlockCosts,
+  type KVMemorySizing,
+  type KVRefusal,
+} from "./kv_memory.js";
+
+/**
+ * Requests a device pool of G blocks runs at once, P pages per request, d once it decodes
+ * sparsely:
+ *   G >= P ? floor((G − P) / d) + 1 : 0
+ * (floor(G / P) when d = P, the dense count). The steady state it assumes, from
+ * core/sched/scheduler.ts and core/hisparse/hybrid_policy.ts:
+ * - one request at a time is in its prefill and holds all P pages (prefill, chunked or a
+ *   recompute after preemption, attends densely; pages spill only in the decode phase, and a
+ *   recompute covers prompt and generated tokens, so up to the whole context). A waiting request
+ *   starts only when the pool has room for its chunk after the pressure handler spilled the
+ *   decoding requests' pages, and a running prefill that runs out of blocks preempts the newest
+ *   request, so two prefills hold their pages together only when the pool has room for both;
+ * - the N − 1 others decode sparsely on d blocks each (sinks, window, hot buffer and the page a
+ *   decode step may open before the page that leaves the window is spilled): `on` mode moves them
+ *   there after their prefill, `auto` mode when the pool runs short.
+ * So the figure is what the engine is sure to run, not always its peak: under pressure it spills
+ * the page leaving the window before taking a new block (d − 1 blocks per decoding request), and a
+ * fresh prefill holds only its prompt's pages, so it may run a few more (on the CPU engine, G 132,
+ * P 40, d 11 with 600-token prompts: 9 planned, 10 at once).
+ */
+export function maxByDevicePool(
+  numGpuBlocks: number,
+  pagesPerRequest: number,
+  devicePagesPerRequest: number,
+): number {
+  if (numGpuBlocks < pagesPerRequest) return 0;
+  return Math.floor((numGpuBlocks - pagesPerRequest) / devicePagesPerRequest) + 1;
+}
+
+/**
+ * Device blocks of one request once it decodes sparsely: min(P, minGpuBlocks) (a request whose
+ * context fits its sinks, window and hot buffer keeps every page).
+ */
+export function sparseDevicePagesPerRequest(pagesPerRequest: number, minGpuBlocks: number): number {
+  return Math.min(pagesPerRequest, minGpuBlocks);
+}
+
+/**
+ * Device bytes one request holds once it decodes sparsely: d main-pool blocks, and the device
+ * cost of each of its P host pages (dense layers' KV, digests).
+ */
+export function sparseRequestDeviceBytes(
+  costs: HiSparseBlockCosts,
+  pagesPerRequest: number,
+  devicePagesPerRequest: number,
+): number {
+  return devicePagesPerRequest * costs.mainBytesPerBlock + pagesPerRequest * costs.deviceBytesPerHostBlock;
+}
+
+/** Requests that a budget would hold without paging: floor(budget / (context × bytes per token)). */
+export function unpagedConcurrency(
+  budgetBytes: number,
+  contextTokens: number,
+  bytesPerToken: number,
+): number {
+  return Math.floor(budgetBytes / (contextTokens * bytesPerToken));
+}
+
+/** Requests at once in sized pools, and why none may run. */
+export interface Concurrency {
+  /** Dense: floor(G / P). HiSparse: requests the host pool holds, floor(H / P). */
+  maxByHost: number;
+  /** Requests the device pool holds ({@link maxByDevicePool}). */
+  maxByDevice: number;
+  /** min of the two, or 0 when refused. */
+  maxConcurrent: number;
+  /** The start refusals of the sizing, else the admission refusal of one request (or none). */
+  refusals: KVRefusal[];
+}
+
+/**
+ * Requests of `pagesPerRequest` pages that run at once in `sizing`'s pools, `d` device pages each
+ * once they decode (d = P for the dense engine). Refused when the engine would not start, or
+ * would reject a request of this context at admission.
+ */
+export function concurrency(
+  sizing: KVMemorySizing,
+  pagesPerRequest: number,
+  devicePagesPerRequest: number,
+  blockSize: number,
+): Concurrency {
+  const numHostBlocks = sizing.host?.numHostBlocks ?? null;
+  const pools = { numGpuBlocks: sizing.numGpuBlocks, numHostBlocks };
+  const admission = admissionRefusal(pools, pagesPerRequest * blockSize, blockSize);
+  const refusals = sizing.refusals.length > 0 ? sizing.refusals : admission === null ? [] : [admission];
+  const maxByDevice = maxByDevicePool(sizing.numGpuBlocks, pagesPerRequest, devicePagesPerRequest);
+  const maxByHost = numHostBlocks === null ? maxByDevice : Math.floor(numHostBlocks / pagesPerRequest);
+  return {
+    maxByHost,
+    maxByDevice,
+    maxConcurrent: refusals.length > 0 ? 0 : Math.min(maxByHost, maxByDevice),
+    refusals,
+  };
+}
+
+/** The host pool that lets the most requests run (HiSparse). */
+export interface BestHostPool {
+  /** Most N with N × (P × h + d × m) + (P − d) × m <= budget (0 when not even one prefill fits). */
+  bestN: number;
+  /** ceil(budget / (m + h)): the engine needs as many host pages as device blocks. */
+  minHostBlocks: number;
+  /** max(bestN × P, minHostBlocks). */
+  numHostBlocks: number;
+  /** numHostBlocks × host bytes per page: the `--host-pool-gib` to give. */
+  hostPoolBytes: number;
+}
+
+/**
+ * The best host pool for requests of P pages, d device pages each once decoding: N requests'
+ * host pages and sparse device blocks, plus one prefill's P − d extra blocks, within the budget
+ * (m main bytes per block, h device bytes per host page).
+ */
+export function bestHostPool(
+  budgetBytes: number,
+  costs: HiSparseBlockCosts,
+  pagesPerRequest: number,
+  devicePagesPerRequest: number,
+): BestHostPool {
+  const [P, d, m, h] = [
+    pagesPerRequest,
+    devicePagesPerRequest,
+    costs.mainBytesPerBlock,
+    costs.deviceBytesPerHostBlock,
+  ];
+  const bestN = Math.max(0, Math.floor((budgetBytes - (P - d) * m) / (P * h + d * m)));
+  const minHostBlocks = Math.ceil(budgetBytes / (m + h));
+  const numHostBlocks = Math.max(bestN * P, minHostBlocks);
+  return { bestN, minHostBlocks, numHostBlocks, hostPoolBytes: numHostBlocks * costs.hostBytesPerBlock };
+}

@@ -1,0 +1,66 @@
+/**
+ * The dense engine's KV set-up (any backend): the model's KV cache groups in one device pool
+ * sized by the KV memory formula, dense paged attention, no extension.
+ */
+import { DensePagedAttention } from "../attention/backend.js";
+import { type Backend, DTYPE_BYTES } from "../backends/backend.js";
+import { ConfigError } from "../config/engine_args.js";
+import { modelKVCacheGroups } from "../core/kv/kv_cache_interface.js";
+import { sizeKVMemory } from "../core/kv/kv_memory.js";
+import { kvRefusalMessage } from "../core/kv/kv_refusals.js";
+import {
+  allocateGroupCaches,
+  disposeKVCache,
+  type KVCacheDescription,
+  type KVCacheSetup,
+  type KVCacheSetupContext,
+} from "./kv_cache_setup.js";
+
+/** Bytes as "1.50 GiB" / "32.00 MiB". */
+export function formatGiB(bytes: number): string {
+  return bytes >= 2 ** 30 ? `${(bytes / 2 ** 30).toFixed(2)} GiB` : `${(bytes / 2 ** 20).toFixed(2)} MiB`;
+}
+
+/**
+ * Sizes and allocates the dense KV cache: numGpuBlocks = `--num-gpu-blocks-override`, or
+ * floor(budget / block bytes); one [numGpuBlocks, 2, blockSize, Hkv, D] tensor per layer.
+ * @throws ConfigError when no block fits the budget.
+ */
+export function setupDenseKVCache(backend: Backend, ctx: KVCacheSetupContext): KVCacheSetup {
+  const { config, layout } = ctx.model;
+  const blockSize = ctx.args.blockSize;
+  const groups = modelKVCacheGroups(config, { elementBytes: DTYPE_BYTES[ctx.kvCacheDtype] });
+  const sizing = sizeKVMemory({
+    groups,
+    blockSize,
+    deviceBudgetBytes: ctx.deviceBudgetBytes,
+    numGpuBlocksOverride: ctx.args.numGpuBlocksOverride,
+  });
+  if (sizing.refusals.length > 0) throw new ConfigError(sizing.refusals.map(kvRefusalMessage));
+  const { numGpuBlocks, bytesPerBlock } = sizing;
+  const kvCaches = allocateGroupCaches(backend, groups, {
+    numLayers: config.numHiddenLayers,
+    blockSize,
+    dtype: ctx.kvCacheDtype,
+    numBlocksOf: () => numGpuBlocks,
+  });
+  const description: KVCacheDescription = {
+    key: "kv_cache",
+    line:
+      `KV cache: ${numGpuBlocks} blocks of ${blockSize} tokens (${formatGiB(numGpuBlocks * bytesPerBlock)}, ` +
+      `${ctx.kvCacheDtype}), ${groups.map((g) => `${g.name} ${g.layers.length} layers`).join(", ")}`,
+    fields: { numGpuBlocks, blockSize, kvBytesPerBlock: bytesPerBlock, kvCacheDtype: ctx.kvCacheDtype },
+    logLevel: "debug",
+  };
+  return {
+    blockSize,
+    numGpuBlocks,
+    groups,
+    kvCaches,
+    attention: new DensePagedAttention(backend, layout, blockSize),
+    extensions: [],
+    info: { kvBytesPerBlock: bytesPerBlock, hisparse: null },
+    description,
+    dispose: disposeKVCache(backend, kvCaches, []),
+  };
+}
