@@ -134,8 +134,10 @@ export class LLMEngine {
   }
 
   /**
-   * Tokenizes a prompt (text prompts get the tokenizer's special tokens, as vLLM does).
-   * @throws EngineInputError when the text cannot be tokenized (no tokenizer).
+   * Tokenizes a prompt (text prompts get the tokenizer's special tokens, as vLLM does), on the
+   * calling thread (the server tokenizes on its TokenizerPool instead and passes ids).
+   * @throws EngineInputError when the text cannot be tokenized (no tokenizer), or when its
+   *   length bound (Tokenizer.minTokens) proves it longer than max_model_len.
    */
   tokenize(prompt: PromptInput): { prompt: string | null; promptTokenIds: number[] } {
     if (typeof prompt !== "string")
@@ -143,6 +145,15 @@ export class LLMEngine {
     if (this.tokenizer === null) {
       throw new EngineInputError(
         "this model has no tokenizer, so prompts must be given as token ids",
+        "prompt",
+      );
+    }
+    // A text whose byte length alone proves it longer than the context is refused before it is
+    // tokenized (tokenizing costs time and memory that grow with the text).
+    const min = this.tokenizer.minTokens(prompt);
+    if (min >= this.maxModelLen) {
+      throw new EngineInputError(
+        `the prompt is ${Buffer.byteLength(prompt)} bytes long, so at least ${min} tokens, but the maximum model length is ${this.maxModelLen} (prompt + output)`,
         "prompt",
       );
     }

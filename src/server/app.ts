@@ -80,7 +80,7 @@ export function buildApp(ctx: ServingContext, o: AppOptions): FastifyInstance {
     object: "model",
     created: ctx.created(),
     owned_by: "hisparse",
-    root: ctx.llm.engine.info.modelDir,
+    root: ctx.modelRoot,
     parent: null,
     max_model_len: ctx.maxModelLen,
   });
