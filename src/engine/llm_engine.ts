@@ -35,6 +35,17 @@ export class EngineInputError extends Error {
   }
 }
 
+/**
+ * A call on an `LLM` or `AsyncLLM` after its `shutdown()`: the engine and its thread are gone
+ * and do not come back (create a new one to generate again).
+ */
+export class EngineShutdownError extends Error {
+  override name = "EngineShutdownError";
+  constructor(what: string) {
+    super(`this ${what} was shut down; create a new ${what} to generate again`);
+  }
+}
+
 /** A prompt as text (tokenized by the engine) or as token ids. */
 export type PromptInput = string | { promptTokenIds: readonly number[]; prompt?: string };
 
