@@ -111,7 +111,13 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       logger,
       version: o.version ?? "unknown",
     });
-    const stats = new StatsLogger(metrics, logger, o.statsIntervalSeconds ?? DEFAULT_STATS_INTERVAL_S);
+    const stats = new StatsLogger(
+      metrics,
+      logger,
+      o.statsIntervalSeconds ?? DEFAULT_STATS_INTERVAL_S,
+      undefined,
+      llm.engine.info.backend === "cpu" ? "CPU" : "GPU",
+    );
     const hisparse = llm.engine.hisparse;
     if (hisparse !== null) attachHiSparseObservability(metrics, stats, () => hisparse.stats());
     o.extendMetrics?.(metrics, stats, llm);
