@@ -128,6 +128,14 @@ describe("HTTP edge: Content-Type and framework errors (ref-small, CPU)", () => 
     assert.equal(e.code, 431);
   });
 
+  it("/v1/models shows the model as given (here: none, so the bundled name), not its resolved path", async () => {
+    const r = await request(`${server.url}/v1/models`);
+    assert.equal(r.status, 200);
+    const card = (r.json as { data: { id: string; root: string }[] }).data[0]!;
+    assert.equal(card.id, "ref-small");
+    assert.equal(card.root, "ref-small");
+  });
+
   it("the server still answers and nothing is left in the engine", async () => {
     assert.equal((await request(`${server.url}/health`)).status, 200);
     await assertPoolFullyFree(server.url);
