@@ -12,9 +12,15 @@
  * own send time. The bounds are the issue's, unchanged. A run whose figures miss them is run
  * again (up to 3 times, each run's figures printed): CPU-scheduling noise from other processes
  * does not repeat, while a stall of the event loop (the bug: 12.9 s for 1 MiB before) repeats
- * in every run.
+ * in every run. What the test needs to know is whether a late answer was our code holding the
+ * event loop or the machine giving the process no CPU, so it reads how long this process's
+ * threads waited in the kernel's run queue (Linux /proc/self/task/N/schedstat) during each
+ * answer and gap: a miss covered by that wait is the machine's ("starved"). If every run missed
+ * only by starvation (a machine with dozens of runnable threads per core), the test is skipped
+ * with the figures; a miss the run queue does not explain fails it.
  */
 import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -37,10 +43,47 @@ const BIG = 4 * 2 ** 20;
 /** Under ref-small's bound at this max_model_len (2047 tokens × 76 bytes), but 37,500 tokens. */
 const UNDER_BOUND = 150_000;
 
+/**
+ * Milliseconds each thread of this process has spent runnable but waiting for a CPU (second
+ * field of /proc/self/task/TID/schedstat), by thread id; empty where the file does not exist.
+ */
+function runQueueWaitMs(): Map<string, number> {
+  const out = new Map<string, number>();
+  try {
+    for (const tid of readdirSync("/proc/self/task")) {
+      try {
+        const f = readFileSync(`/proc/self/task/${tid}/schedstat`, "utf8").split(" ");
+        out.set(tid, Number(f[1]) / 1e6);
+      } catch {
+        // the thread ended meanwhile
+      }
+    }
+  } catch {
+    // not Linux: no starvation evidence, every miss counts
+  }
+  return out;
+}
+
+/** Longest run-queue wait of one thread between two readings (the main thread's when `tid` given). */
+function waitBetween(a: Map<string, number>, b: Map<string, number>, tid?: string): number {
+  if (tid !== undefined) return (b.get(tid) ?? 0) - (a.get(tid) ?? 0);
+  let m = 0;
+  for (const [t, w] of b) m = Math.max(m, w - (a.get(t) ?? w));
+  return m;
+}
+
+const MAIN_TID = String(process.pid);
+
+/** One measured interval: its length and the run-queue wait that may explain it. */
+interface Interval {
+  ms: number;
+  waitMs: number;
+}
+
 /** What one run measured. */
 interface RunFigures {
-  healthMs: number[];
-  gapsMs: number[];
+  health: Interval[];
+  gaps: Interval[];
   tokensAfterBigRequests: number;
   replies: { status: number; message: string }[];
 }
@@ -76,15 +119,19 @@ const median = (xs: number[]) => {
   return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 };
 
-/** Polls /health every HEALTH_PERIOD_MS until stopped; each latency from its own send. */
-function pollHealth(url: string): { stop: () => Promise<number[]> } {
-  const latencies: number[] = [];
+/**
+ * Polls /health every HEALTH_PERIOD_MS until stopped; each latency from its own send, with the
+ * main thread's run-queue wait meanwhile (only the main thread answers /health).
+ */
+function pollHealth(url: string): { stop: () => Promise<Interval[]> } {
+  const latencies: Interval[] = [];
   let running = true;
   const loop = (async () => {
     while (running) {
+      const w0 = runQueueWaitMs();
       const t0 = performance.now();
       const r = await request(`${url}/health`);
-      latencies.push(performance.now() - t0);
+      latencies.push({ ms: performance.now() - t0, waitMs: waitBetween(w0, runQueueWaitMs(), MAIN_TID) });
       assert.equal(r.status, 200);
       await sleep(Math.max(0, HEALTH_PERIOD_MS - (performance.now() - t0)));
     }
@@ -98,13 +145,19 @@ function pollHealth(url: string): { stop: () => Promise<number[]> } {
   };
 }
 
-/** A streamed completion; token chunk arrival times recorded until `cancel()`. */
+/**
+ * A streamed completion; token chunk arrival times recorded until `cancel()`, each with a
+ * run-queue reading (a gap needs the engine's thread and the main thread: the longer wait of
+ * any one thread is the one that may explain it).
+ */
 function streamTokens(url: string): {
   times: number[];
+  waits: Map<string, number>[];
   firstTokens: Promise<void>;
   cancel: () => Promise<void>;
 } {
   const times: number[] = [];
+  const waits: Map<string, number>[] = [];
   const ctl = new AbortController();
   let gotFirst!: () => void;
   const firstTokens = new Promise<void>((r) => {
@@ -132,7 +185,12 @@ function streamTokens(url: string): {
         buf += decoder.decode(chunk as Uint8Array, { stream: true });
         const events = buf.split("\n\n");
         buf = events.pop()!;
-        for (const e of events) if (e.includes('"text"')) times.push(now);
+        const w = runQueueWaitMs();
+        for (const e of events) {
+          if (!e.includes('"text"')) continue;
+          times.push(now);
+          waits.push(w);
+        }
         if (times.length >= 10) gotFirst();
       }
     } catch (e) {
@@ -141,6 +199,7 @@ function streamTokens(url: string): {
   })();
   return {
     times,
+    waits,
     firstTokens,
     cancel: async () => {
       ctl.abort();
@@ -184,40 +243,67 @@ describe("no request stalls the server (ref-small, CPU, max_model_len 2048)", ()
     }
     const tokensAtEnd = stream.times.length;
     await sleep(5 * HEALTH_PERIOD_MS);
-    const healthMs = await health.stop();
-
+    const healthIntervals = await health.stop();
     await stream.cancel();
-    const t = stream.times.slice(1);
-    const gapsMs = t.slice(1).map((x, i) => x - t[i]!);
-    return { healthMs, gapsMs, tokensAfterBigRequests: stream.times.length - tokensAtEnd, replies };
+    // Gaps from the second token on (the first follows the prefill).
+    const gaps: Interval[] = [];
+    for (let i = 2; i < stream.times.length; i++) {
+      gaps.push({
+        ms: stream.times[i]! - stream.times[i - 1]!,
+        waitMs: waitBetween(stream.waits[i - 1]!, stream.waits[i]!),
+      });
+    }
+    return {
+      health: healthIntervals,
+      gaps,
+      tokensAfterBigRequests: stream.times.length - tokensAtEnd,
+      replies,
+    };
+  }
+
+  /**
+   * How a run did: "pass" (both bounds met), "starved" (every miss is covered by the time its
+   * threads waited for a CPU), or "fail" (a miss our own code must have caused).
+   */
+  function judge(f: RunFigures): { verdict: "pass" | "starved" | "fail"; line: string } {
+    const med = median(f.gaps.map((g) => g.ms));
+    const misses: { excess: number; waitMs: number }[] = [];
+    for (const h of f.health)
+      if (h.ms > HEALTH_BOUND_MS) misses.push({ excess: h.ms - HEALTH_BOUND_MS, waitMs: h.waitMs });
+    for (const g of f.gaps) {
+      const excess = g.ms - med - GAP_OVER_MEDIAN_BOUND_MS;
+      if (excess > 0) misses.push({ excess, waitMs: g.waitMs });
+    }
+    const worstHealth = f.health.reduce((a, h) => (h.ms > a.ms ? h : a));
+    const worstGap = f.gaps.reduce((a, g) => (g.ms > a.ms ? g : a));
+    const line =
+      `${f.health.length} /health polls, slowest ${worstHealth.ms.toFixed(1)} ms (main thread waited ${worstHealth.waitMs.toFixed(1)} ms for a CPU); ` +
+      `${f.gaps.length} token gaps, median ${med.toFixed(1)} ms, largest ${worstGap.ms.toFixed(1)} ms ` +
+      `(+${(worstGap.ms - med).toFixed(1)}; a thread waited ${worstGap.waitMs.toFixed(1)} ms)`;
+    if (misses.length === 0) return { verdict: "pass", line };
+    return { verdict: misses.every((m) => m.waitMs >= m.excess) ? "starved" : "fail", line };
   }
 
   it("/health within 200 ms and the stream's largest token gap within 500 ms of its median, during 4 MiB prompts", async (t) => {
-    let last: RunFigures | null = null;
+    const verdicts: string[] = [];
     for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
       const f = await run();
-      last = f;
       // What each request got back: the bound refused the 4 MiB texts without tokenizing them;
       // the 150 KB one was tokenized and refused with its exact length.
       assert.match(f.replies[0]!.message, /your prompt is 4194304 bytes, which is at least \d+ tokens/);
       assert.match(f.replies[1]!.message, /your messages render to \d+ bytes, which is at least \d+ tokens/);
       assert.match(f.replies[2]!.message, /you requested 37500 tokens in the prompt/);
       assert.ok(f.tokensAfterBigRequests > 0, "the stream went on after the large requests");
-      assert.ok(f.healthMs.length >= 5, `only ${f.healthMs.length} /health polls overlapped`);
-      const worstHealth = Math.max(...f.healthMs);
-      const gapOverMedian = Math.max(...f.gapsMs) - median(f.gapsMs);
-      t.diagnostic(
-        `run ${attempt}: ${f.healthMs.length} /health polls, slowest ${worstHealth.toFixed(1)} ms; ` +
-          `${f.gapsMs.length} token gaps, median ${median(f.gapsMs).toFixed(1)} ms, ` +
-          `largest ${Math.max(...f.gapsMs).toFixed(1)} ms (+${gapOverMedian.toFixed(1)})`,
-      );
-      if (worstHealth <= HEALTH_BOUND_MS && gapOverMedian <= GAP_OVER_MEDIAN_BOUND_MS) return;
+      assert.ok(f.health.length >= 5, `only ${f.health.length} /health polls overlapped`);
+      const { verdict, line } = judge(f);
+      t.diagnostic(`run ${attempt}: ${verdict}: ${line}`);
+      if (verdict === "pass") return;
+      verdicts.push(`${verdict}: ${line}`);
     }
-    const f = last!;
-    assert.ok(Math.max(...f.healthMs) <= HEALTH_BOUND_MS, `slowest /health ${Math.max(...f.healthMs)} ms`);
-    assert.ok(
-      Math.max(...f.gapsMs) - median(f.gapsMs) <= GAP_OVER_MEDIAN_BOUND_MS,
-      `largest gap ${Math.max(...f.gapsMs)} ms, median ${median(f.gapsMs)} ms`,
+    const failed = verdicts.filter((v) => v.startsWith("fail"));
+    assert.equal(failed.length, 0, `runs the run queue does not explain:\n${failed.join("\n")}`);
+    t.skip(
+      `every run missed only while this process waited for a CPU (the machine is overloaded): ${verdicts.join(" | ")}`,
     );
   });
 
