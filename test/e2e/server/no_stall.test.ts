@@ -307,6 +307,22 @@ describe("no request stalls the server (ref-small, CPU, max_model_len 2048)", ()
     );
   });
 
+  it("a client that leaves while its prompt is tokenized cancels it; the pool serves the next one", async () => {
+    const ctl = new AbortController();
+    const gone = fetch(`${server.url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: underBound,
+      signal: ctl.signal,
+    }).catch((e: Error) => e.name);
+    await sleep(50);
+    ctl.abort();
+    assert.equal(await gone, "AbortError");
+    const r = await postJson(`${server.url}/v1/completions`, { prompt: "The Linux kernel", max_tokens: 2 });
+    assert.equal(r.status, 200, r.text);
+    assert.equal((r.json as { usage: { completion_tokens: number } }).usage.completion_tokens, 2);
+  });
+
   it("nothing is left in the engine afterwards", async () => {
     await assertPoolFullyFree(server.url);
   });
