@@ -1,6 +1,9 @@
 import type { HostTensorData } from "../backends/backend.js";
-import type { ModelConfig } from "../config/model_config.js";
-import { WeightLoadError, type WeightSource } from "./weights.js";
+import { type ModelConfig, mlpKindOf } from "../config/model_config.js";
+import { moeWeightSpecs } from "./moe_mlp.js";
+import { type DummyTensorKind, WeightLoadError, type WeightSource, type WeightSpec } from "./weights.js";
+
+export type { DummyTensorKind, WeightSpec } from "./weights.js";
 
 /**
  * Seeded random weights for `--load-format dummy` (vLLM's DummyModelLoader): every tensor the
@@ -25,22 +28,13 @@ export const DUMMY_NORM_VALUE = 1.0;
  */
 const NORMAL_LEVELS = 65536;
 
-/** What a tensor is, which decides its values. */
-export type DummyTensorKind = "matrix" | "bias" | "norm";
-
-/** Name, shape and kind of one tensor of the Llama family. */
-export interface WeightSpec {
-  name: string;
-  shape: number[];
-  kind: DummyTensorKind;
-}
-
 /**
  * Every HF tensor name and shape of a Llama-family model (transformers modeling_llama.py,
  * modeling_qwen2.py, modeling_qwen3.py, modeling_mistral.py), in checkpoint order:
  * embed_tokens [V, H]; per layer input_layernorm [H], q/k/v_proj [Hq*D | Hkv*D, H] (+ biases
  * when `attentionBias`), o_proj [H, Hq*D] (+ bias when `oProjBias`), q_norm/k_norm [D] (Qwen3),
- * post_attention_layernorm [H], gate/up_proj [I, H], down_proj [H, I] (+ biases when `mlpBias`);
+ * post_attention_layernorm [H], gate/up_proj [I, H], down_proj [H, I] (+ biases when `mlpBias`)
+ * or, in MoE layers, the router, packed experts and shared experts (moe_mlp.ts moeWeightSpecs);
  * norm [H]; lm_head [V, H] unless `tieWordEmbeddings`.
  */
 export function llamaWeightSpecs(config: ModelConfig): WeightSpec[] {
@@ -67,6 +61,10 @@ export function llamaWeightSpecs(config: ModelConfig): WeightSpec[] {
     add(`${p}.self_attn.q_norm.weight`, [D], "norm", config.qkNorm);
     add(`${p}.self_attn.k_norm.weight`, [D], "norm", config.qkNorm);
     add(`${p}.post_attention_layernorm.weight`, [H], "norm");
+    if (config.moe != null && mlpKindOf(config.moe, l) === "moe") {
+      specs.push(...moeWeightSpecs(config, config.moe, l));
+      continue;
+    }
     add(`${p}.mlp.gate_proj.weight`, [I, H], "matrix");
     add(`${p}.mlp.gate_proj.bias`, [I], "bias", config.mlpBias);
     add(`${p}.mlp.up_proj.weight`, [I, H], "matrix");

@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { loadModelConfig, ModelConfigError } from "../../../src/config/model_config.js";
+import { DecoderForCausalLM } from "../../../src/models/decoder.js";
 import { DummyWeights } from "../../../src/models/dummy.js";
 import { LlamaForCausalLM } from "../../../src/models/llama.js";
 import {
@@ -63,7 +64,7 @@ describe("loadModel", () => {
       maxModelLen: 2048,
       onProgress: (done, total) => progress.push([done, total]),
     });
-    assert.ok(loaded.model instanceof LlamaForCausalLM);
+    assert.ok(loaded.model instanceof DecoderForCausalLM);
     assert.equal(loaded.modelDir, REF);
     assert.equal(loaded.maxModelLen, 2048);
     assert.equal(loaded.model.maxPositions, 2048);
@@ -79,8 +80,9 @@ describe("loadModel", () => {
     assert.deepEqual(qkv.data, new Uint16Array([...parts[0]!, ...parts[1]!, ...parts[2]!]));
     const gateUp = backend.weights[5]!;
     assert.deepEqual(gateUp.shape, [2 * 768, 256]);
-    assert.deepEqual(progress.at(-1), [4 + 4 * 7, 4 + 4 * 7]);
-    assert.equal(progress.length, 4 + 4 * 7);
+    // One tick each for embed, every layer, norm, lm_head and the RoPE table.
+    assert.deepEqual(progress.at(-1), [4 + 4, 4 + 4]);
+    assert.equal(progress.length, 4 + 4);
   });
 
   it("defaults to the bundled ref-small and its max_position_embeddings", () => {
@@ -179,12 +181,14 @@ describe("loadModel", () => {
     );
   });
 
-  it("dispatches every supported architecture to LlamaForCausalLM", () => {
+  it("dispatches every supported architecture to the GQA decoder (LlamaForCausalLM)", () => {
     assert.deepEqual(Object.keys(MODEL_REGISTRY).sort(), [
+      "Glm4MoeForCausalLM",
       "LlamaForCausalLM",
       "MistralForCausalLM",
       "Qwen2ForCausalLM",
       "Qwen3ForCausalLM",
+      "Qwen3MoeForCausalLM",
     ]);
     for (const cls of Object.values(MODEL_REGISTRY)) assert.equal(cls, LlamaForCausalLM);
   });
