@@ -54,8 +54,8 @@ export interface BenchmarkDeps {
   clock?: BenchClock;
   /** Counts output tokens of a text when the server reports no usage. */
   countTokens?: (text: string) => number;
-  /** Progress of the measured run (total, then one tick per finished request). */
-  progress?: { start(total: number): void; tick(): void; stop(): void };
+  /** Progress of the measured run (total, then one tick per finished request, with its success). */
+  progress?: { start(total: number): void; tick(success: boolean): void; stop(): void };
   /** Samples GPU memory and power during the measured run. */
   gpuMonitor?: GpuMonitor | null;
 }
@@ -140,7 +140,14 @@ export async function runBenchmark(cfg: BenchmarkConfig, deps: BenchmarkDeps = {
     for (const [i, r] of cfg.requests.entries()) {
       const wait = start + offsets[i]! - clock.now();
       if (wait > 0) await sleep(wait);
-      tasks.push(sem.run(() => send(r, `${prefix}-${i}`)).finally(() => deps.progress?.tick()));
+      tasks.push(
+        sem
+          .run(() => send(r, `${prefix}-${i}`))
+          .then((o) => {
+            deps.progress?.tick(o.success);
+            return o;
+          }),
+      );
     }
     const outputs = await Promise.all(tasks);
     const durationS = clock.now() - start;

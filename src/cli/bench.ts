@@ -15,6 +15,7 @@ import { resolveModelDir } from "../models/registry.js";
 import { Tokenizer } from "../tokenizer/tokenizer.js";
 import { parseFloatArg, parseIntArg } from "./engine_flags.js";
 import { action } from "./errors.js";
+import { progressLines } from "./progress.js";
 
 /** Parses a rate: a number > 0 or "inf". */
 export function parsePositiveOrInf(v: string): number {
@@ -184,9 +185,13 @@ function extraBodyOf(o: BenchServeOptions): Record<string, unknown> | undefined 
   return Object.keys(extra).length > 0 ? extra : undefined;
 }
 
-/** A progress bar on stderr (cli-progress), or null when disabled or stderr is not a terminal. */
+/**
+ * Progress on stderr: a bar (cli-progress) on a terminal, else a line every 10 s (logs stay
+ * informative during long runs); none with --disable-tqdm.
+ */
 function progressBar(disabled: boolean): BenchmarkDeps["progress"] {
-  if (disabled || !process.stderr.isTTY) return undefined;
+  if (disabled) return undefined;
+  if (!process.stderr.isTTY) return progressLines("bench");
   const bar = new cliProgress.SingleBar(
     {
       stream: process.stderr,

@@ -219,10 +219,34 @@ export function resolveVariants(
   return out;
 }
 
-/** Runs `fn` with an engine for each variant in turn (one at a time; each is shut down after). */
+/** Seconds between `[eval]` progress lines while a variant runs. */
+const EVAL_PROGRESS_INTERVAL_S = 10;
+
+/**
+ * A progress callback printing `[eval] variant NAME: 12/40 <unit> done, 35.0 s` on stderr at
+ * most every EVAL_PROGRESS_INTERVAL_S seconds (and for the last one), so long runs are not
+ * silent between the variant's start and done lines.
+ */
+function variantProgress(name: string, unit: string, t0: number): (done: number, total: number) => void {
+  let last = t0;
+  return (done, total) => {
+    const now = performance.now();
+    if (done < total && now - last < EVAL_PROGRESS_INTERVAL_S * 1000) return;
+    last = now;
+    console.error(
+      `[eval] variant ${name}: ${done}/${total} ${unit} done, ${((now - t0) / 1000).toFixed(1)} s`,
+    );
+  };
+}
+
+/**
+ * Runs `fn` with an engine for each variant in turn (one at a time; each is shut down after);
+ * `fn` gets a progress callback for its requests (see variantProgress).
+ */
 async function forEachVariant<T>(
   variants: { spec: VariantSpec; args: EngineArgs }[],
-  fn: (llm: LLM) => Promise<T>,
+  unit: string,
+  fn: (llm: LLM, onProgress: (done: number, total: number) => void) => Promise<T>,
 ): Promise<{ name: string; flags: string[]; result: T; seconds: number }[]> {
   const out: { name: string; flags: string[]; result: T; seconds: number }[] = [];
   for (const { spec, args } of variants) {
@@ -232,7 +256,7 @@ async function forEachVariant<T>(
     );
     const llm = new LLM(args);
     try {
-      const result = await fn(llm);
+      const result = await fn(llm, variantProgress(spec.name, unit, t0));
       const seconds = (performance.now() - t0) / 1000;
       console.error(`[eval] variant ${spec.name} done in ${seconds.toFixed(1)} s`);
       out.push({ name: spec.name, flags: spec.argv, result, seconds });
@@ -269,7 +293,9 @@ async function runEvalPpl(o: PplCliOptions): Promise<void> {
     throw new Error(`cannot read ${o.file} (${(e as NodeJS.ErrnoException).code ?? "error"})`);
   }
   const windows = pplWindows(tokenizerOf(base).encode(text, { addSpecialTokens: false }), opts);
-  const results = await forEachVariant(variants, (llm) => runPpl(llm, windows, opts.prefixTokens));
+  const results = await forEachVariant(variants, "windows", (llm, onProgress) =>
+    runPpl(llm, windows, opts.prefixTokens, onProgress),
+  );
   console.log(pplHeading(o.file, windows.length, opts.ctx, opts.prefixTokens));
   for (const l of pplTable(results)) console.log(l);
   writeJson(o.json, {
@@ -295,8 +321,8 @@ async function runEvalNeedle(o: NeedleCliOptions): Promise<void> {
     maxTokens: o.maxTokens,
   };
   const docs = buildNeedleDocs(tok, tok.encode(filler.text, { addSpecialTokens: false }), opts);
-  const results = await forEachVariant(variants, async (llm) => {
-    const trials = await runNeedleTrials(llm, docs, opts.maxTokens);
+  const results = await forEachVariant(variants, "documents", async (llm, onProgress) => {
+    const trials = await runNeedleTrials(llm, docs, opts.maxTokens, onProgress);
     return { trials, cells: summarizeNeedle(trials, opts) };
   });
   console.log(needleHeading(opts.trials, opts.needles, filler.files));

@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import type { Command } from "commander";
@@ -18,6 +18,25 @@ import { action } from "./errors.js";
 export function packageVersion(): string {
   const pkg = JSON.parse(readFileSync(join(packageRoot(), "package.json"), "utf8"));
   return pkg.version as string;
+}
+
+/** Files that exist where an NVIDIA driver is loaded (its proc entry, its control device). */
+const NVIDIA_DRIVER_FILES = ["/proc/driver/nvidia/version", "/dev/nvidiactl"];
+
+/** True when this machine shows an NVIDIA driver (so building the CUDA addon can help). */
+export function nvidiaDriverPresent(files: readonly string[] = NVIDIA_DRIVER_FILES): boolean {
+  return files.some((f) => existsSync(f));
+}
+
+/**
+ * Why the CPU backend is used, for the `backend:` line: on a machine without an NVIDIA driver,
+ * that there is no GPU (not the addon's "run `npm run build:native`", which cannot help
+ * there); otherwise the detection's reason.
+ */
+export function cpuBackendReason(cudaReason: string, driverPresent: boolean): string {
+  return driverPresent
+    ? `CUDA not available: ${cudaReason}`
+    : "no NVIDIA GPU driver on this machine; the CPU backend runs every model";
 }
 
 /** `hisparse info`: versions, the compute backend found, and a model summary. */
@@ -41,6 +60,7 @@ async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
     platform: `${os.platform()} ${os.arch()}`,
     cpus: os.availableParallelism(),
     cuda,
+    nvidiaDriver: nvidiaDriverPresent(),
     model: {
       dir,
       architecture: cfg.architecture,
@@ -70,7 +90,7 @@ async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
   console.log(
     cuda.available
       ? `backend: cuda — ${cuda.deviceName}`
-      : `backend: cpu (CUDA not available: ${cuda.reason})`,
+      : `backend: cpu (${cpuBackendReason(cuda.reason, info.nvidiaDriver)})`,
   );
   console.log(`model: ${m.dir}`);
   console.log(

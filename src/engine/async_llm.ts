@@ -1,7 +1,7 @@
 import { EventEmitter } from "node:events";
 import type { EngineArgs } from "../config/engine_args.js";
 import type { SamplingParams } from "../core/sampling_params.js";
-import { type EngineCreateOptions, LLMEngine, type PromptInput } from "./llm_engine.js";
+import { type EngineCreateOptions, EngineShutdownError, LLMEngine, type PromptInput } from "./llm_engine.js";
 import type { RequestOutput, RequestOutputKind } from "./outputs.js";
 
 /** Waiters of one request: outputs queued until the consumer takes them. */
@@ -42,13 +42,14 @@ export class AsyncLLM extends EventEmitter {
    * Submits a request and iterates over its outputs until it finishes.
    * Validation errors (EngineInputError) are thrown by this call, before any iteration.
    * @param requestId unique id; generated when omitted
+   * @throws EngineShutdownError after {@link shutdown}
    */
   generate(
     prompt: PromptInput,
     params: SamplingParams,
     opts: { requestId?: string; outputKind?: RequestOutputKind } = {},
   ): AsyncIterableIterator<RequestOutput> {
-    if (this.closed) throw new Error("the engine is shut down");
+    if (this.closed) throw new EngineShutdownError("AsyncLLM");
     const requestId = opts.requestId ?? `req-${this.nextId++}`;
     const stream: Stream = { queue: [], error: null, done: false, wake: null };
     this.engine.addRequest(requestId, prompt, params, { outputKind: opts.outputKind ?? "delta" });

@@ -62,7 +62,10 @@ type Reply =
 
 /**
  * Executes on a worker_thread (worker/thread_main.ts). One request in flight at a time: the
- * engine awaits each step before scheduling the next.
+ * engine awaits each step before scheduling the next. The thread keeps the process alive only
+ * while a request (init or a step) waits for its reply: it is unref'd whenever it is idle, so a
+ * script that never calls `shutdown()` still exits once its last result is in (as node's own
+ * handles and vLLM's `LLM` do), while a step in flight keeps it running.
  */
 export class ThreadExecutor implements Executor {
   private thread: ThreadWorker | null = null;
@@ -72,6 +75,7 @@ export class ThreadExecutor implements Executor {
   async init(args: EngineArgs, onProgress?: ProgressFn): Promise<WorkerInfo> {
     this.onProgress = onProgress;
     this.thread = spawnWorkerThread(new URL("../worker/thread_main.js", import.meta.url));
+    this.thread.unref();
     this.thread.on("message", (m: Reply) => this.onMessage(m));
     this.thread.on("error", (e) => this.fail(e));
     this.thread.on("exit", (code) => {
@@ -106,6 +110,7 @@ export class ThreadExecutor implements Executor {
     if (this.pending !== null) return Promise.reject(new Error("a worker request is already in flight"));
     return new Promise<Reply>((resolve, reject) => {
       this.pending = { resolve, reject };
+      this.thread!.ref();
       this.thread!.postMessage(msg);
     });
   }
@@ -117,6 +122,7 @@ export class ThreadExecutor implements Executor {
     }
     const p = this.pending;
     this.pending = null;
+    this.thread?.unref();
     if (p === null) return;
     if (m.type === "error") p.reject(new WorkerError(m.name, m.message, m.stack));
     else p.resolve(m);
@@ -125,6 +131,7 @@ export class ThreadExecutor implements Executor {
   private fail(e: Error): void {
     const p = this.pending;
     this.pending = null;
+    this.thread?.unref();
     p?.reject(e);
   }
 }

@@ -1,26 +1,45 @@
 import { type EngineArgs, makeEngineArgs } from "../config/engine_args.js";
 import { makeSamplingParams, type SamplingParams } from "../core/sampling_params.js";
 import type { ChatMessage } from "../tokenizer/chat_template.js";
-import { type EngineCreateOptions, EngineInputError, LLMEngine, type PromptInput } from "./llm_engine.js";
+import {
+  type EngineCreateOptions,
+  EngineInputError,
+  EngineShutdownError,
+  LLMEngine,
+  type PromptInput,
+} from "./llm_engine.js";
 import type { RequestOutput } from "./outputs.js";
 
 /** Options of {@link LLM}: engine args (all optional) plus load callbacks. */
 export type LLMOptions = Partial<EngineArgs> & EngineCreateOptions;
 
+/** Options of {@link LLM.generate} beyond the prompts and parameters. */
+export interface GenerateOptions {
+  /** Called each time a prompt of this call finishes: (finished so far, prompts in the call). */
+  onProgress?: (done: number, total: number) => void;
+}
+
 /**
  * Offline batch generation (vllm.LLM): `await new LLM({ model }).generate(prompts, params)`.
- * The engine loads on first use; call `shutdown()` when done to stop its worker thread.
+ * The engine loads on first use. Its worker thread keeps the process alive only while a call
+ * runs, so a script may end without `shutdown()`; `shutdown()` stops the thread at once and
+ * frees the model, after which every call rejects with EngineShutdownError.
  */
 export class LLM {
   private enginePromise: Promise<LLMEngine> | null = null;
+  private closed = false;
   private nextId = 0;
   /** The last generate() call: calls run one after another (the engine steps one call's batch). */
   private lastCall: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly options: LLMOptions = {}) {}
 
-  /** The engine, loading it on first call. */
+  /**
+   * The engine, loading it on first call.
+   * @throws EngineShutdownError (rejects) after {@link shutdown}
+   */
   getEngine(): Promise<LLMEngine> {
+    if (this.closed) return Promise.reject(new EngineShutdownError("LLM"));
     if (this.enginePromise === null) {
       const { onLoadProgress, schedulerOptions, ...args } = this.options;
       this.enginePromise = LLMEngine.create(makeEngineArgs(args), { onLoadProgress, schedulerOptions });
@@ -33,13 +52,16 @@ export class LLM {
    * Concurrent calls are queued: each starts once the previous one returned.
    * @param params one set for all prompts, or one per prompt; partial sets take vLLM defaults
    * @throws EngineInputError for a bad prompt or parameters (nothing is generated then); the
-   *   worker's error when a step fails (this call's requests are aborted then)
+   *   worker's error when a step fails (this call's requests are aborted then);
+   *   EngineShutdownError after {@link shutdown} (all as rejections)
    */
   generate(
     prompts: PromptInput | PromptInput[],
     params: Partial<SamplingParams> | Partial<SamplingParams>[] = {},
+    opts: GenerateOptions = {},
   ): Promise<RequestOutput[]> {
-    const call = this.lastCall.then(() => this.generateNow(prompts, params));
+    if (this.closed) return Promise.reject(new EngineShutdownError("LLM"));
+    const call = this.lastCall.then(() => this.generateNow(prompts, params, opts));
     this.lastCall = call.catch(() => undefined);
     return call;
   }
@@ -48,6 +70,7 @@ export class LLM {
   private async generateNow(
     prompts: PromptInput | PromptInput[],
     params: Partial<SamplingParams> | Partial<SamplingParams>[],
+    opts: GenerateOptions,
   ): Promise<RequestOutput[]> {
     const engine = await this.getEngine();
     const list = Array.isArray(prompts) ? prompts : [prompts];
@@ -70,7 +93,11 @@ export class LLM {
     const done = new Map<string, RequestOutput>();
     try {
       while (engine.hasPendingWork()) {
-        for (const o of await engine.step()) if (o.finished) done.set(o.requestId, o);
+        for (const o of await engine.step()) {
+          if (!o.finished) continue;
+          done.set(o.requestId, o);
+          opts.onProgress?.(done.size, ids.length);
+        }
       }
     } catch (e) {
       // A failed step leaves these requests mid-step: abort them (finished ids are ignored), or
@@ -83,7 +110,8 @@ export class LLM {
 
   /**
    * Generates a reply to each conversation with the model's chat template.
-   * @throws TokenizerError when the model has no chat template
+   * @throws TokenizerError when the model has no chat template; EngineShutdownError after
+   *   {@link shutdown}
    */
   async chat(
     conversations: ChatMessage[] | ChatMessage[][],
@@ -100,8 +128,9 @@ export class LLM {
     return this.generate(prompts, params);
   }
 
-  /** Stops the engine's worker. */
+  /** Stops the engine's worker and frees the model (idempotent); later calls are refused. */
   async shutdown(): Promise<void> {
+    this.closed = true;
     if (this.enginePromise === null) return;
     const e = await this.enginePromise.catch(() => null);
     this.enginePromise = null;

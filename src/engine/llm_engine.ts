@@ -35,6 +35,17 @@ export class EngineInputError extends Error {
   }
 }
 
+/**
+ * A call on an `LLM` or `AsyncLLM` after its `shutdown()`: the engine and its thread are gone
+ * and do not come back (create a new one to generate again).
+ */
+export class EngineShutdownError extends Error {
+  override name = "EngineShutdownError";
+  constructor(what: string) {
+    super(`this ${what} was shut down; create a new ${what} to generate again`);
+  }
+}
+
 /** A prompt as text (tokenized by the engine) or as token ids. */
 export type PromptInput = string | { promptTokenIds: readonly number[]; prompt?: string };
 
@@ -134,8 +145,10 @@ export class LLMEngine {
   }
 
   /**
-   * Tokenizes a prompt (text prompts get the tokenizer's special tokens, as vLLM does).
-   * @throws EngineInputError when the text cannot be tokenized (no tokenizer).
+   * Tokenizes a prompt (text prompts get the tokenizer's special tokens, as vLLM does), on the
+   * calling thread (the server tokenizes on its TokenizerPool instead and passes ids).
+   * @throws EngineInputError when the text cannot be tokenized (no tokenizer), or when its
+   *   length bound (Tokenizer.minTokens) proves it longer than max_model_len.
    */
   tokenize(prompt: PromptInput): { prompt: string | null; promptTokenIds: number[] } {
     if (typeof prompt !== "string")
@@ -143,6 +156,15 @@ export class LLMEngine {
     if (this.tokenizer === null) {
       throw new EngineInputError(
         "this model has no tokenizer, so prompts must be given as token ids",
+        "prompt",
+      );
+    }
+    // A text whose byte length alone proves it longer than the context is refused before it is
+    // tokenized (tokenizing costs time and memory that grow with the text).
+    const min = this.tokenizer.minTokens(prompt);
+    if (min >= this.maxModelLen) {
+      throw new EngineInputError(
+        `the prompt is ${Buffer.byteLength(prompt)} bytes long, so at least ${min} tokens, but the maximum model length is ${this.maxModelLen} (prompt + output)`,
         "prompt",
       );
     }

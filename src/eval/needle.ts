@@ -80,15 +80,20 @@ export interface NeedleTrial {
   hit: boolean;
 }
 
-/** Greedy-decodes every document in one batch and scores it. */
+/**
+ * Greedy-decodes every document in one batch and scores it.
+ * @param onProgress called as documents finish: (documents done, documents)
+ */
 export async function runNeedleTrials(
   llm: Pick<LLM, "generate">,
   docs: readonly PasskeyDoc[],
   maxTokens: number,
+  onProgress?: (done: number, total: number) => void,
 ): Promise<NeedleTrial[]> {
   const outs = await llm.generate(
     docs.map((d) => ({ promptTokenIds: d.promptTokenIds })),
     { temperature: 0, maxTokens },
+    { onProgress },
   );
   return docs.map((d, i) => {
     const text = outs[i]?.outputs[0]?.text ?? "";

@@ -72,19 +72,21 @@ export function pplWindows(ids: readonly number[], o: PplOptions): number[][] {
 
 /**
  * Scores every window with forced decoding (see the protocol above).
+ * @param onProgress called as windows finish: (windows done, windows)
  * @throws Error when the engine returns fewer logprobs than forced tokens.
  */
 export async function runPpl(
   llm: Pick<LLM, "generate">,
   windows: readonly number[][],
   prefixTokens: number,
+  onProgress?: (done: number, total: number) => void,
 ): Promise<PplResult> {
   const prompts = windows.map((w) => ({ promptTokenIds: w.slice(0, prefixTokens) }));
   const params = windows.map((w) => {
     const forced = w.slice(prefixTokens);
     return { temperature: 0, maxTokens: forced.length, ignoreEos: true, logprobs: 0, forcedTokenIds: forced };
   });
-  const outs = await llm.generate(prompts, params);
+  const outs = await llm.generate(prompts, params, { onProgress });
   const perWindow = outs.map((o, i) => {
     const lps = o.outputs[0]?.logprobs ?? [];
     const expected = params[i]!.forcedTokenIds.length;

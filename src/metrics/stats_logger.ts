@@ -18,7 +18,7 @@ export interface StatsLog {
  * The periodic one-line engine summary, as vLLM's LoggingStatLogger prints it
  * (vllm/v1/metrics/loggers.py):
  * "Avg prompt throughput: 12.3 tokens/s, Avg generation throughput: 4.5 tokens/s, Running: 1 reqs,
- * Waiting: 0 reqs, GPU KV cache usage: 0.3%". Throughputs are token deltas over the time since
+ * Waiting: 0 reqs, GPU KV cache usage: 0.3%" ("CPU KV cache usage" on the CPU backend). Throughputs are token deltas over the time since
  * the previous line. Like vLLM, a line is logged at debug level instead of info when this and
  * the previous interval both had zero throughput (an idle server stays quiet).
  * Extensions append their own lines through {@link addLine}.
@@ -34,12 +34,15 @@ export class StatsLogger {
   /**
    * @param intervalSeconds seconds between lines; 0 disables the timer (logOnce still works)
    * @param now clock in seconds (injectable for tests)
+   * @param kvCacheDevice where the KV cache lives, named in the line ("GPU", or "CPU" on the CPU
+   *   backend)
    */
   constructor(
     private readonly source: StatsSource,
     private readonly log: StatsLog,
     readonly intervalSeconds: number,
     private readonly now: () => number = () => performance.now() / 1000,
+    private readonly kvCacheDevice: KVCacheDevice = "GPU",
   ) {
     this.lastTime = now();
     this.lastPrompt = source.numPromptTokens;
@@ -77,7 +80,7 @@ export class StatsLogger {
     this.lastPrompt = this.source.numPromptTokens;
     this.lastGeneration = this.source.numGenerationTokens;
     const g = this.source.gauges();
-    const line = formatStatsLine(prompt, generation, g);
+    const line = formatStatsLine(prompt, generation, g, this.kvCacheDevice);
     const idle = prompt === 0 && generation === 0;
     const emit = idle && this.lastWasIdle ? this.log.debug.bind(this.log) : this.log.info.bind(this.log);
     this.lastWasIdle = idle;
@@ -90,12 +93,23 @@ export class StatsLogger {
   }
 }
 
-/** The stats line text; throughputs in tokens/s, one decimal as vLLM prints them. */
-export function formatStatsLine(promptTps: number, generationTps: number, g: EngineGauges): string {
+/** Where the KV cache lives, as the stats line names it. */
+export type KVCacheDevice = "GPU" | "CPU";
+
+/**
+ * The stats line text; throughputs in tokens/s, one decimal as vLLM prints them. vLLM always
+ * says "GPU KV cache usage"; here the word follows the backend, so the CPU backend says "CPU".
+ */
+export function formatStatsLine(
+  promptTps: number,
+  generationTps: number,
+  g: EngineGauges,
+  kvCacheDevice: KVCacheDevice = "GPU",
+): string {
   return (
     `Avg prompt throughput: ${promptTps.toFixed(1)} tokens/s, ` +
     `Avg generation throughput: ${generationTps.toFixed(1)} tokens/s, ` +
     `Running: ${g.numRunningReqs} reqs, Waiting: ${g.numWaitingReqs} reqs, ` +
-    `GPU KV cache usage: ${(g.kvCacheUsage * 100).toFixed(1)}%`
+    `${kvCacheDevice} KV cache usage: ${(g.kvCacheUsage * 100).toFixed(1)}%`
   );
 }

@@ -8,6 +8,13 @@ import Fastify, {
 import { ApiKeyAuth } from "./auth.js";
 import type { ServingContext } from "./context.js";
 import { badRequest, OpenAIError, toOpenAIError } from "./errors.js";
+import {
+  clientErrorHandler,
+  frameworkErrorHandler,
+  fromFastifyError,
+  JSON_CONTENT_TYPE,
+  unsupportedMediaType,
+} from "./framework_errors.js";
 import { serveChat } from "./serving_chat.js";
 import { serveCompletion } from "./serving_completion.js";
 
@@ -27,9 +34,12 @@ export interface AppOptions {
 
 /**
  * The OpenAI-compatible HTTP app (fastify): /v1/completions, /v1/chat/completions, /v1/models,
- * /health, /version, /metrics. Every error is sent in OpenAI's shape ({@link OpenAIError}).
- * Bodies are read as bytes, must be UTF-8 and JSON (any content type is accepted, so
- * `curl -d` works); larger than the limit -> 413.
+ * /health, /version, /metrics. Every error is sent in OpenAI's shape ({@link OpenAIError}),
+ * fastify's and Node's own included (bad URL, malformed headers, body limit).
+ * POST bodies must be sent as `Content-Type: application/json` (anything else, `text/plain`
+ * and form bodies included, gets 415 before the body is read: browsers send those cross-origin
+ * without a CORS preflight, so accepting them would let any web page drive a local server);
+ * they are read as bytes and must be UTF-8 and JSON; larger than the limit -> 413.
  */
 export function buildApp(ctx: ServingContext, o: AppOptions): FastifyInstance {
   const app = Fastify({
@@ -40,6 +50,8 @@ export function buildApp(ctx: ServingContext, o: AppOptions): FastifyInstance {
     // close() drops every connection, including opened-but-unused ones that would otherwise
     // hold shutdown until the client's keep-alive timeout; requests are aborted and drained first.
     forceCloseConnections: true,
+    frameworkErrors: frameworkErrorHandler,
+    clientErrorHandler,
   });
   installBodyParser(app);
   const auth = o.apiKey == null ? null : new ApiKeyAuth(o.apiKey);
@@ -68,7 +80,7 @@ export function buildApp(ctx: ServingContext, o: AppOptions): FastifyInstance {
     object: "model",
     created: ctx.created(),
     owned_by: "hisparse",
-    root: ctx.llm.engine.info.modelDir,
+    root: ctx.modelRoot,
     parent: null,
     max_model_len: ctx.maxModelLen,
   });
@@ -81,9 +93,19 @@ export function buildApp(ctx: ServingContext, o: AppOptions): FastifyInstance {
     if (ctx.metrics === null) throw new OpenAIError(404, "metrics are disabled on this server");
     return reply.type(ctx.metrics.contentType).send(await ctx.metrics.metrics());
   });
-  app.post("/v1/completions", (req, reply) => serveCompletion(ctx, req.body, reply));
-  app.post("/v1/chat/completions", (req, reply) => serveChat(ctx, req.body, reply));
+  app.post("/v1/completions", (req, reply) => serveCompletion(ctx, jsonBody(req), reply));
+  app.post("/v1/chat/completions", (req, reply) => serveChat(ctx, jsonBody(req), reply));
   return app;
+}
+
+/**
+ * The parsed JSON body of a POST. fastify skips the parsers for a request with neither a body
+ * nor a Content-Type: that one is refused as any other non-JSON body.
+ * @throws OpenAIError 415 when there is no body and no Content-Type.
+ */
+function jsonBody(req: FastifyRequest): unknown {
+  if (req.body === undefined) throw unsupportedMediaType(req.headers["content-type"]);
+  return req.body;
 }
 
 /** The stricter (higher) of two pino level names. */
@@ -93,14 +115,16 @@ function maxLevel(a: string, b: string): string {
 }
 
 /**
- * Replaces fastify's parsers with one for every content type: bytes -> UTF-8 (fatal on bad
- * bytes) -> JSON through fastify's own parser (which rejects prototype poisoning).
+ * Replaces fastify's parsers with one for `application/json` (any parameters, e.g. a
+ * charset): bytes -> UTF-8 (fatal on bad bytes) -> JSON through fastify's own parser (which
+ * rejects prototype poisoning). Other content types find no parser: fastify refuses them with
+ * FST_ERR_CTP_INVALID_MEDIA_TYPE (415) before reading the body.
  */
 function installBodyParser(app: FastifyInstance): void {
   const json = app.getDefaultJsonParser("error", "error");
   const utf8 = new TextDecoder("utf-8", { fatal: true });
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser("*", { parseAs: "buffer" }, (req, body, done) => {
+  app.addContentTypeParser(JSON_CONTENT_TYPE, { parseAs: "buffer" }, (req, body, done) => {
     let text: string;
     try {
       text = utf8.decode(body as Buffer);
@@ -121,16 +145,10 @@ function installBodyParser(app: FastifyInstance): void {
 
 /** Sends any error in OpenAI's shape: OpenAIError as is, fastify's 4xx with their status, else 500. */
 function sendError(err: FastifyError | OpenAIError, req: FastifyRequest, reply: FastifyReply): FastifyReply {
-  let e: OpenAIError;
-  if (err instanceof OpenAIError) e = err;
-  else if (err.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
-    e = new OpenAIError(
-      413,
-      "the request body is larger than this server accepts (--max-request-body-bytes)",
-    );
-  } else if (typeof err.statusCode === "number" && err.statusCode >= 400 && err.statusCode < 500) {
-    e = new OpenAIError(err.statusCode, err.message);
-  } else e = toOpenAIError(err);
+  const e =
+    err instanceof OpenAIError
+      ? err
+      : (fromFastifyError(err, req.headers["content-type"]) ?? toOpenAIError(err));
   // Expected refusals (503 overload, engine gone) are warnings without a stack; unexpected
   // failures are errors with one.
   if (e.status === 503 && err instanceof OpenAIError) req.log.warn(`${req.method} ${req.url}: ${e.message}`);

@@ -1,9 +1,13 @@
 import { randomUUID } from "node:crypto";
 import type { AsyncLLM } from "../engine/async_llm.js";
 import type { MetricsRegistry } from "../metrics/metrics_registry.js";
+import type { ChatMessage } from "../tokenizer/chat_template.js";
+import { PromptTooLongError } from "../tokenizer/errors.js";
 import type { Tokenizer } from "../tokenizer/tokenizer.js";
+import type { TokenizerPool } from "../tokenizer/tokenizer_pool.js";
 import { badRequest, OpenAIError } from "./errors.js";
-import { type ChildRequest, RequestGroup } from "./request_group.js";
+import { type ChildRequest, RequestGroup, type TokenizedPrompt } from "./request_group.js";
+import { type PromptKind, promptTooLong } from "./sampling.js";
 
 /** Admission limits of the server. */
 export interface ServingLimits {
@@ -14,10 +18,17 @@ export interface ServingLimits {
   maxWaitingRequests: number;
 }
 
+/** Chat template settings of one request. */
+export interface ChatRender {
+  addGenerationPrompt: boolean;
+  chatTemplateKwargs?: Record<string, unknown>;
+  addSpecialTokens: boolean;
+}
+
 /**
  * What the OpenAI routes share (vllm/entrypoints/openai/serving_engine.py OpenAIServing): the
- * engine, the served model name, limits, metrics, and the live request groups (aborted
- * together on shutdown).
+ * engine, the served model name, limits, metrics, the tokenizer pool, and the live request
+ * groups (aborted together on shutdown).
  */
 export class ServingContext {
   /** Set when the engine failed: /health answers 503 and new requests are refused. */
@@ -30,6 +41,13 @@ export class ServingContext {
     readonly modelName: string,
     readonly limits: ServingLimits,
     readonly metrics: MetricsRegistry | null,
+    /**
+     * Tokenizes text and renders chat templates off the event loop; null only where a caller
+     * builds a context without one (text is then tokenized on this thread).
+     */
+    readonly tokenizers: TokenizerPool | null = null,
+    /** `root` of /v1/models: the model as given (`--model`), not the resolved path. */
+    readonly modelRoot: string = llm.engine.info.modelDir,
   ) {
     llm.on("engineError", (e: Error) => {
       this.engineError = e;
@@ -49,6 +67,60 @@ export class ServingContext {
     const tok = this.llm.engine.tokenizer;
     if (tok === null) throw badRequest("this model has no tokenizer, so prompts must be token ids", param);
     return tok;
+  }
+
+  /**
+   * A text prompt's token ids, tokenized on the pool. A text whose byte length alone proves it
+   * longer than the context (the tokenizer's length bound) is refused here, untokenized; the
+   * pool refuses one whose ids exceed max_model_len - 1 without sending them back.
+   * @throws OpenAIError 400 (vLLM's context-length message) for a prompt that cannot fit, or a
+   *   model without tokenizer
+   */
+  async encodePrompt(
+    text: string,
+    param: string,
+    addSpecialTokens: boolean,
+    signal?: AbortSignal,
+  ): Promise<number[]> {
+    const tok = this.tokenizer(param);
+    const limit = this.maxModelLen - 1;
+    try {
+      const min = tok.minTokens(text);
+      if (min > limit) throw new PromptTooLongError(min, false, Buffer.byteLength(text));
+      if (this.tokenizers === null) return tok.encode(text, { addSpecialTokens });
+      return await this.tokenizers.encode(text, addSpecialTokens, limit, signal);
+    } catch (e) {
+      throw this.tooLong(e, "prompt", param);
+    }
+  }
+
+  /**
+   * A conversation rendered with the chat template and tokenized, on the pool (the rendered
+   * text's length bound is checked there before tokenizing).
+   * @throws OpenAIError 400 for a conversation that cannot fit; TokenizerError for a template
+   *   failure (400 through toOpenAIError)
+   */
+  async renderChat(messages: ChatMessage[], r: ChatRender, signal?: AbortSignal): Promise<TokenizedPrompt> {
+    const tok = this.tokenizer("messages");
+    const template = { addGenerationPrompt: r.addGenerationPrompt, chatTemplateKwargs: r.chatTemplateKwargs };
+    const limit = this.maxModelLen - 1;
+    try {
+      if (this.tokenizers === null) {
+        const text = tok.applyChatTemplate(messages, template);
+        return { prompt: text, promptTokenIds: tok.encode(text, { addSpecialTokens: r.addSpecialTokens }) };
+      }
+      const out = await this.tokenizers.renderChat(messages, template, r.addSpecialTokens, limit, signal);
+      return { prompt: out.text, promptTokenIds: out.promptTokenIds };
+    } catch (e) {
+      throw this.tooLong(e, "messages", "messages");
+    }
+  }
+
+  /** A PromptTooLongError as vLLM's 400; any other error unchanged. */
+  private tooLong(e: unknown, kind: PromptKind, param: string): unknown {
+    if (!(e instanceof PromptTooLongError)) return e;
+    const err = promptTooLong(e, this.maxModelLen, kind);
+    return param === kind ? err : new OpenAIError(err.status, err.message, param);
   }
 
   /**

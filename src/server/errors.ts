@@ -19,9 +19,12 @@ export const ERROR_TYPES: Readonly<Record<number, string>> = {
   401: "invalid_request_error",
   404: "NotFoundError",
   405: "MethodNotAllowedError",
+  408: "RequestTimeoutError",
   413: "RequestEntityTooLargeError",
+  414: "URITooLongError",
   415: "UnsupportedMediaTypeError",
   422: "UnprocessableEntityError",
+  431: "RequestHeaderFieldsTooLargeError",
   500: "InternalServerError",
   503: "ServiceUnavailableError",
 };

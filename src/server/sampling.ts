@@ -4,7 +4,8 @@
  * `to_sampling_params`).
  */
 import { makeSamplingParams, type SamplingParams, validateSamplingParams } from "../core/sampling_params.js";
-import { badRequest } from "./errors.js";
+import type { PromptTooLongError } from "../tokenizer/errors.js";
+import { badRequest, type OpenAIError } from "./errors.js";
 
 /** The sampling fields both request kinds share (already type-checked by zod). */
 export interface SamplingFields {
@@ -62,6 +63,22 @@ export function resolveMaxTokens(
     );
   }
   return maxTokens;
+}
+
+/**
+ * vLLM's context-length 400 for a prompt the tokenizer pool refused: with its exact length
+ * (as {@link resolveMaxTokens} words it), or, when the length bound refused it untokenized,
+ * with its byte length and the fewest tokens it can have.
+ */
+export function promptTooLong(e: PromptTooLongError, maxModelLen: number, kind: PromptKind): OpenAIError {
+  const what = kind === "messages" ? "your messages render to" : "your prompt is";
+  const detail = e.exact
+    ? `you requested ${e.numTokens} tokens in the ${kind}`
+    : `${what} ${e.numBytes} bytes, which is at least ${e.numTokens} tokens for this model's tokenizer`;
+  return badRequest(
+    `This model's maximum context length is ${maxModelLen} tokens. However, ${detail}. Please reduce the length of the ${kind}.`,
+    kind,
+  );
 }
 
 /**

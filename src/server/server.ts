@@ -7,6 +7,7 @@ import type { EngineCreateOptions, StepStats } from "../engine/llm_engine.js";
 import { attachHiSparseObservability } from "../metrics/hisparse_metrics.js";
 import { type EngineGauges, MetricsRegistry } from "../metrics/metrics_registry.js";
 import { StatsLogger } from "../metrics/stats_logger.js";
+import { TokenizerPool, type TokenizerPoolOptions } from "../tokenizer/tokenizer_pool.js";
 import { buildApp, DEFAULT_MAX_REQUEST_BODY_BYTES } from "./app.js";
 import { ServingContext } from "./context.js";
 
@@ -39,6 +40,8 @@ export interface ServerOptions {
   logger?: Logger;
   /** Reported by /version. */
   version?: string;
+  /** Threads that tokenize and render chat templates off the event loop. */
+  tokenizerPool?: TokenizerPoolOptions;
   /** Passed to the engine (load progress, HiSparse scheduler hooks). */
   engineOptions?: EngineCreateOptions;
   /**
@@ -85,11 +88,22 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     throw new Error(`--max-waiting-requests must be an integer >= 1, got ${maxWaitingRequests}`);
   }
   const llm = await AsyncLLM.create(o.engineArgs, o.engineOptions);
+  let tokenizers: TokenizerPool | null = null;
   try {
+    const tok = llm.engine.tokenizer;
+    if (tok !== null) tokenizers = await TokenizerPool.create(tok.dir, o.tokenizerPool);
     const modelName = o.servedModelName ?? o.engineArgs.servedModelName ?? basename(llm.engine.info.modelDir);
     const metrics = new MetricsRegistry({ modelName, gauges: () => engineGauges(llm) });
     llm.on("step", (s: StepStats | null) => metrics.onStep(s));
-    const context = new ServingContext(llm, modelName, { maxWaitingRequests }, metrics);
+    const context = new ServingContext(
+      llm,
+      modelName,
+      { maxWaitingRequests },
+      metrics,
+      tokenizers,
+      // /v1/models `root`: --model as given (vLLM's), the bundled model's name when none.
+      o.engineArgs.model ?? basename(llm.engine.info.modelDir),
+    );
     llm.on("engineError", (e: Error) => logger.error({ err: e }, `engine step failed: ${e.message}`));
     const app = buildApp(context, {
       apiKey: o.apiKey ?? null,
@@ -97,7 +111,13 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       logger,
       version: o.version ?? "unknown",
     });
-    const stats = new StatsLogger(metrics, logger, o.statsIntervalSeconds ?? DEFAULT_STATS_INTERVAL_S);
+    const stats = new StatsLogger(
+      metrics,
+      logger,
+      o.statsIntervalSeconds ?? DEFAULT_STATS_INTERVAL_S,
+      undefined,
+      llm.engine.info.backend === "cpu" ? "CPU" : "GPU",
+    );
     const hisparse = llm.engine.hisparse;
     if (hisparse !== null) attachHiSparseObservability(metrics, stats, () => hisparse.stats());
     o.extendMetrics?.(metrics, stats, llm);
@@ -117,12 +137,14 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
         context.abortAll();
         await context.drain(SHUTDOWN_DRAIN_MS);
         await app.close();
+        await tokenizers?.close();
         await llm.shutdown();
       })();
       return closing;
     };
     return { url: address, app, llm, context, metrics, stats, close };
   } catch (e) {
+    await tokenizers?.close();
     await llm.shutdown();
     throw e;
   }

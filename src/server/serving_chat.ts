@@ -27,6 +27,7 @@ import {
   sendReply,
   tokenTextOf,
   usage,
+  whileClientWaits,
 } from "./serving_common.js";
 
 /**
@@ -46,7 +47,8 @@ export async function serveChat(
   if (r.top_logprobs != null && r.logprobs !== true) {
     throw badRequest("top_logprobs can only be given when logprobs is true", "top_logprobs");
   }
-  const prompt = renderChatPrompt(ctx, r);
+  const prompt = await whileClientWaits(reply, (signal) => renderChatPrompt(ctx, r, signal));
+  if (prompt === null) return reply.hijack();
   const maxParam = r.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
   const maxTokens = resolveMaxTokens(
     r.max_completion_tokens ?? r.max_tokens,
@@ -76,20 +78,29 @@ export async function serveChat(
 
 /**
  * The chat prompt: the template's text (with the assistant opener unless
- * `add_generation_prompt: false`) and its tokens.
+ * `add_generation_prompt: false`) and its tokens, both made on the tokenizer pool.
  * @throws OpenAIError 400 for a message without content (other than the assistant's), a model
- *   without tokenizer or chat template, or a template that raises.
+ *   without tokenizer or chat template, a template that raises, or a rendered prompt that
+ *   cannot fit the context.
  */
-export function renderChatPrompt(ctx: ServingContext, r: ChatCompletionRequest): TokenizedPrompt {
-  const tok = ctx.tokenizer("messages");
+export async function renderChatPrompt(
+  ctx: ServingContext,
+  r: ChatCompletionRequest,
+  signal?: AbortSignal,
+): Promise<TokenizedPrompt> {
   const messages = r.messages.map(toChatMessage);
-  const text = tok.applyChatTemplate(messages, {
-    addGenerationPrompt: r.add_generation_prompt ?? true,
-    chatTemplateKwargs: r.chat_template_kwargs ?? undefined,
-  });
-  const promptTokenIds = tok.encode(text, { addSpecialTokens: r.add_special_tokens ?? false });
-  if (promptTokenIds.length === 0) throw badRequest("the messages render to an empty prompt", "messages");
-  return { prompt: text, promptTokenIds };
+  const prompt = await ctx.renderChat(
+    messages,
+    {
+      addGenerationPrompt: r.add_generation_prompt ?? true,
+      chatTemplateKwargs: r.chat_template_kwargs ?? undefined,
+      addSpecialTokens: r.add_special_tokens ?? false,
+    },
+    signal,
+  );
+  if (prompt.promptTokenIds.length === 0)
+    throw badRequest("the messages render to an empty prompt", "messages");
+  return prompt;
 }
 
 /** A request message as the template takes it (absent optional fields left out). */

@@ -105,6 +105,34 @@ export function tokenTextOf(ctx: ServingContext): TokenText {
   return (id) => tok.decode([id]);
 }
 
+/**
+ * Runs a request's preparation (tokenization on the pool, which can take seconds for a long
+ * prompt) with a signal that aborts if the client disconnects meanwhile, so a client that left
+ * costs no tokenization and no generation.
+ * @returns the preparation's value, or null when the client left (nothing is to be sent).
+ * @throws whatever `prepare` throws while the client is still there
+ */
+export async function whileClientWaits<T>(
+  reply: FastifyReply,
+  prepare: (signal: AbortSignal) => Promise<T>,
+): Promise<T | null> {
+  const ac = new AbortController();
+  const res = reply.raw;
+  const onClose = () => {
+    if (!res.writableFinished) ac.abort();
+  };
+  res.once("close", onClose);
+  try {
+    const value = await prepare(ac.signal);
+    return ac.signal.aborted || res.destroyed ? null : value;
+  } catch (e) {
+    if (ac.signal.aborted || res.destroyed) return null;
+    throw e;
+  } finally {
+    res.off("close", onClose);
+  }
+}
+
 /** Message of the error event sent when a stream ends because the server aborted it. */
 const ABORTED_MESSAGE = "the request was aborted because the server is shutting down";
 

@@ -30,6 +30,7 @@ import {
   sendReply,
   tokenTextOf,
   usage,
+  whileClientWaits,
 } from "./serving_common.js";
 
 /** vLLM's (and OpenAI's) default max_tokens of /v1/completions; an explicit null means "the rest of the context". */
@@ -51,7 +52,8 @@ export async function serveCompletion(
   if (r.best_of != null && r.best_of !== n) {
     throw badRequest(`best_of is not supported by this server (it must equal n, ${n})`, "best_of");
   }
-  const prompts = tokenizePrompts(ctx, r);
+  const prompts = await whileClientWaits(reply, (signal) => tokenizePrompts(ctx, r, signal));
+  if (prompts === null) return reply.hijack();
   const id = ctx.newResponseId("cmpl");
   const children: ChildRequest[] = [];
   for (const [p, prompt] of prompts.entries()) {
@@ -72,11 +74,18 @@ export async function serveCompletion(
 }
 
 /**
- * The request's prompts as token ids. Text is encoded with the tokenizer's special tokens
- * unless `add_special_tokens: false` (vLLM's default is true).
- * @throws OpenAIError 400 for an empty prompt or a text prompt on a model without tokenizer.
+ * The request's prompts as token ids; text prompts are tokenized on the tokenizer pool (off
+ * the event loop), all at once. Text is encoded with the tokenizer's special tokens unless
+ * `add_special_tokens: false` (vLLM's default is true).
+ * @throws OpenAIError 400 for an empty prompt, a text prompt that cannot fit the context (found
+ *   before tokenizing when its length alone proves it), or a text prompt on a model without
+ *   tokenizer.
  */
-export function tokenizePrompts(ctx: ServingContext, r: CompletionRequest): TokenizedPrompt[] {
+export async function tokenizePrompts(
+  ctx: ServingContext,
+  r: CompletionRequest,
+  signal?: AbortSignal,
+): Promise<TokenizedPrompt[]> {
   const addSpecialTokens = r.add_special_tokens ?? true;
   const list: (string | number[])[] =
     typeof r.prompt === "string"
@@ -84,12 +93,19 @@ export function tokenizePrompts(ctx: ServingContext, r: CompletionRequest): Toke
       : typeof r.prompt[0] === "number"
         ? [r.prompt as number[]]
         : (r.prompt as string[] | number[][]);
-  return list.map((p, i) => {
-    const param = list.length > 1 ? `prompt[${i}]` : "prompt";
-    const tokens = typeof p === "string" ? ctx.tokenizer(param).encode(p, { addSpecialTokens }) : p;
-    if (tokens.length === 0) throw badRequest("the prompt must contain at least one token", param);
-    return typeof p === "string" ? { prompt: p, promptTokenIds: tokens } : { promptTokenIds: tokens };
-  });
+  const param = (i: number) => (list.length > 1 ? `prompt[${i}]` : "prompt");
+  // Empty prompts first: "" is refused without a trip to the pool.
+  for (const [i, p] of list.entries()) {
+    if (p.length === 0) throw badRequest("the prompt must contain at least one token", param(i));
+  }
+  return Promise.all(
+    list.map(async (p, i): Promise<TokenizedPrompt> => {
+      if (typeof p !== "string") return { promptTokenIds: p };
+      const tokens = await ctx.encodePrompt(p, param(i), addSpecialTokens, signal);
+      if (tokens.length === 0) throw badRequest("the prompt must contain at least one token", param(i));
+      return { prompt: p, promptTokenIds: tokens };
+    }),
+  );
 }
 
 interface CompletionChoice extends ChoiceState {

@@ -11,16 +11,21 @@ export function sseEvent(payload: unknown): string {
 /**
  * Calls `onGone` once if the client's connection closes before the response was fully sent
  * (the `close` event of a ServerResponse fires in both cases; `writableFinished` tells them
- * apart). Works for streamed and non-streamed replies.
+ * apart), or soon after this call when the connection is already closed. Works for streamed
+ * and non-streamed replies.
  * @returns a function telling whether the client is gone.
  */
 export function onClientGone(res: ServerResponse, onGone: () => void): () => boolean {
   let gone = false;
-  res.once("close", () => {
-    if (res.writableFinished) return;
+  const leave = () => {
+    if (gone || res.writableFinished) return;
     gone = true;
     onGone();
-  });
+  };
+  // A client that left before this was called (e.g. while its prompt was tokenized) will
+  // never emit "close" again.
+  if (res.destroyed) queueMicrotask(leave);
+  else res.once("close", leave);
   return () => gone || res.destroyed;
 }
 

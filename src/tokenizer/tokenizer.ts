@@ -9,6 +9,7 @@ import {
   findChatTemplate,
 } from "./chat_template.js";
 import { TokenizerError } from "./errors.js";
+import { minTokensForBytes, type TokenByteBound, tokenByteBound } from "./length_bound.js";
 
 /** File holding the tokenizer model (HF fast tokenizer format). */
 export const TOKENIZER_FILE = "tokenizer.json";
@@ -57,6 +58,8 @@ export class Tokenizer implements TokenDecoder {
     chatTemplateSource: string | null,
     /** Directory the tokenizer was read from (for messages). */
     readonly dir: string,
+    /** The most input bytes one token stands for (length_bound.ts), computed once at load. */
+    readonly lengthBound: TokenByteBound,
   ) {
     this.vocabSize = hf.get_vocab(true).size;
     const specials = [...hf.get_added_tokens_decoder().values()].filter((t) => t.special).map((t) => t.id);
@@ -96,12 +99,21 @@ export class Tokenizer implements TokenDecoder {
     } catch (e) {
       throw new TokenizerError(`${tokPath} could not be loaded (${(e as Error).message})`);
     }
-    return new Tokenizer(hf, config, findChatTemplate(dir, config), dir);
+    return new Tokenizer(hf, config, findChatTemplate(dir, config), dir, tokenByteBound(tokenizerJson));
   }
 
   /** True when `dir` holds a tokenizer.json (config-only model folders have none). */
   static existsIn(dir: string): boolean {
     return existsSync(join(dir, TOKENIZER_FILE));
+  }
+
+  /**
+   * Fewest tokens `text` can encode to, from its byte length alone (0 when this tokenizer has no
+   * such bound): a text whose bound exceeds the context is refused without being tokenized.
+   * O(1) in the text's encoding work (one UTF-8 length count).
+   */
+  minTokens(text: string): number {
+    return minTokensForBytes(Buffer.byteLength(text, "utf8"), this.lengthBound.maxBytesPerToken);
   }
 
   /** Token ids of `text`. */

@@ -10,6 +10,7 @@
  */
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 
 /** The repository root (works from test/ under tsx and from dist/test/ after tsc). */
@@ -63,6 +64,17 @@ export function refModelDir(name: RefModel): string | null {
     join(repoRoot, "..", "..", "shared", "models", name),
   ];
   return candidates.find((d) => d !== "" && existsSync(join(d, "config.json"))) ?? null;
+}
+
+/**
+ * `describe(title, fn)` when the reference model was found (`dir` from {@link refModelDir});
+ * otherwise one skipped test in its place, so the run's summary counts it under "# skipped"
+ * (node:test counts nothing for a skipped describe, which printed `# SKIP` yet reported
+ * "# skipped 0").
+ */
+export function describeIfFound(title: string, name: RefModel, dir: string | null, fn: () => void): void {
+  if (dir !== null) describe(title, fn);
+  else it(title, { skip: `${name} not found (see test/helpers/reference.ts)` }, () => {});
 }
 
 /** Whether test/fixtures/hf-<name>.json exists. */

@@ -116,6 +116,9 @@ describe("hisparse bench serve (CLI)", () => {
       r.stdout,
       /=+ Serving Benchmark Result =+\nSuccessful requests:\s+3\nFailed requests:\s+0\n/,
     );
+    // stderr is not a terminal: progress comes as plain lines, a first and a last one at least.
+    assert.match(r.stderr, /^\[bench\] 0\/3 requests done, [\d.]+ s$/m);
+    assert.match(r.stderr, /^\[bench\] 3\/3 requests done, [\d.]+ s$/m);
     const j = JSON.parse(readFileSync(join(dir, "run.json"), "utf8"));
     assert.equal(j.completed, 3);
     assert.equal(j.total_output_tokens, 12);

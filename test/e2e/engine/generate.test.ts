@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { LLM } from "../../../src/engine/llm.js";
 import type { RequestOutput } from "../../../src/engine/outputs.js";
-import { loadFixture, type RefModel, refModelDir } from "../../helpers/reference.js";
+import { describeIfFound, loadFixture, type RefModel, refModelDir } from "../../helpers/reference.js";
 
 /** A greedy divergence from HF is accepted only where the engine's top-2 logits differ by less. */
 const TIE_EPS = 1e-3;
@@ -32,7 +32,7 @@ function assertGreedyMatches(out: RequestOutput, expected: number[], what: strin
 
 for (const name of ["ref-small", "ref-base"] as RefModel[]) {
   const dir = refModelDir(name);
-  describe(`engine greedy vs HF: ${name}`, { skip: dir === null && `${name} not found` }, () => {
+  describeIfFound(`engine greedy vs HF: ${name}`, name, dir, () => {
     let llm: LLM;
     before(() => {
       llm = new LLM({ model: dir!, device: "cpu", maxModelLen: 256 });

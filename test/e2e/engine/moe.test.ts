@@ -11,7 +11,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { LLM, type LLMOptions } from "../../../src/engine/llm.js";
-import { loadFixture, referencedModelDir, refModelDir, TINY_MODELS } from "../../helpers/reference.js";
+import {
+  describeIfFound,
+  loadFixture,
+  referencedModelDir,
+  refModelDir,
+  TINY_MODELS,
+} from "../../helpers/reference.js";
 import { TINY_GLM4_MOE_CONFIG, TINY_QWEN3_MOE_CONFIG } from "../../helpers/tiny_model.js";
 
 /** A greedy divergence from HF is accepted only where the engine's top-2 logits differ by less. */
@@ -19,7 +25,7 @@ const TIE_EPS = 1e-3;
 
 for (const name of TINY_MODELS) {
   const dir = referencedModelDir(name);
-  describe(`engine greedy vs HF: ${name}`, { skip: dir === null && `${name} not found` }, () => {
+  describeIfFound(`engine greedy vs HF: ${name}`, name, dir, () => {
     it("three fixture prompts (7, 40, 300 ids) in one batch: 24 greedy tokens equal HF's", async () => {
       const llm = new LLM({ model: dir!, device: "cpu", maxModelLen: 352 });
       try {

@@ -7,11 +7,11 @@
  * Block size 4 gives each request up to 16 pages, so spills, hot-buffer hits and misses occur.
  */
 import assert from "node:assert/strict";
-import { before, describe, it } from "node:test";
+import { before, it } from "node:test";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../../../src/config/hisparse_config.js";
 import type { LLMOptions } from "../../../src/engine/llm.js";
 import { type HiSparseRunResult, runPrompts } from "../../helpers/hisparse_run.js";
-import { loadFixture, type RefModel, refModelDir } from "../../helpers/reference.js";
+import { describeIfFound, loadFixture, type RefModel, refModelDir } from "../../helpers/reference.js";
 
 /** Prompts of at most 13 tokens + 48 outputs: 61 tokens, within topk = 64. */
 const MAX_TOKENS = 48;
@@ -28,7 +28,7 @@ const hisparse = (c: Partial<HiSparseConfig>) => ({ hisparse: resolveHiSparseCon
 
 for (const name of ["ref-small", "ref-base"] as RefModel[]) {
   const dir = refModelDir(name);
-  describe(`HiSparse exactness: ${name}`, { skip: dir === null && `${name} not found` }, () => {
+  describeIfFound(`HiSparse exactness: ${name}`, name, dir, () => {
     const prompts = loadFixture(name).map((c) => c.input_ids);
     let dense: HiSparseRunResult;
     before(async () => {

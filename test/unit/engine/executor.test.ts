@@ -32,6 +32,8 @@ describe("ThreadExecutor.shutdown during a step", () => {
         terminated++;
         return 1;
       },
+      ref: () => {},
+      unref: () => {},
     });
     (ex as unknown as { thread: unknown }).thread = fakeThread;
     const step = ex.executeModel({} as SchedulerOutput);
@@ -46,5 +48,35 @@ describe("ThreadExecutor.shutdown during a step", () => {
       await stateOf(ex.executeModel({} as SchedulerOutput)),
       "rejected: WorkerExit: worker thread is not running",
     );
+  });
+});
+
+describe("ThreadExecutor keeps the process alive only while a request waits for its reply", () => {
+  it("ref when a step is posted, unref when its reply (or error) comes back", async () => {
+    const ex = new ThreadExecutor();
+    const events: string[] = [];
+    const fakeThread = Object.assign(new EventEmitter(), {
+      postMessage: () => events.push("post"),
+      terminate: async () => 1,
+      ref: () => events.push("ref"),
+      unref: () => events.push("unref"),
+    });
+    (ex as unknown as { thread: unknown }).thread = fakeThread;
+    const onMessage = (m: unknown) => (ex as unknown as { onMessage(m: unknown): void }).onMessage(m);
+
+    // step 1: posted (ref), answered (unref)
+    const step1 = ex.executeModel({} as SchedulerOutput);
+    assert.deepEqual(events, ["ref", "post"]);
+    onMessage({ type: "result", output: { ok: 1 } });
+    assert.deepEqual(await step1, { ok: 1 });
+    assert.deepEqual(events, ["ref", "post", "unref"]);
+
+    // step 2: progress messages do not release it; the error reply does
+    const step2 = ex.executeModel({} as SchedulerOutput);
+    onMessage({ type: "progress", done: 1, total: 2 });
+    assert.deepEqual(events.slice(3), ["ref", "post"]);
+    onMessage({ type: "error", name: "RuntimeError", message: "boom" });
+    assert.equal(await stateOf(step2), "rejected: RuntimeError: boom");
+    assert.deepEqual(events.slice(3), ["ref", "post", "unref"]);
   });
 });

@@ -124,6 +124,7 @@ describe("hisparse eval (CLI)", () => {
     ]);
     assert.equal(r.status, 0, r.stderr);
     assert.match(r.stdout, /^\| length \| depth \| +dense \| --block-size 8 \|$/m);
+    assert.match(r.stderr, /^\[eval\] variant dense: 2\/2 documents done, [\d.]+ s$/m);
     assert.match(r.stdout, /^\| 160 +\| 0% +\|/m);
     assert.match(r.stdout, /^\| all +\| all +\|/m);
     const j = JSON.parse(readFileSync(json, "utf8"));
@@ -247,6 +248,9 @@ describe("hisparse eval (CLI)", () => {
     ]);
     assert.equal(r.status, 0, r.stderr);
     assert.match(r.stdout, /2 windows of 64 tokens, 32 prefilled, 32 scored by forced decoding/);
+    // Each variant reports its progress between its start and done lines (at least the last).
+    assert.match(r.stderr, /^\[eval\] variant a: 2\/2 windows done, [\d.]+ s$/m);
+    assert.match(r.stderr, /^\[eval\] variant b: 2\/2 windows done, [\d.]+ s$/m);
     assert.match(r.stdout, /^\| perplexity +\| +[\d.]+ \| +[\d.]+ \|$/m);
     const j = JSON.parse(readFileSync(json, "utf8"));
     assert.equal(j.variants.length, 2);

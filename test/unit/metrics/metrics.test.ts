@@ -154,6 +154,14 @@ describe("StatsLogger", () => {
     );
   });
 
+  it("names the CPU as the KV cache's device on the CPU backend", () => {
+    assert.match(formatStatsLine(0, 0, GAUGES, "CPU"), /, CPU KV cache usage: 25\.0%$/);
+    const lines: string[] = [];
+    const log = { info: (x: string) => lines.push(x), debug: (x: string) => lines.push(x) };
+    const source = { numPromptTokens: 0, numGenerationTokens: 0, gauges: () => GAUGES };
+    assert.match(new StatsLogger(source, log, 0, () => 0, "CPU").logOnce(), /CPU KV cache usage/);
+  });
+
   it("throughput over the interval; info while busy, debug when idle twice; extension lines follow", () => {
     const source = { numPromptTokens: 0, numGenerationTokens: 0, gauges: () => GAUGES };
     const lines: [string, string][] = [];

@@ -17,7 +17,7 @@ const ctx = {
   metrics: null,
   created: () => 0,
   checkModel: () => {},
-  llm: { engine: { info: { modelDir: "/models/m" } } },
+  modelRoot: "m",
 } as unknown as ServingContext;
 
 describe("API key on /v1 routes reached through encoded paths", () => {

@@ -10,13 +10,19 @@
  * fp32 summation-order near-tie); the test checks that.
  */
 import assert from "node:assert/strict";
-import { after, describe, it } from "node:test";
+import { after, it } from "node:test";
 import { DensePagedAttention } from "../../../../src/attention/backend.js";
 import { CpuBackend } from "../../../../src/backends/cpu/index.js";
 import { loadModelConfig } from "../../../../src/config/model_config.js";
 import { LlamaForCausalLM } from "../../../../src/models/llama.js";
 import { SafetensorsCheckpoint } from "../../../../src/models/safetensors.js";
-import { loadFixture, type RefModel, referencedModelDir, TINY_MODELS } from "../../../helpers/reference.js";
+import {
+  describeIfFound,
+  loadFixture,
+  type RefModel,
+  referencedModelDir,
+  TINY_MODELS,
+} from "../../../helpers/reference.js";
 import { buildMetadata, maxAbsDiff } from "./helpers.js";
 
 const BLOCK_SIZE = 16;
@@ -43,9 +49,7 @@ function top2(row: Float32Array): { id: number; first: number; second: number } 
 
 for (const name of ["ref-small", "ref-base", ...TINY_MODELS] as RefModel[]) {
   const modelDir = referencedModelDir(name);
-  describe(`${name} vs HF transformers (fp32)`, {
-    skip: modelDir === null && `${name} not found (see test/helpers/reference.ts)`,
-  }, () => {
+  describeIfFound(`${name} vs HF transformers (fp32)`, name, modelDir, () => {
     const backend = new CpuBackend();
     after(() => backend.dispose());
     const cases = loadFixture(name);
