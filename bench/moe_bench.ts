@@ -21,8 +21,10 @@ import { performance } from "node:perf_hooks";
 import { DensePagedAttention } from "../src/attention/backend.js";
 import type { Tensor } from "../src/backends/backend.js";
 import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
-import { kvBytesPerToken, loadModelConfig } from "../src/config/model_config.js";
+import { loadModelConfig } from "../src/config/model_config.js";
 import { asRequestId, type RequestId } from "../src/core/ids.js";
+import { modelKVCacheGroups } from "../src/core/kv/kv_cache_interface.js";
+import { bytesPerToken } from "../src/core/kv/kv_memory.js";
 import { LlamaForCausalLM } from "../src/models/llama.js";
 import { CudaGraphRunner } from "../src/worker/cuda_graph_runner.js";
 import { type PreparedInputs, stageAttentionMetadata } from "../src/worker/input_batch.js";
@@ -59,7 +61,7 @@ const t0 = performance.now();
 const model = LlamaForCausalLM.load(config, new FastDummyWeights(config, 0), backend, maxLen);
 const loadS = (performance.now() - t0) / 1e3;
 console.log(`loaded ${config.architecture}, ${N} of ${L} layers (dummy) in ${loadS.toFixed(1)} s`);
-const kvPerTokLayer = kvBytesPerToken(config, 2) / N;
+const kvPerTokLayer = bytesPerToken(modelKVCacheGroups(config, { elementBytes: 2 })) / N;
 const needBlocks = Math.max(
   Math.max(...batches) * Math.ceil(C / BLOCK),
   Math.ceil(Math.max(...prefills) / BLOCK),
