@@ -1,8 +1,11 @@
 import type { AttentionBackend } from "../attention/backend.js";
-import type { AttentionMetadata, Backend, HostTensorData, QkvLayout, Tensor } from "../backends/backend.js";
+import type { AttentionMetadata, Backend, QkvLayout, Tensor } from "../backends/backend.js";
 import type { ModelConfig } from "../config/model_config.js";
 import { buildCosSinCache, computeInvFreq } from "./rope.js";
-import { concatRows, WeightLoadError, type WeightSource } from "./weights.js";
+import { type LoadProgress, WeightLoader } from "./weight_loader.js";
+import { WeightLoadError, type WeightSource } from "./weights.js";
+
+export type { LoadProgress } from "./weight_loader.js";
 
 /** Weights of one decoder layer, with q/k/v and gate/up fused as vLLM does. */
 export interface LlamaLayerWeights {
@@ -27,9 +30,6 @@ export interface ForwardContext {
   /** One tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim]. */
   kvCaches: readonly Tensor[];
 }
-
-/** Progress callback while loading: tensors done / total. */
-export type LoadProgress = (done: number, total: number) => void;
 
 /**
  * The Llama decoder (Llama 2/3, Mistral, Qwen2 with q/k/v bias, Qwen3 with q/k norm), written
@@ -58,9 +58,12 @@ export class LlamaForCausalLM {
   }
 
   /**
-   * Loads (and uploads) every weight from `source`, fusing q/k/v and gate/up rows.
+   * Loads every weight from `source` onto `backend` (models/weight_loader.ts: generated on the
+   * device, streamed from files, or uploaded), fusing q/k/v and gate/up rows.
    * @param maxPositions positions covered by the RoPE table (the engine's max model length).
-   * @throws WeightLoadError when a tensor is missing or has the wrong shape.
+   * @param onProgress bytes of weights placed so far / in all.
+   * @throws WeightLoadError when a tensor is missing or has the wrong shape, or a file cannot be
+   *   read.
    */
   static load(
     config: ModelConfig,
@@ -76,25 +79,13 @@ export class LlamaForCausalLM {
       numAttentionHeads: Hq,
       numKeyValueHeads: Hkv,
     } = config;
-    const total = 4 + config.numHiddenLayers * 7;
-    let done = 0;
-    const tick = () => onProgress?.(++done, total);
-    const get = (name: string, shape: number[]): HostTensorData => {
-      if (!source.has(name)) throw new WeightLoadError(`checkpoint has no tensor ${name}`);
-      const t = source.get(name);
-      if (t.shape.join("x") !== shape.join("x")) {
-        throw new WeightLoadError(`tensor ${name} has shape [${t.shape}], expected [${shape}]`);
-      }
-      return t;
-    };
-    const up = (name: string, shape: number[]): Tensor => backend.uploadWeight(get(name, shape));
+    const loader = new WeightLoader(source, backend);
+    const up = (name: string, shape: number[]): Tensor => loader.load(name, shape);
     const upOpt = (name: string, shape: number[], present: boolean): Tensor | null =>
       present ? up(name, shape) : null;
-    const upCat = (names: string[], shapes: number[][]): Tensor =>
-      backend.uploadWeight(concatRows(names.map((n, i) => get(n, shapes[i]!))));
+    const upCat = (names: string[], shapes: number[][]): Tensor => loader.loadFused(names, shapes);
 
     const embedTokens = up("model.embed_tokens.weight", [config.vocabSize, H]);
-    tick();
     const layers: LlamaLayerWeights[] = [];
     for (let l = 0; l < config.numHiddenLayers; l++) {
       const p = `model.layers.${l}`;
@@ -135,11 +126,9 @@ export class LlamaForCausalLM {
         downProj: up(`${p}.mlp.down_proj.weight`, [H, I]),
         downBias: upOpt(`${p}.mlp.down_proj.bias`, [H], config.mlpBias),
       };
-      for (let i = 0; i < 7; i++) tick();
       layers.push(w);
     }
     const norm = up("model.norm.weight", [H]);
-    tick();
     // Tied embeddings reuse embed_tokens as lm_head (HF tie_word_embeddings); some tied
     // checkpoints still store lm_head.weight, which is then identical.
     const lmHead =
@@ -149,10 +138,9 @@ export class LlamaForCausalLM {
     if (!config.tieWordEmbeddings && lmHead === embedTokens) {
       throw new WeightLoadError("checkpoint has no tensor lm_head.weight and tie_word_embeddings is false");
     }
-    tick();
+    loader.finish(onProgress);
     const cos = buildCosSinCache(computeInvFreq(config.rope, D), maxPositions);
     const cosSinCache = backend.upload(cos, [maxPositions, D], "f32");
-    tick();
     return new LlamaForCausalLM(
       config,
       backend,

@@ -5,7 +5,7 @@
  *
  * The typings are split by area and re-exported here: addon_memory.ts (device, memory, streams,
  * events, graphs), addon_ops.ts (GEMM, element-wise kernels), addon_attention.ts (paged attention,
- * sampling), addon_hisparse.ts (HiSparse kernels).
+ * sampling), addon_hisparse.ts (HiSparse kernels), addon_loader.ts (file reader, generated weights).
  *
  * Conventions of the flat functions:
  * - Device (and UVA host) addresses, byte counts and handles are JS numbers (user addresses are
@@ -21,11 +21,13 @@ import { fileURLToPath } from "node:url";
 import type { DType } from "../backend.js";
 import type { NativeAttentionApi } from "./addon_attention.js";
 import type { NativeHiSparseApi } from "./addon_hisparse.js";
+import type { NativeLoaderApi } from "./addon_loader.js";
 import type { NativeMemoryApi } from "./addon_memory.js";
 import type { NativeOpsApi } from "./addon_ops.js";
 
 export type { NativeAttentionApi, PagedAttentionArgs } from "./addon_attention.js";
 export type { NativeHiSparseApi } from "./addon_hisparse.js";
+export type { NativeFileReader, NativeLoaderApi } from "./addon_loader.js";
 export type {
   AllocatorStats,
   CudaProbe,
@@ -41,7 +43,7 @@ export type {
 export type { NativeBlas, NativeOpsApi } from "./addon_ops.js";
 
 /** Version of the JS-visible surface this file describes (native/addon/module.cc kAbiVersion). */
-export const ADDON_ABI_VERSION = 2;
+export const ADDON_ABI_VERSION = 3;
 
 /** Element type codes shared with native/kernels/kernels.h (HsDtype). */
 export const DTYPE_CODE: Record<DType, number> = { f32: 0, bf16: 1, f16: 2, i32: 3 };
@@ -59,8 +61,13 @@ export interface AddonBuildInfo {
   gencode: string;
 }
 
-/** The module object of hisparse_native.node: the four areas' functions and classes. */
-export interface HisparseNative extends NativeMemoryApi, NativeOpsApi, NativeAttentionApi, NativeHiSparseApi {
+/** The module object of hisparse_native.node: the five areas' functions and classes. */
+export interface HisparseNative
+  extends NativeMemoryApi,
+    NativeOpsApi,
+    NativeAttentionApi,
+    NativeHiSparseApi,
+    NativeLoaderApi {
   readonly abiVersion: number;
   readonly buildInfo: AddonBuildInfo;
 }

@@ -10,6 +10,8 @@ import {
   type PerHeadBlockTables,
   type QkvLayout,
   type Tensor,
+  type WeightFileRange,
+  type WeightFill,
 } from "../backend.js";
 import {
   type DeviceProperties,
@@ -34,6 +36,8 @@ import { SideStream } from "./side_stream.js";
 import * as sparse from "./sparse_attention_ops.js";
 import type { StepWorkspace } from "./step_workspace.js";
 import { CudaTensor, describe, numelOf } from "./tensor.js";
+import { DEFAULT_WEIGHT_STREAM } from "./weight_stream.js";
+import * as weights from "./weights.js";
 
 export type { CudaBackendOptions, CudaMemoryStats, PinnedHostMemory } from "./cuda_backend_setup.js";
 
@@ -62,6 +66,9 @@ export class CudaBackend implements Backend {
   private readonly staging: HostStaging;
   /** Converting uploads: staging buffers, stream, device scratch of stagingBytes. */
   private readonly uploadPath: UploadConversion;
+  /** allocateWeight / writeWeight / fillWeight / loadWeightFiles (weights.ts). */
+  private readonly weightCtx: weights.WeightWriteContext;
+  private readonly fillTables: weights.DeviceFillTables;
   private disposed = false;
 
   /** @throws Error when the addon is missing, no CUDA device is usable, or cuBLAS cannot be loaded. */
@@ -77,6 +84,22 @@ export class CudaBackend implements Backend {
     this.staging = r.staging;
     this.uploadPath = r.upload;
     this.graphs = r.graphs;
+    const ws = options.weightStreaming ?? {};
+    this.weightCtx = {
+      addon: this.addon,
+      stream: this.stream,
+      writeConverted: (dst, data, srcDtype, count) => this.writeConverted(dst, "bf16", data, srcDtype, count),
+      malloc: (bytes) => this.allocator.malloc(bytes),
+      free: (ptr) => this.allocator.free(ptr),
+      scratch: r.upload.scratch,
+      scratchBytes: r.upload.scratchBytes,
+      streamOptions: {
+        buffers: ws.buffers ?? DEFAULT_WEIGHT_STREAM.buffers,
+        bufferBytes: Math.min(ws.bufferBytes ?? DEFAULT_WEIGHT_STREAM.bufferBytes, r.upload.scratchBytes),
+        threads: ws.threads ?? DEFAULT_WEIGHT_STREAM.threads,
+      },
+    };
+    this.fillTables = new weights.DeviceFillTables(this.weightCtx);
   }
 
   /** Handle of the backend's stream (for the ops modules and for KV transfer code). */
@@ -97,6 +120,27 @@ export class CudaBackend implements Backend {
     const t = this.allocPersistent(src.shape, "bf16");
     this.writeConverted(t.ptr, "bf16", src.data, src.dtype, n);
     return t;
+  }
+
+  /** A bf16 weight, contents undefined until written (Backend.allocateWeight). */
+  allocateWeight(shape: readonly number[]): Tensor {
+    return this.allocPersistent(shape, "bf16");
+  }
+
+  writeWeight(t: Tensor, elemOffset: number, src: HostTensorData): void {
+    weights.writeWeight(this.weightCtx, this.dev(t, "writeWeight"), elemOffset, src);
+  }
+
+  /** Generated on the device (native/kernels/dummy_init.cu); the fill's table is kept there (weights.ts). */
+  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill): void {
+    this.notCapturing("fillWeight");
+    weights.fillWeight(this.weightCtx, this.fillTables, this.dev(t, "fillWeight"), elemOffset, count, fill);
+  }
+
+  /** Streams file ranges through pinned staging (weight_stream.ts); returns when they are on the device. */
+  loadWeightFiles(ranges: readonly WeightFileRange[], onBytes?: (done: number, total: number) => void): void {
+    this.notCapturing("loadWeightFiles");
+    weights.loadWeightFiles(this.weightCtx, (t) => this.dev(t, "loadWeightFiles"), ranges, onBytes);
   }
 
   upload(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor {
