@@ -36,7 +36,6 @@ import { SideStream } from "./side_stream.js";
 import * as sparse from "./sparse_attention_ops.js";
 import type { StepWorkspace } from "./step_workspace.js";
 import { CudaTensor, describe, numelOf } from "./tensor.js";
-import { DEFAULT_WEIGHT_STREAM } from "./weight_stream.js";
 import * as weights from "./weights.js";
 
 export type { CudaBackendOptions, CudaMemoryStats, PinnedHostMemory } from "./cuda_backend_setup.js";
@@ -84,21 +83,14 @@ export class CudaBackend implements Backend {
     this.staging = r.staging;
     this.uploadPath = r.upload;
     this.graphs = r.graphs;
-    const ws = options.weightStreaming ?? {};
-    this.weightCtx = {
-      addon: this.addon,
-      stream: this.stream,
-      writeConverted: (dst, data, srcDtype, count) => this.writeConverted(dst, "bf16", data, srcDtype, count),
-      malloc: (bytes) => this.allocator.malloc(bytes),
-      free: (ptr) => this.allocator.free(ptr),
-      scratch: r.upload.scratch,
-      scratchBytes: r.upload.scratchBytes,
-      streamOptions: {
-        buffers: ws.buffers ?? DEFAULT_WEIGHT_STREAM.buffers,
-        bufferBytes: Math.min(ws.bufferBytes ?? DEFAULT_WEIGHT_STREAM.bufferBytes, r.upload.scratchBytes),
-        threads: ws.threads ?? DEFAULT_WEIGHT_STREAM.threads,
-      },
-    };
+    this.weightCtx = weights.weightWriteContext(
+      this.addon,
+      this.stream,
+      r.allocator,
+      r.upload,
+      (dst, data, srcDtype, count) => this.writeConverted(dst, "bf16", data, srcDtype, count),
+      options.weightStreaming,
+    );
     this.fillTables = new weights.DeviceFillTables(this.weightCtx);
   }
 

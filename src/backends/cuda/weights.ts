@@ -1,9 +1,15 @@
 import { DTYPE_BYTES, type HostTensorData, type WeightFileRange, type WeightFill } from "../backend.js";
 import { WEIGHT_FILL_TABLE_SIZE } from "../weight_fill.js";
-import { DTYPE_CODE, type HisparseNative } from "./addon.js";
+import { DTYPE_CODE, type HisparseNative, type NativeDeviceAllocator } from "./addon.js";
 import { f16BitsToF32, f32ToBf16Bits } from "./half.js";
+import type { UploadConversion } from "./host_io.js";
 import type { CudaTensor } from "./tensor.js";
-import { type StreamRange, streamWeightFiles, type WeightStreamOptions } from "./weight_stream.js";
+import {
+  DEFAULT_WEIGHT_STREAM,
+  type StreamRange,
+  streamWeightFiles,
+  type WeightStreamOptions,
+} from "./weight_stream.js";
 
 /**
  * Weight writes of the CUDA backend (Backend.writeWeight / fillWeight / loadWeightFiles) into
@@ -32,6 +38,35 @@ export interface WeightWriteContext {
   scratch: number;
   scratchBytes: number;
   streamOptions: WeightStreamOptions;
+}
+
+/**
+ * The context of a backend: its allocator, the converting upload path (whose device scratch also
+ * serves streamed ranges that are cast) and the streaming sizes (defaults DEFAULT_WEIGHT_STREAM;
+ * bufferBytes at most the scratch).
+ */
+export function weightWriteContext(
+  addon: HisparseNative,
+  stream: number,
+  allocator: NativeDeviceAllocator,
+  upload: UploadConversion,
+  writeConverted: WeightWriteContext["writeConverted"],
+  options: Partial<WeightStreamOptions> = {},
+): WeightWriteContext {
+  return {
+    addon,
+    stream,
+    writeConverted,
+    malloc: (bytes) => allocator.malloc(bytes),
+    free: (ptr) => allocator.free(ptr),
+    scratch: upload.scratch,
+    scratchBytes: upload.scratchBytes,
+    streamOptions: {
+      buffers: options.buffers ?? DEFAULT_WEIGHT_STREAM.buffers,
+      bufferBytes: Math.min(options.bufferBytes ?? DEFAULT_WEIGHT_STREAM.bufferBytes, upload.scratchBytes),
+      threads: options.threads ?? DEFAULT_WEIGHT_STREAM.threads,
+    },
+  };
 }
 
 /** @throws Error unless [offset, offset + count) lies inside the bf16 weight t. */
