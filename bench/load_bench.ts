@@ -2,22 +2,26 @@
  * Model loading time to first use (issue 20 item 3, issue 14 item 4), GPU machine:
  *   node dist/bench/load_bench.js [--config configs/llama-3.1-8b] [--dir DIR] [--reuse]
  *       [--buffers 8] [--buffer-mib 32] [--threads 8] [--max-model-len N] [--json FILE]
- * (a) dummy weights: CudaBackend creation, loadModel with --load-format dummy (every weight
- *     generated on the device), RoPE table, and the first forward (a 16-token prefill to logits).
- * (b) safetensors: writes an HF-format checkpoint of the config to DIR (default
- *     $TMPDIR/hisparse-load-bench: shards of at most 5 GB, model.safetensors.index.json,
+ * Each timed load runs in a fresh process (this script with --phase), like a user's first
+ * command: CUDA context, cuBLAS, weights, RoPE table, first forward (a 16-token prefill to logits).
+ * (a) --phase dummy: --load-format dummy, every weight generated on the device.
+ * (b) between the two, this process writes an HF-format checkpoint of the config to DIR (default
+ *     $TMPDIR/hisparse-load-bench/<config>: shards of at most 5 GB, model.safetensors.index.json,
  *     config.json; bf16 tensors holding the dummy weights, generated on the device per HF tensor
- *     and read back), reads every shard once so it sits in the page cache (and reports that
- *     single-thread read rate), then times the same steps loading from it on a new backend,
- *     shows the progress (bytes, GB/s), and checks sampled rows of every weight and the first
- *     logits against the dummy model's: they must be the same bits.
+ *     and read back) and reads every shard once, so it sits in the page cache (that single-thread
+ *     read rate is reported too);
+ * (c) --phase safetensors: loads that checkpoint (progress lines with GB/s), then, untimed, the
+ *     dummy model in the same process, and checks sampled rows of every weight and the first
+ *     logits against it: they must be the same bits.
  * Prints one table; writes JSON to --json FILE, else to $OUT/load_bench.json when $OUT is set.
  * --reuse keeps a checkpoint already in DIR written for the same config and seed.
  */
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
 import { DensePagedAttention } from "../src/attention/backend.js";
 import type { Tensor } from "../src/backends/backend.js";
 import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
@@ -167,90 +171,145 @@ function compareRows(a: Load, b: Load): number {
   return rows;
 }
 
-const tStart = performance.now();
-console.log(
-  `config ${configDir}: ${config.architecture}, ${config.numHiddenLayers} layers, max model len ${maxModelLen}`,
-);
-const dummy = timedLoad(configDir, "dummy");
-const device = dummy.backend.deviceName;
-console.log(`dummy: loaded in ${(dummy.backendS + dummy.weightsS + dummy.firstForwardS).toFixed(2)} s`);
+/** One timed load as the parent reports it (seconds; processS since the child process started). */
+interface Row {
+  name: string;
+  backendS: number;
+  weightsS: number;
+  weightsGBps: number;
+  firstForwardS: number;
+  totalS: number;
+  processS: number;
+  weightBytes: number;
+}
 
-const written = writeDummyCheckpoint({
-  dir,
-  configDir,
-  config,
-  seed: SEED,
-  backend: dummy.backend,
-  reuse: process.argv.includes("--reuse"),
-});
-console.log(
-  `checkpoint ${dir}: ${written.shards.length} shards, ${(written.totalBytes / GB).toFixed(2)} GB ${written.reused ? "(reused)" : `written in ${written.writeS.toFixed(1)} s`}`,
-);
-const warm = readCheckpointOnce(dir, written.shards);
-console.log(
-  `page cache: read every shard once in ${warm.seconds.toFixed(2)} s (${warm.gbps.toFixed(2)} GB/s, one thread)`,
-);
-
-const ckpt = timedLoad(dir, "safetensors");
-const rows = compareRows(dummy, ckpt);
-let maxDiff = 0;
-for (let i = 0; i < dummy.logits.length; i++)
-  maxDiff = Math.max(maxDiff, Math.abs(dummy.logits[i]! - ckpt.logits[i]!));
-console.log(
-  `checkpoint load == dummy load: ${rows} sampled rows identical; first logits max |diff| ${maxDiff}`,
-);
-
-const row = (name: string, l: Load) => {
-  const total = l.backendS + l.weightsS + l.firstForwardS;
+function rowOf(name: string, l: Load): Row {
   return {
     name,
     backendS: l.backendS,
     weightsS: l.weightsS,
     weightsGBps: l.weightBytes / GB / l.weightsS,
     firstForwardS: l.firstForwardS,
-    totalS: total,
+    totalS: l.backendS + l.weightsS + l.firstForwardS,
+    processS: performance.now() / 1e3, // performance's time origin is the process start
     weightBytes: l.weightBytes,
   };
-};
-const results = [row("dummy (generated on the device)", dummy), row("safetensors (page cache)", ckpt)];
-console.log(
-  `\n${device}, ${(dummy.weightBytes / GB).toFixed(2)} GB of weights\n\n| load | backend s | weights s | weights GB/s | first forward s | to first use s |\n|---|---|---|---|---|---|`,
-);
-for (const r of results)
-  console.log(
-    `| ${r.name} | ${r.backendS.toFixed(2)} | ${r.weightsS.toFixed(2)} | ${r.weightsGBps.toFixed(1)} | ${r.firstForwardS.toFixed(2)} | ${r.totalS.toFixed(2)} |`,
-  );
-const tRope = performance.now();
-buildCosSinCache(computeInvFreq(config.rope, config.headDim), maxModelLen);
-const ropeS = seconds(tRope);
-console.log(
-  `\n(weights s includes building the RoPE table of ${maxModelLen} positions on the host: ${ropeS.toFixed(2)} s alone; streaming: ${weightStreaming.buffers} buffers of ${weightStreaming.bufferBytes / 2 ** 20} MiB, ${weightStreaming.threads} reader threads; bench ran ${seconds(tStart).toFixed(1)} s)`,
-);
-
-const json = {
-  device,
-  config: configDir,
-  maxModelLen,
-  weightStreaming,
-  results,
-  ropeTableS: ropeS,
-  checkpoint: {
-    dir,
-    shards: written.shards.length,
-    bytes: written.totalBytes,
-    writeS: written.writeS,
-    reused: written.reused,
-    warmReadS: warm.seconds,
-    warmReadGBps: warm.gbps,
-  },
-  sampledRowsIdentical: rows,
-  firstLogitsMaxAbsDiff: maxDiff,
-};
-const out = arg("json", process.env.OUT ? join(process.env.OUT, "load_bench.json") : "");
-if (out !== "") {
-  if (process.env.OUT && !existsSync(process.env.OUT)) mkdirSync(process.env.OUT, { recursive: true });
-  writeFileSync(out, `${JSON.stringify(json, null, 2)}\n`);
-  console.log(`wrote ${out}`);
 }
-dummy.backend.dispose();
-ckpt.backend.dispose();
+
+const RESULT = "RESULT ";
+const phase = arg("phase", "");
+if (phase === "dummy") {
+  const l = timedLoad(configDir, "dummy");
+  console.log(
+    RESULT +
+      JSON.stringify({ row: rowOf("dummy (generated on the device)", l), device: l.backend.deviceName }),
+  );
+  l.backend.dispose();
+} else if (phase === "safetensors") {
+  const l = timedLoad(dir, "safetensors");
+  const row = rowOf("safetensors (page cache)", l);
+  const dummy = timedLoad(configDir, "dummy");
+  const rows = compareRows(dummy, l);
+  let maxDiff = 0;
+  for (let i = 0; i < dummy.logits.length; i++)
+    maxDiff = Math.max(maxDiff, Math.abs(dummy.logits[i]! - l.logits[i]!));
+  console.log(
+    `checkpoint load == dummy load: ${rows} sampled rows identical; first logits max |diff| ${maxDiff}`,
+  );
+  console.log(RESULT + JSON.stringify({ row, sampledRowsIdentical: rows, firstLogitsMaxAbsDiff: maxDiff }));
+  dummy.backend.dispose();
+  l.backend.dispose();
+} else {
+  runAll();
+}
+
+/** Runs this script with --phase in a child process; echoes its output; returns its RESULT object. */
+function child(p: string): Record<string, unknown> {
+  const script = fileURLToPath(import.meta.url);
+  const r = spawnSync(
+    process.execPath,
+    [...process.execArgv, script, ...process.argv.slice(2), "--phase", p],
+    {
+      stdio: ["ignore", "pipe", "inherit"],
+      encoding: "utf8",
+      maxBuffer: 64 * 2 ** 20,
+    },
+  );
+  let result: Record<string, unknown> | null = null;
+  for (const line of r.stdout.split("\n")) {
+    if (line.startsWith(RESULT)) result = JSON.parse(line.slice(RESULT.length)) as Record<string, unknown>;
+    else if (line !== "") console.log(`  ${line}`);
+  }
+  if (r.status !== 0 || result === null) throw new Error(`--phase ${p} failed (exit ${r.status})`);
+  return result;
+}
+
+function runAll(): void {
+  const tStart = performance.now();
+  console.log(
+    `config ${configDir}: ${config.architecture}, ${config.numHiddenLayers} layers, max model len ${maxModelLen}`,
+  );
+  const a = child("dummy");
+  const dummyRow = a.row as Row;
+  console.log(`dummy: first use ${dummyRow.processS.toFixed(2)} s after the process started`);
+
+  const writer = new CudaBackend();
+  const written = writeDummyCheckpoint({
+    dir,
+    configDir,
+    config,
+    seed: SEED,
+    backend: writer,
+    reuse: process.argv.includes("--reuse"),
+  });
+  writer.dispose();
+  console.log(
+    `checkpoint ${dir}: ${written.shards.length} shards, ${(written.totalBytes / GB).toFixed(2)} GB ${written.reused ? "(reused)" : `written in ${written.writeS.toFixed(1)} s`}`,
+  );
+  const warm = readCheckpointOnce(dir, written.shards);
+  console.log(
+    `page cache: read every shard once in ${warm.seconds.toFixed(2)} s (${warm.gbps.toFixed(2)} GB/s, one thread)`,
+  );
+
+  const b = child("safetensors");
+  const ckptRow = b.row as Row;
+  const results = [dummyRow, ckptRow];
+  console.log(
+    `\n${a.device as string}, ${(dummyRow.weightBytes / GB).toFixed(2)} GB of weights\n\n| load | backend s | weights s | weights GB/s | first forward s | in-process total s | since process start s |\n|---|---|---|---|---|---|---|`,
+  );
+  for (const r of results)
+    console.log(
+      `| ${r.name} | ${r.backendS.toFixed(2)} | ${r.weightsS.toFixed(2)} | ${r.weightsGBps.toFixed(1)} | ${r.firstForwardS.toFixed(2)} | ${r.totalS.toFixed(2)} | ${r.processS.toFixed(2)} |`,
+    );
+  const tRope = performance.now();
+  buildCosSinCache(computeInvFreq(config.rope, config.headDim), maxModelLen);
+  const ropeS = seconds(tRope);
+  console.log(
+    `\n(weights s includes building the RoPE table of ${maxModelLen} positions on the host: ${ropeS.toFixed(2)} s alone; streaming: ${weightStreaming.buffers} buffers of ${weightStreaming.bufferBytes / 2 ** 20} MiB, ${weightStreaming.threads} reader threads; bench ran ${seconds(tStart).toFixed(1)} s)`,
+  );
+  const json = {
+    device: a.device,
+    config: configDir,
+    maxModelLen,
+    weightStreaming,
+    results,
+    ropeTableS: ropeS,
+    checkpoint: {
+      dir,
+      shards: written.shards.length,
+      bytes: written.totalBytes,
+      writeS: written.writeS,
+      reused: written.reused,
+      warmReadS: warm.seconds,
+      warmReadGBps: warm.gbps,
+    },
+    sampledRowsIdentical: b.sampledRowsIdentical,
+    firstLogitsMaxAbsDiff: b.firstLogitsMaxAbsDiff,
+  };
+  const out = arg("json", process.env.OUT ? join(process.env.OUT, "load_bench.json") : "");
+  if (out !== "") {
+    if (process.env.OUT && !existsSync(process.env.OUT)) mkdirSync(process.env.OUT, { recursive: true });
+    writeFileSync(out, `${JSON.stringify(json, null, 2)}\n`);
+    console.log(`wrote ${out}`);
+  }
+}

@@ -176,7 +176,7 @@ function uploadF32(gpu: CudaBackend, t: Float32Array): number {
 
 describe("safetensors streamed to the GPU equal the CPU backend's load", { skip }, () => {
   for (const [label, weightStreaming] of [
-    ["default ring (8 x 32 MiB, 8 threads)", undefined],
+    ["default ring (8 buffers of at most 32 MiB, 8 threads)", undefined],
     ["3 buffers of 64 KiB, 2 threads (about 230 reads)", { buffers: 3, bufferBytes: 64 * 1024, threads: 2 }],
   ] as const) {
     it(`ref-small, every weight bit for bit: ${label}`, () => {
