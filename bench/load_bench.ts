@@ -24,6 +24,7 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { DensePagedAttention } from "../src/attention/backend.js";
 import type { Tensor } from "../src/backends/backend.js";
+import { offsetPtr } from "../src/backends/cuda/addon.js";
 import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import type { CudaTensor } from "../src/backends/cuda/tensor.js";
 import { formatLoadProgress } from "../src/cli/progress.js";
@@ -161,8 +162,8 @@ function compareRows(a: Load, b: Load): number {
     ])) {
       const x = new Uint16Array(rowElems);
       const y = new Uint16Array(rowElems);
-      a.backend.downloadBytes(x, ta.ptr + r * rowElems * 2);
-      b.backend.downloadBytes(y, tb.ptr + r * rowElems * 2);
+      a.backend.downloadBytes(x, offsetPtr(ta.ptr, r * rowElems * 2));
+      b.backend.downloadBytes(y, offsetPtr(tb.ptr, r * rowElems * 2));
       for (let k = 0; k < rowElems; k++)
         if (x[k] !== y[k]) throw new Error(`weight ${i} [${ta.shape}] row ${r} element ${k} differs`);
       rows++;

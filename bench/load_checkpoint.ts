@@ -19,6 +19,7 @@ import {
 } from "node:fs";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
+import { offsetPtr } from "../src/backends/cuda/addon.js";
 import type { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import type { CudaTensor } from "../src/backends/cuda/tensor.js";
 import type { ModelConfig } from "../src/config/model_config.js";
@@ -105,7 +106,7 @@ export function writeDummyCheckpoint(o: WriteOptions): Written {
           o.backend.fillWeight(scratch, 0, n, loc.fill);
           for (let p = 0; p < 2 * n; p += PIECE_BYTES) {
             const view = piece.subarray(0, Math.min(PIECE_BYTES, 2 * n - p));
-            o.backend.downloadBytes(view, scratch.ptr + p);
+            o.backend.downloadBytes(view, offsetPtr(scratch.ptr, p));
             writeSync(fd, view);
           }
         }

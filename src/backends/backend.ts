@@ -1,6 +1,6 @@
 /**
- * The compute backend interface: tensor handles and the ops of the Llama forward. The model code
- * (models/llama.ts) is written once against it; `cpu/` implements it in TypeScript (the
+ * The compute backend interface: tensor handles and the ops of the decoder forward. The model
+ * code (models/decoder.ts and its blocks) is written once against it; `cpu/` implements it in TypeScript (the
  * numerical oracle), `cuda/` through the native addon.
  *
  * Conventions for every op:
@@ -16,6 +16,8 @@
  * - Ops throw `Error` on shape or dtype mismatches (a programming error, not user input).
  */
 
+import type { MoeRoutingRule } from "../config/moe_config.js";
+import type { ExtensionData } from "../core/extension_data.js";
 import type { WeightFill } from "./weight_fill.js";
 
 export type { WeightFill } from "./weight_fill.js";
@@ -97,10 +99,11 @@ export interface AttentionMetadata {
     positions: Int32Array;
   };
   /**
-   * Per-step metadata of optional attention features, keyed by feature (e.g. "hisparse": page
-   * tables, host slot mapping); set by the worker's extensions, read by their AttentionBackend.
+   * Per-step metadata of optional attention features, one typed entry per feature (HiSparse:
+   * host slot mapping, dense-layer tables, the sparse rows); set by the worker's extensions,
+   * read by their AttentionBackend through the feature's ExtensionKey.
    */
-  extensions?: ReadonlyMap<string, unknown>;
+  extensions?: ExtensionData;
 }
 
 /**
@@ -281,8 +284,10 @@ export interface Backend {
   qkNorm(qkv: Tensor, layout: QkvLayout, qWeight: Tensor, kWeight: Tensor, eps: number): void;
   /**
    * In place rotary embedding on the q and k parts of qkv ([T, (Hq+2Hkv)*D]), HF "rotate_half"
-   * (NeoX) style: for i < D/2, (x_i, x_{i+D/2}) rotated by angle pos * invFreq_i.
-   * cosSinCache: f32 [maxPositions, D] with cos in [:, :D/2] and sin in [:, D/2:].
+   * (NeoX) style over the first R dims of each head, R = cosSinCache's width (R = D for full
+   * rotary; R < D is partial rotary, e.g. GLM-4.5's R = D/2): for i < R/2, (x_i, x_{i+R/2})
+   * rotated by angle pos * invFreq_i; dims [R, D) are left as they are.
+   * cosSinCache: f32 [maxPositions, R], R even and <= D, cos in [:, :R/2] and sin in [:, R/2:].
    * positions: i32 [T].
    */
   rotaryEmbedding(qkv: Tensor, layout: QkvLayout, positions: Tensor, cosSinCache: Tensor): void;
@@ -335,4 +340,93 @@ export interface Backend {
    * samples on the host).
    */
   sampleOnDevice?(logits: Tensor, rows: DeviceSamplingRows): Int32Array | null;
+  /**
+   * Optional capability: the mixture-of-experts ops ({@link BackendMoeOps}). Models with MoE
+   * layers refuse to load on a backend without it.
+   */
+  readonly moe?: BackendMoeOps;
+}
+
+/** Selected experts of every token (output of {@link BackendMoeOps.route}). */
+export interface MoeRouting {
+  /** i32 [T, k] expert ids of each token, ascending within the row (no repeats). */
+  topkIds: Tensor;
+  /** f32 [T, k] the weight of each selected expert (same order as topkIds). */
+  topkWeights: Tensor;
+}
+
+/** Tokens grouped by expert (output of {@link BackendMoeOps.permute}). */
+export interface MoePermutation {
+  /**
+   * [P, H] (activation dtype) the token rows, expert 0's first: expert e's rows are
+   * [expertOffsets[e], expertOffsets[e+1]). The order within a segment is the backend's (the CPU
+   * backend keeps ascending (token, slot); a GPU may place rows with atomics): no result depends
+   * on it, since every row is computed on its own and unpermute finds rows by slotToRow. P >= T*k
+   * is the backend's choice and a function of (T, k, E) only, so it is fixed inside a captured
+   * graph: the CPU backend uses P = T*k; a GPU backend may pad each expert's segment to its GEMM
+   * tile (P <= T*k + E*(tile-1)). Padding rows hold unspecified values; ops may compute on them
+   * but never return them (unpermute reads only rows named by slotToRow).
+   */
+  hidden: Tensor;
+  /** i32 [E + 1] segment starts in `hidden`; expertOffsets[0] = 0, expertOffsets[E] <= P. */
+  expertOffsets: Tensor;
+  /** i32 [T, k] the row of `hidden` that holds (token t, slot j) of the routing. */
+  slotToRow: Tensor;
+}
+
+/**
+ * Mixture-of-experts ops (vLLM fused_moe's stages: routing, moe_align / permute, grouped GEMMs,
+ * un-permute). A MoE layer runs, with x [T, H] its normed input:
+ *   logits = linear(x, routerWeight [E, H], null, "f32")            // [T, E] f32
+ *   r      = moe.route(logits, rule, correctionBias)                // [T, k] ids + weights
+ *   p      = moe.permute(x, r.topkIds, E)                           // [P, H] grouped by expert
+ *   h      = siluAndMul(moe.groupedLinear(p.hidden, gateUp [E, 2I, H], p.expertOffsets))  // [P, I]
+ *   y      = moe.groupedLinear(h, down [E, H, I], p.expertOffsets)  // [P, H]
+ *   out    = moe.unpermute(y, p.slotToRow, r.topkWeights, shared)   // [T, H]
+ * Every shape depends on T (and the model) only and every count lives in device tensors, so a
+ * step needs no host round trip and the sequence can be captured in a CUDA graph. Each token's
+ * result depends only on its own row (batch invariance): routing is per row, the grouped GEMMs
+ * compute each row on its own, and unpermute sums a token's k rows in slot order.
+ */
+export interface BackendMoeOps {
+  /**
+   * Routing (HF Qwen3MoeTopKRouter; DeepseekV3TopkRouter / Glm4MoeTopkRouter "noaux_tc"), per row
+   * of logits, in fp32:
+   *   s = softmax(logits) (rule.scoring "softmax") or sigmoid(logits) ("sigmoid");
+   *   c = s + correctionBias (selection scores; c = s without a bias);
+   *   numGroups > 1: the E experts form numGroups consecutive groups; a group's score is the sum
+   *     of its two largest c; experts outside the topkGroup best groups get c = -inf (DeepSeek's
+   *     reference Gate; HF writes 0.0 there, which differs only when a chosen group has fewer
+   *     than k experts with c > 0);
+   *   the k = rule.topK experts of largest c (ties: the lower expert id first; the same rule for
+   *     groups), then sorted by ascending id;
+   *   w = s of those experts (the bias never enters the weights); rule.renormalize:
+   *     w /= (sum(w) + 1e-20); finally w *= rule.routedScalingFactor.
+   * logits: f32 [T, E]; correctionBias: f32 [E] or null (required iff rule.correctionBias).
+   * @throws Error on shapes or a rule that cannot pick k experts.
+   */
+  route(logits: Tensor, rule: MoeRoutingRule, correctionBias: Tensor | null): MoeRouting;
+  /**
+   * Groups token rows by expert (vLLM moe_align + permute): row (t, j) of the routing is a copy
+   * of x[t] placed in expert topkIds[t, j]'s segment; expert counts stay on the device.
+   * x: [T, H]; topkIds: i32 [T, k] with ids in [0, numExperts).
+   * @throws Error on shapes or an id outside [0, numExperts).
+   */
+  permute(x: Tensor, topkIds: Tensor, numExperts: number): MoePermutation;
+  /**
+   * Per-expert matmul: out[r] = x[r] @ weight[e]^T for every row r of expert e's segment
+   * [expertOffsets[e], expertOffsets[e+1]) (one grouped GEMM launch; empty segments cost
+   * nothing). Rows outside every segment are padding (unspecified values). x: [P, K];
+   * weight: [E, N, K] (HF 5.x packed expert layout: gate_up_proj [E, 2I, H] with gate rows
+   * first, down_proj [E, H, I]); expertOffsets: i32 [E + 1] -> [P, N].
+   */
+  groupedLinear(x: Tensor, weight: Tensor, expertOffsets: Tensor): Tensor;
+  /**
+   * Weighted sum of each token's expert rows, in slot order, then the shared-expert output:
+   *   out[t] = (sum_j topkWeights[t, j] * y[slotToRow[t, j]]) + shared[t]
+   * accumulated in fp32 (the CPU backend rounds each product and partial sum to f32, as HF's
+   * index_add_ does); shared omitted when null. y: [P, H]; slotToRow: i32 [T, k]; topkWeights:
+   * f32 [T, k]; shared: [T, H] or null -> [T, H].
+   */
+  unpermute(y: Tensor, slotToRow: Tensor, topkWeights: Tensor, shared: Tensor | null): Tensor;
 }

@@ -2,7 +2,13 @@ import { readFileSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import type { Command } from "commander";
-import { countParameters, kvBytesPerToken, loadModelConfig } from "../config/model_config.js";
+import {
+  countActiveParameters,
+  countParameters,
+  kvBytesPerToken,
+  loadModelConfig,
+  type ModelConfig,
+} from "../config/model_config.js";
 import { packageRoot, resolveModelDir } from "../models/registry.js";
 import { Tokenizer } from "../tokenizer/tokenizer.js";
 import { action } from "./errors.js";
@@ -38,6 +44,7 @@ async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
       dir,
       architecture: cfg.architecture,
       parameters: countParameters(cfg),
+      activeParameters: countActiveParameters(cfg),
       layers: cfg.numHiddenLayers,
       hiddenSize: cfg.hiddenSize,
       heads: cfg.numAttentionHeads,
@@ -47,6 +54,8 @@ async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
       maxPositionEmbeddings: cfg.maxPositionEmbeddings,
       dtype: cfg.dtype,
       rope: cfg.rope,
+      rotaryDim: cfg.rotaryDim ?? cfg.headDim,
+      moe: cfg.moe ?? null,
       kvBytesPerTokenBf16: kvBytesPerToken(cfg, 2),
       tokenizer: Tokenizer.existsIn(dir),
     },
@@ -64,11 +73,36 @@ async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
   );
   console.log(`model: ${m.dir}`);
   console.log(
-    `  ${m.architecture}, ${(m.parameters / 1e6).toFixed(2)} M parameters, ${m.layers} layers, hidden ${m.hiddenSize}, ` +
+    `  ${m.architecture}, ${m.parameters >= 1e9 ? `${(m.parameters / 1e9).toFixed(2)} B` : `${(m.parameters / 1e6).toFixed(2)} M`} parameters, ${m.layers} layers, hidden ${m.hiddenSize}, ` +
       `heads ${m.heads}/${m.kvHeads} kv, head_dim ${m.headDim}, vocab ${m.vocabSize}`,
   );
   console.log(
     `  max positions ${m.maxPositionEmbeddings}, ${m.dtype}, RoPE ${m.rope.type} theta ${m.rope.theta}, ` +
       `KV ${m.kvBytesPerTokenBf16} B/token (bf16), tokenizer: ${m.tokenizer ? "yes" : "no"}`,
+  );
+  const moe = moeSummary(cfg);
+  if (moe !== null) console.log(`  ${moe}`);
+}
+
+/**
+ * One line on a MoE model's experts, e.g. "MoE: 128 experts, 8 per token (softmax,
+ * renormalised), 48 of 48 layers, expert ffn 768, no shared expert; 3.35 B active parameters";
+ * null for dense models.
+ */
+export function moeSummary(c: ModelConfig): string | null {
+  const moe = c.moe;
+  if (moe === null || moe === undefined) return null;
+  const r = moe.routing;
+  const rule = [
+    r.scoring === "softmax" ? "softmax" : "sigmoid + correction bias",
+    r.numGroups > 1 ? `${r.topkGroup} of ${r.numGroups} groups` : null,
+    r.renormalize ? "renormalised" : null,
+    r.routedScalingFactor !== 1 ? `scaled ${r.routedScalingFactor}` : null,
+  ].filter((x) => x !== null);
+  const shared = moe.numSharedExperts === 0 ? "no shared expert" : `${moe.numSharedExperts} shared`;
+  return (
+    `MoE: ${moe.numExperts} experts, ${r.topK} per token (${rule.join(", ")}), ${moe.moeLayers.length} of ` +
+    `${c.numHiddenLayers} layers, expert ffn ${moe.moeIntermediateSize}, ${shared}; ` +
+    `${(countActiveParameters(c) / 1e9).toFixed(2)} B active parameters`
   );
 }

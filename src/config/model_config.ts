@@ -1,14 +1,32 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { FAMILY_TRAITS, parseRotaryDim, parseSlidingWindow } from "./family_traits.js";
+import { ModelConfigError } from "./model_config_error.js";
+import { type MoeConfig, mlpKindOf, parseMoeConfig } from "./moe_config.js";
 
-/** Model families the engine runs (all share the Llama decoder; see models/llama.ts). */
+export { ModelConfigError } from "./model_config_error.js";
+export type { MlpKind, MoeConfig, MoeRoutingRule } from "./moe_config.js";
+export { mlpKindOf } from "./moe_config.js";
+
+/**
+ * Model families the engine runs. They share one decoder (models/decoder.ts): GQA attention with
+ * a dense or mixture-of-experts MLP per layer; family_traits.ts says how each reads its config.
+ */
 export const SUPPORTED_ARCHITECTURES = {
   LlamaForCausalLM: "llama",
   MistralForCausalLM: "mistral",
   Qwen2ForCausalLM: "qwen2",
   Qwen3ForCausalLM: "qwen3",
+  Qwen3MoeForCausalLM: "qwen3_moe",
+  Glm4MoeForCausalLM: "glm4_moe",
 } as const;
 export type ModelFamily = (typeof SUPPORTED_ARCHITECTURES)[keyof typeof SUPPORTED_ARCHITECTURES];
+
+/** Architectures known but not runnable yet: the one-sentence reason they are refused. */
+const PENDING_ARCHITECTURES: Readonly<Record<string, string>> = {
+  DeepseekV3ForCausalLM:
+    "architecture DeepseekV3ForCausalLM needs multi-head latent attention (MLA), which hisparse does not implement yet",
+};
 
 /** Storage dtypes of checkpoints that the loader reads. */
 export type CheckpointDtype = "float32" | "bfloat16" | "float16";
@@ -49,9 +67,17 @@ export interface ModelConfig {
   /** o_proj bias (Llama `attention_bias` also sets it; Qwen2 has none). */
   oProjBias: boolean;
   mlpBias: boolean;
-  /** Qwen3: RMSNorm over each q and k head before RoPE. */
+  /** Qwen3 (and GLM-4.5 with `use_qk_norm`): RMSNorm over each q and k head before RoPE. */
   qkNorm: boolean;
   rope: RopeConfig;
+  /**
+   * Leading dims of each q/k head that RoPE rotates (NeoX pairs (i, i + rotaryDim/2) within
+   * them; the rest pass through): int(headDim * `partial_rotary_factor`), GLM-4.5 half the head
+   * (HF glm4_moe apply_rotary_pos_emb). Absent in hand-built configs = headDim.
+   */
+  rotaryDim?: number;
+  /** Mixture-of-experts settings (config/moe_config.ts); null or absent for dense models. */
+  moe?: MoeConfig | null;
   /** Dtype the checkpoint declares (`torch_dtype` / `dtype`). */
   dtype: CheckpointDtype;
   bosTokenId: number | null;
@@ -64,11 +90,6 @@ export interface ModelConfig {
    * (models/registry.ts checks `maxModelLen` against it). Optional for hand-built configs.
    */
   slidingWindow?: number | null;
-}
-
-/** Error for a model directory the engine cannot use; the message is one sentence for the user. */
-export class ModelConfigError extends Error {
-  override name = "ModelConfigError";
 }
 
 type Json = Record<string, unknown>;
@@ -139,18 +160,6 @@ function parseRope(cfg: Json, maxPos: number): RopeConfig {
   };
 }
 
-/**
- * Sliding window in tokens, or null when full attention is used. HF semantics: Mistral uses
- * `sliding_window` when set; Qwen2/Qwen3 only when `use_sliding_window` is true.
- */
-function parseSlidingWindow(cfg: Json, family: ModelFamily): number | null {
-  if ((family === "qwen2" || family === "qwen3") && cfg.use_sliding_window !== true) return null;
-  if (family === "llama") return null;
-  const w = cfg.sliding_window;
-  if (w === undefined || w === null) return null;
-  return posInt(cfg, "sliding_window");
-}
-
 function parseDtype(cfg: Json): CheckpointDtype {
   const d = (cfg.torch_dtype ?? cfg.dtype ?? "float32") as string;
   if (d === "float32" || d === "bfloat16" || d === "float16") return d;
@@ -168,12 +177,15 @@ export function parseModelConfig(cfg: Json, generationConfig: Json | null = null
   const architecture = Array.isArray(archs) ? archs[0] : undefined;
   if (typeof architecture !== "string")
     throw new ModelConfigError('config.json has no "architectures" entry');
+  if (Object.hasOwn(PENDING_ARCHITECTURES, architecture))
+    throw new ModelConfigError(PENDING_ARCHITECTURES[architecture]!);
   if (!Object.hasOwn(SUPPORTED_ARCHITECTURES, architecture)) {
     const known = Object.keys(SUPPORTED_ARCHITECTURES).join(", ");
     throw new ModelConfigError(`architecture ${architecture} is not supported (supported: ${known})`);
   }
   const arch = architecture as keyof typeof SUPPORTED_ARCHITECTURES;
   const family = SUPPORTED_ARCHITECTURES[arch];
+  const traits = FAMILY_TRAITS[family];
   if (cfg.hidden_act !== undefined && cfg.hidden_act !== "silu") {
     throw new ModelConfigError(`activation "${String(cfg.hidden_act)}" is not supported (supported: silu)`);
   }
@@ -186,16 +198,16 @@ export function parseModelConfig(cfg: Json, generationConfig: Json | null = null
       `head layout is not supported: ${numAttentionHeads} heads, ${numKeyValueHeads} kv heads, head_dim ${headDim}`,
     );
   }
-  const llamaBias = family !== "mistral" && cfg.attention_bias === true;
   const eos = [...ids(cfg.eos_token_id), ...ids(generationConfig?.eos_token_id)];
   const bos = cfg.bos_token_id;
   const maxPositionEmbeddings = posInt(cfg, "max_position_embeddings", 2048);
+  const numHiddenLayers = posInt(cfg, "num_hidden_layers");
   return {
     architecture: arch,
     family,
     hiddenSize,
     intermediateSize: posInt(cfg, "intermediate_size"),
-    numHiddenLayers: posInt(cfg, "num_hidden_layers"),
+    numHiddenLayers,
     numAttentionHeads,
     numKeyValueHeads,
     headDim,
@@ -203,15 +215,17 @@ export function parseModelConfig(cfg: Json, generationConfig: Json | null = null
     rmsNormEps: num(cfg, "rms_norm_eps", 1e-6),
     maxPositionEmbeddings,
     tieWordEmbeddings: cfg.tie_word_embeddings === true,
-    attentionBias: family === "qwen2" || llamaBias,
-    oProjBias: family !== "qwen2" && llamaBias,
-    mlpBias: family === "llama" && cfg.mlp_bias === true,
-    qkNorm: family === "qwen3",
+    attentionBias: traits.qkvBias(cfg),
+    oProjBias: traits.oProjBias(cfg),
+    mlpBias: traits.mlpBias(cfg),
+    qkNorm: traits.qkNorm(cfg),
     rope: parseRope(cfg, maxPositionEmbeddings),
+    rotaryDim: parseRotaryDim(cfg, headDim, traits.partialRotaryFactor),
+    moe: traits.moe === null ? null : parseMoeConfig(cfg, traits.moe, numHiddenLayers),
     dtype: parseDtype(cfg),
     bosTokenId: typeof bos === "number" ? bos : null,
     eosTokenIds: [...new Set(eos)],
-    slidingWindow: parseSlidingWindow(cfg, family),
+    slidingWindow: parseSlidingWindow(cfg, traits),
   };
 }
 
@@ -250,15 +264,44 @@ export function kvBytesPerToken(cfg: ModelConfig, dtypeBytes: number): number {
   return 2 * cfg.numHiddenLayers * cfg.numKeyValueHeads * cfg.headDim * dtypeBytes;
 }
 
-/** Parameter count of a Llama-family config (weights only; tied lm_head counted once). */
+/**
+ * Parameter count (weights only; tied lm_head counted once). MoE layers count every routed
+ * expert, the router (and its correction bias) and the shared experts, so the figure is what the
+ * weights occupy; {@link countActiveParameters} counts what one token reads.
+ */
 export function countParameters(c: ModelConfig): number {
+  return countWeights(c, c.moe?.numExperts ?? 0);
+}
+
+/**
+ * Parameters one token touches: every weight except the routed experts it is not sent to
+ * (`num_experts_per_tok` of them are counted per MoE layer). Equals countParameters for dense
+ * models. Source of "A3B" in Qwen3-30B-A3B (3.3 B of 30.5 B).
+ */
+export function countActiveParameters(c: ModelConfig): number {
+  return countWeights(c, c.moe?.routing.topK ?? 0);
+}
+
+/** Weights with `routedExperts` routed experts counted in each MoE layer. */
+function countWeights(c: ModelConfig, routedExperts: number): number {
   const H = c.hiddenSize;
   const D = c.headDim;
   const attn = H * c.numAttentionHeads * D * 2 + H * c.numKeyValueHeads * D * 2;
   const attnBias = c.attentionBias ? (c.numAttentionHeads + 2 * c.numKeyValueHeads) * D : 0;
-  const mlp = 3 * H * c.intermediateSize;
   const norms = 2 * H + (c.qkNorm ? 2 * D : 0);
-  const perLayer = attn + attnBias + mlp + norms;
+  let total = 0;
+  for (let l = 0; l < c.numHiddenLayers; l++) {
+    total += attn + attnBias + norms;
+    const moe = c.moe;
+    if (moe === null || moe === undefined || mlpKindOf(moe, l) === "dense") {
+      total += 3 * H * c.intermediateSize;
+      continue;
+    }
+    const E = moe.numExperts;
+    const router = E * H + (moe.routing.correctionBias ? E : 0);
+    const shared = 3 * H * moe.moeIntermediateSize * moe.numSharedExperts;
+    total += router + shared + routedExperts * 3 * H * moe.moeIntermediateSize;
+  }
   const embed = c.vocabSize * H;
-  return c.numHiddenLayers * perLayer + embed + H + (c.tieWordEmbeddings ? 0 : embed);
+  return total + embed + H + (c.tieWordEmbeddings ? 0 : embed);
 }

@@ -1,6 +1,7 @@
 import type { HostTensorData } from "../backends/backend.js";
 import { generateFill, mix32, WEIGHT_FILL_TABLE_SIZE, type WeightFill } from "../backends/weight_fill.js";
-import type { ModelConfig } from "../config/model_config.js";
+import { type ModelConfig, mlpKindOf } from "../config/model_config.js";
+import { moeWeightSpecs } from "./moe_mlp.js";
 import { WeightLoadError, type WeightLocation, type WeightSource } from "./weights.js";
 
 /**
@@ -43,7 +44,8 @@ export interface WeightSpec {
  * modeling_qwen2.py, modeling_qwen3.py, modeling_mistral.py), in checkpoint order:
  * embed_tokens [V, H]; per layer input_layernorm [H], q/k/v_proj [Hq*D | Hkv*D, H] (+ biases
  * when `attentionBias`), o_proj [H, Hq*D] (+ bias when `oProjBias`), q_norm/k_norm [D] (Qwen3),
- * post_attention_layernorm [H], gate/up_proj [I, H], down_proj [H, I] (+ biases when `mlpBias`);
+ * post_attention_layernorm [H], gate/up_proj [I, H], down_proj [H, I] (+ biases when `mlpBias`)
+ * or, in MoE layers, the router, packed experts and shared experts (moe_mlp.ts moeWeightSpecs);
  * norm [H]; lm_head [V, H] unless `tieWordEmbeddings`.
  */
 export function llamaWeightSpecs(config: ModelConfig): WeightSpec[] {
@@ -70,6 +72,10 @@ export function llamaWeightSpecs(config: ModelConfig): WeightSpec[] {
     add(`${p}.self_attn.q_norm.weight`, [D], "norm", config.qkNorm);
     add(`${p}.self_attn.k_norm.weight`, [D], "norm", config.qkNorm);
     add(`${p}.post_attention_layernorm.weight`, [H], "norm");
+    if (config.moe != null && mlpKindOf(config.moe, l) === "moe") {
+      specs.push(...moeWeightSpecs(config, config.moe, l));
+      continue;
+    }
     add(`${p}.mlp.gate_proj.weight`, [I, H], "matrix");
     add(`${p}.mlp.gate_proj.bias`, [I], "bias", config.mlpBias);
     add(`${p}.mlp.up_proj.weight`, [I, H], "matrix");

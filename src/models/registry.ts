@@ -9,6 +9,7 @@ import {
   ModelConfigError,
   type SUPPORTED_ARCHITECTURES,
 } from "../config/model_config.js";
+import type { DecoderForCausalLM } from "./decoder.js";
 import { DummyWeights } from "./dummy.js";
 import { LlamaForCausalLM, type LoadProgress } from "./llama.js";
 import { SafetensorsCheckpoint } from "./safetensors.js";
@@ -25,19 +26,23 @@ export interface ModelClass {
     backend: Backend,
     maxPositions: number,
     onProgress?: LoadProgress,
-  ): LlamaForCausalLM;
+  ): DecoderForCausalLM;
 }
 
 /**
  * Architecture (`config.json` "architectures"[0]) -> model class (vllm/model_executor/models/
- * registry.py). Every supported family shares the Llama decoder; the family flags in ModelConfig
- * (q/k/v bias, q/k norm) select the differences.
+ * registry.py). Every supported family shares the decoder skeleton (decoder.ts) with GQA
+ * attention; the family traits in ModelConfig (q/k/v bias, q/k norm, partial rotary) and its
+ * MoE settings (per-layer MLP kind, routing rule) select the differences. An MLA family
+ * (issue 21) enters here with its own attention kind.
  */
 export const MODEL_REGISTRY: Record<keyof typeof SUPPORTED_ARCHITECTURES, ModelClass> = {
   LlamaForCausalLM,
   MistralForCausalLM: LlamaForCausalLM,
   Qwen2ForCausalLM: LlamaForCausalLM,
   Qwen3ForCausalLM: LlamaForCausalLM,
+  Qwen3MoeForCausalLM: LlamaForCausalLM,
+  Glm4MoeForCausalLM: LlamaForCausalLM,
 };
 
 /** Options of {@link loadModel}. */
@@ -57,7 +62,7 @@ export interface LoadModelOptions {
 /** A loaded model and the settings it was loaded with. */
 export interface LoadedModel {
   config: ModelConfig;
-  model: LlamaForCausalLM;
+  model: DecoderForCausalLM;
   /** Absolute model directory actually used. */
   modelDir: string;
   /** Effective max model length (positions the RoPE table covers). */

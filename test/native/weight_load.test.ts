@@ -16,7 +16,7 @@ import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { Backend, Tensor } from "../../src/backends/backend.js";
 import { CpuBackend } from "../../src/backends/cpu/cpu_backend.js";
-import { DTYPE_CODE } from "../../src/backends/cuda/addon.js";
+import { type DevicePtr, DTYPE_CODE, NULL_PTR, offsetPtr } from "../../src/backends/cuda/addon.js";
 import type { CudaBackend } from "../../src/backends/cuda/cuda_backend.js";
 import { f32ToBf16Bits } from "../../src/backends/cuda/half.js";
 import type { CudaTensor } from "../../src/backends/cuda/tensor.js";
@@ -57,7 +57,7 @@ function deviceBits(be: CudaBackend, t: Tensor, offset = 0, count = -1): Uint16A
   const ct = t as CudaTensor;
   const n = count < 0 ? ct.numel - offset : count;
   const out = new Uint16Array(n);
-  be.downloadBytes(out, ct.ptr + offset * 2);
+  be.downloadBytes(out, offsetPtr(ct.ptr, offset * 2));
   return out;
 }
 
@@ -84,10 +84,10 @@ describe("dummy weights generated on the GPU equal the TypeScript rule", { skip 
       const source = new DummyWeights(config, { seed: 1234, dtype: dtype === "float32" ? "f32" : "bf16" });
       for (const be of [gpu, cpu]) {
         const loader = new WeightLoader(source, be);
-        for (const n of source.names) loader.load(n, source.locate(n)!.shape);
+        for (const n of source.names) loader.upload(n, source.locate(n)!.shape);
         // and a fused q/k/v, each part generated into its row range
         const qkv = ["q", "k", "v"].map((x) => `model.layers.2.self_attn.${x}_proj.weight`);
-        loader.loadFused(
+        loader.uploadCat(
           qkv,
           qkv.map((n) => source.locate(n)!.shape),
         );
@@ -120,7 +120,7 @@ describe("dummy weights generated on the GPU equal the TypeScript rule", { skip 
       gpu.addon.memsetAsync(out.ptr, 0xab, out.bytes, gpu.stream);
       a.fillWeight(
         gpu.stream,
-        out.ptr + offset * 2,
+        offsetPtr(out.ptr, offset * 2),
         DTYPE_CODE.bf16,
         count,
         first,
@@ -135,12 +135,12 @@ describe("dummy weights generated on the GPU equal the TypeScript rule", { skip 
       if (offset > 0)
         assert.equal(deviceBits(gpu, out, offset - 1, 1)[0], 0xabab, "element before the range");
     }
-    a.fillWeight(gpu.stream, out.ptr + 2, DTYPE_CODE.bf16, 33, 0, 0, 0x3f80, 0, 0);
+    a.fillWeight(gpu.stream, offsetPtr(out.ptr, 2), DTYPE_CODE.bf16, 33, 0, NULL_PTR, 0x3f80, 0, 0);
     assert.ok(deviceBits(gpu, out, 1, 33).every((b) => b === 0x3f80));
     // f32 elements: a table of 32-bit patterns
     const t32 = Float32Array.from({ length: WEIGHT_FILL_TABLE_SIZE }, (_, k) => k / 8 - 3);
     const o32 = gpu.upload(new Float32Array(1001), [1001], "f32") as CudaTensor;
-    a.fillWeight(gpu.stream, o32.ptr + 4, DTYPE_CODE.f32, 1000, 5, uploadF32(gpu, t32), 0, 1, 2);
+    a.fillWeight(gpu.stream, offsetPtr(o32.ptr, 4), DTYPE_CODE.f32, 1000, 5, uploadF32(gpu, t32), 0, 1, 2);
     const want32 = new Float32Array(1000);
     generateFill({ kind: "table", dtype: "f32", table: t32, key0: 1, key1: 2 }, 5, 1000, want32);
     assert.deepEqual((gpu.toHost(o32) as Float32Array).subarray(1), want32);
@@ -153,7 +153,7 @@ describe("dummy weights generated on the GPU equal the TypeScript rule", { skip 
     const gpu = makeBackend();
     const loader = new WeightLoader(source, gpu);
     const name = "model.embed_tokens.weight";
-    const emb = loader.load(name, [config.vocabSize, config.hiddenSize]);
+    const emb = loader.upload(name, [config.vocabSize, config.hiddenSize]);
     loader.finish();
     const loc = source.locate(name)!;
     assert.equal(loc.kind, "generated");
@@ -170,7 +170,7 @@ describe("dummy weights generated on the GPU equal the TypeScript rule", { skip 
 });
 
 /** A device copy of an f32 table (kept until the backend is disposed). */
-function uploadF32(gpu: CudaBackend, t: Float32Array): number {
+function uploadF32(gpu: CudaBackend, t: Float32Array): DevicePtr {
   return (gpu.upload(t, [t.length], "f32") as CudaTensor).ptr;
 }
 
@@ -220,7 +220,7 @@ describe("safetensors streamed to the GPU equal the CPU backend's load", { skip 
     const ckpt = SafetensorsCheckpoint.open(dir); // validates every size
     truncateSync(shard, 4096); // ... then the file shrinks before the reads
     const loader = new WeightLoader(ckpt, gpu);
-    for (const n of ckpt.names) loader.load(n, ckpt.entry(n)!.shape);
+    for (const n of ckpt.names) loader.upload(n, ckpt.entry(n)!.shape);
     let message = "";
     try {
       loader.finish();

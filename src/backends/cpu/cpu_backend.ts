@@ -27,6 +27,7 @@ import {
 } from "./kernels/elementwise.js";
 import { sampleRowByRule } from "./kernels/sampling.js";
 import { CpuMemory } from "./memory.js";
+import { CpuMoeOps } from "./moe_ops.js";
 import { type CpuDType, type CpuTensor, cpuDType, numelOf } from "./tensor.js";
 import { CpuThreadPool } from "./thread_pool.js";
 import { fillWeightInto, writeWeightInto } from "./weights.js";
@@ -61,6 +62,8 @@ export class CpuBackend implements Backend {
   private readonly pool: CpuThreadPool | null;
   private readonly mem: CpuMemory;
   private readonly kernels: KernelDispatcher;
+  /** Mixture-of-experts ops (moe_ops.ts). */
+  readonly moe: CpuMoeOps;
   private sampleScratch = new Float32Array(0);
 
   /** @throws Error when numThreads is not a positive integer. */
@@ -72,6 +75,7 @@ export class CpuBackend implements Backend {
     this.pool = n > 1 ? new CpuThreadPool(n) : null;
     this.mem = new CpuMemory(this.pool);
     this.kernels = new KernelDispatcher(this.pool, Math.max(1, options.chunkMacs ?? CHUNK_MACS));
+    this.moe = new CpuMoeOps(this.mem, this.kernels);
   }
 
   // ---- memory --------------------------------------------------------------------------------
@@ -241,7 +245,8 @@ export class CpuBackend implements Backend {
   }
 
   /**
-   * In place NeoX RoPE of the q and k heads. positions: i32 [T]; cosSinCache: [maxPositions, D].
+   * In place NeoX RoPE of the first R dims of the q and k heads. positions: i32 [T];
+   * cosSinCache: [maxPositions, R], R even, <= D (R < D: partial rotary).
    * @throws Error for a position outside the table.
    */
   rotaryEmbedding(qkv: Tensor, layout: QkvLayout, positions: Tensor, cosSinCache: Tensor): void {
@@ -250,9 +255,11 @@ export class CpuBackend implements Backend {
     const pos = cpu(positions, this.mem, "rotaryEmbedding positions", false, "i32");
     expectShape(pos, [T], "rotaryEmbedding positions");
     const cs = cpu(cosSinCache, this.mem, "rotaryEmbedding cosSinCache");
-    const maxPos = expectShape(cs, [-1, layout.headDim], "rotaryEmbedding cosSinCache")[0]!;
+    const [maxPos, R] = expectShape(cs, 2, "rotaryEmbedding cosSinCache");
     const { numHeads, numKvHeads, headDim } = layout;
-    rotaryEmbeddingKernel(q.f32, T, numHeads, numKvHeads, headDim, pos.i32, cs.f32, maxPos);
+    if (R % 2 !== 0 || R < 2 || R > headDim)
+      throw new Error(`rotaryEmbedding: cosSinCache width ${R} must be even and in [2, ${headDim}]`);
+    rotaryEmbeddingKernel(q.f32, T, numHeads, numKvHeads, headDim, R, pos.i32, cs.f32, maxPos);
   }
 
   /** silu(x[:, :I]) * x[:, I:]. x: [T, 2I] -> [T, I]. */

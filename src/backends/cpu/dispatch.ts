@@ -47,30 +47,78 @@ export class KernelDispatcher {
     N: number,
     K: number,
   ): void {
+    this.linearAt(x, x.offset, w, w.offset, b, out, out.offset, T, N, K);
+  }
+
+  /**
+   * Grouped matmul of the MoE experts: for each expert e with rows [offsets[e], offsets[e+1]),
+   * out[rows] = x[rows] @ w[e]^T, with the linear kernel (so each row gets linear's bits).
+   * x: [P, K]; w: [E, N, K]; offsets: [E + 1] host copy; out: [P, N]. Rows outside every
+   * segment are left as they are.
+   */
+  groupedLinear(
+    x: CpuTensor,
+    w: CpuTensor,
+    offsets: Int32Array,
+    out: CpuTensor,
+    E: number,
+    N: number,
+    K: number,
+  ): void {
+    for (let e = 0; e < E; e++) {
+      const r0 = offsets[e]!;
+      const rows = offsets[e + 1]! - r0;
+      if (rows === 0) continue;
+      this.linearAt(
+        x,
+        x.offset + r0 * K,
+        w,
+        w.offset + e * N * K,
+        null,
+        out,
+        out.offset + r0 * N,
+        rows,
+        N,
+        K,
+      );
+    }
+  }
+
+  /** linear with explicit element offsets of x, w and out in their buffers. */
+  private linearAt(
+    x: CpuTensor,
+    xOff: number,
+    w: CpuTensor,
+    wOff: number,
+    b: CpuTensor | null,
+    out: CpuTensor,
+    oOff: number,
+    T: number,
+    N: number,
+    K: number,
+  ): void {
     const bias = b?.buffer.f32 ?? null;
     const bOff = b?.offset ?? 0;
     const run = (n0: number, n1: number): void =>
-      linearKernel(
-        x.buffer.f32,
-        x.offset,
-        w.buffer.f32,
-        w.offset,
-        bias,
-        bOff,
-        out.buffer.f32,
-        out.offset,
-        T,
-        N,
-        K,
-        n0,
-        n1,
-      );
+      linearKernel(x.buffer.f32, xOff, w.buffer.f32, wOff, bias, bOff, out.buffer.f32, oOff, T, N, K, n0, n1);
     const chunks = this.numChunks(T * N * K, N >> 1);
     if (this.pool === null || chunks < 2) {
       run(0, N);
       return;
     }
-    const args = [...ref(x), ...ref(w), b?.buffer.id ?? -1, bOff, ...ref(out), T, N, K];
+    const args = [
+      x.buffer.id,
+      xOff,
+      w.buffer.id,
+      wOff,
+      b?.buffer.id ?? -1,
+      bOff,
+      out.buffer.id,
+      oOff,
+      T,
+      N,
+      K,
+    ];
     this.pool.run(JOB_LINEAR, args, chunks, (c) => run(...chunkRange(N, c, chunks, 2)));
   }
 

@@ -4,6 +4,7 @@
  * (native/kernels/weight_fill.h). Part of the addon's typed surface: import these through
  * addon.ts, the only loader (DESIGN.md §1).
  */
+import type { DevicePtr } from "./device_ptr.js";
 
 /**
  * `buffers` page-locked host buffers of `bufferBytes` each and `threads` reader threads. A read
@@ -13,7 +14,7 @@ export interface NativeFileReader {
   readonly numBuffers: number;
   readonly bufferBytes: number;
   /** Address of buffer i (UVA: the source of cudaMemcpyAsync). @throws RangeError for no such buffer. */
-  bufferPtr(i: number): number;
+  bufferPtr(i: number): DevicePtr;
   /**
    * Queues a read of `bytes` bytes (<= bufferBytes) at byte `position` of the open file
    * descriptor `fd` into buffer i, from its start; returns at once.
@@ -35,16 +36,16 @@ export interface NativeLoaderApi {
   FileReader: new (options: { buffers: number; bufferBytes: number; threads: number }) => NativeFileReader;
   /**
    * hsFillWeight: elements [first, first + count) of a generated fill into dst (weight_fill.ts
-   * rule, bit for bit); `table` = 0 writes `constantBits` everywhere. dtype gives the element size;
+   * rule, bit for bit); `table` = NULL_PTR writes `constantBits` everywhere. dtype gives the element size;
    * the table holds [65536] entries already in dst's dtype. key0, key1, constantBits < 2^32.
    */
   fillWeight(
     stream: number,
-    dst: number,
+    dst: DevicePtr,
     dtype: number,
     count: number,
     first: number,
-    table: number,
+    table: DevicePtr,
     constantBits: number,
     key0: number,
     key1: number,

@@ -1,5 +1,12 @@
 import { DTYPE_BYTES, type DType } from "../backend.js";
-import { DTYPE_CODE, type HisparseNative, type NativeEvent, type NativeFileReader } from "./addon.js";
+import {
+  type DevicePtr,
+  DTYPE_CODE,
+  type HisparseNative,
+  type NativeEvent,
+  type NativeFileReader,
+  offsetPtr,
+} from "./addon.js";
 
 /**
  * Checkpoint bytes streamed from files to device weights (Backend.loadWeightFiles on CUDA):
@@ -44,7 +51,7 @@ export interface StreamRange {
   byteLength: number;
   srcDtype: DType;
   /** Device address of the range's first element in the weight, and the weight's dtype. */
-  dst: number;
+  dst: DevicePtr;
   dstDtype: DType;
 }
 
@@ -53,7 +60,7 @@ export interface ChunkCopy {
   /** Offset in the buffer (bytes). */
   bufferOffset: number;
   bytes: number;
-  dst: number;
+  dst: DevicePtr;
   srcDtype: DType;
   dstDtype: DType;
 }
@@ -107,7 +114,7 @@ export function planChunks(ranges: readonly StreamRange[], bufferBytes: number):
         cur = open(r, pos); // the room left holds no whole element: the next read starts here
         continue;
       }
-      const dst = cast ? r.dst + (done / srcEB) * DTYPE_BYTES[r.dstDtype] : r.dst + done;
+      const dst = offsetPtr(r.dst, cast ? (done / srcEB) * DTYPE_BYTES[r.dstDtype] : done);
       c.copies.push({
         bufferOffset: pos - c.position,
         bytes: take,
@@ -128,7 +135,7 @@ export interface StreamContext {
   addon: HisparseNative;
   stream: number;
   /** Device scratch for ranges that are cast (at least bufferBytes). */
-  scratch: number;
+  scratch: DevicePtr;
   scratchBytes: number;
 }
 
@@ -193,12 +200,13 @@ export function streamWeightFiles(
 }
 
 /** Queues chunk c's copies out of the buffer at `buffer`: direct, or through the scratch and a cast. */
-function queueCopies(ctx: StreamContext, buffer: number, c: Chunk): void {
+function queueCopies(ctx: StreamContext, buffer: DevicePtr, c: Chunk): void {
   for (const cp of c.copies) {
+    const src = offsetPtr(buffer, cp.bufferOffset);
     if (cp.srcDtype === cp.dstDtype) {
-      ctx.addon.memcpyAsync(cp.dst, buffer + cp.bufferOffset, cp.bytes, ctx.stream);
+      ctx.addon.memcpyAsync(cp.dst, src, cp.bytes, ctx.stream);
     } else {
-      ctx.addon.memcpyAsync(ctx.scratch, buffer + cp.bufferOffset, cp.bytes, ctx.stream);
+      ctx.addon.memcpyAsync(ctx.scratch, src, cp.bytes, ctx.stream);
       const n = cp.bytes / DTYPE_BYTES[cp.srcDtype];
       ctx.addon.cast(ctx.stream, cp.dst, DTYPE_CODE[cp.dstDtype], ctx.scratch, DTYPE_CODE[cp.srcDtype], n);
     }

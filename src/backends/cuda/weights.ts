@@ -1,6 +1,13 @@
 import { DTYPE_BYTES, type HostTensorData, type WeightFileRange, type WeightFill } from "../backend.js";
 import { WEIGHT_FILL_TABLE_SIZE } from "../weight_fill.js";
-import { DTYPE_CODE, type HisparseNative, type NativeDeviceAllocator } from "./addon.js";
+import {
+  type DevicePtr,
+  DTYPE_CODE,
+  type HisparseNative,
+  type NativeDeviceAllocator,
+  NULL_PTR,
+  offsetPtr,
+} from "./addon.js";
 import { f16BitsToF32, f32ToBf16Bits } from "./half.js";
 import type { UploadConversion } from "./host_io.js";
 import type { CudaTensor } from "./tensor.js";
@@ -26,16 +33,16 @@ export interface WeightWriteContext {
   stream: number;
   /** Host values -> device address, converted (host_io.ts writeConverted). */
   writeConverted(
-    dst: number,
+    dst: DevicePtr,
     data: Float32Array | Uint16Array,
     srcDtype: HostTensorData["dtype"],
     count: number,
   ): void;
   /** A persistent device allocation of `bytes`, and its release. */
-  malloc(bytes: number): number;
-  free(ptr: number): void;
+  malloc(bytes: number): DevicePtr;
+  free(ptr: DevicePtr): void;
   /** Device scratch of converting uploads, used by streamed ranges that are cast. */
-  scratch: number;
+  scratch: DevicePtr;
   scratchBytes: number;
   streamOptions: WeightStreamOptions;
 }
@@ -95,7 +102,7 @@ export function writeWeight(
   const want = src.dtype === "f32" ? Float32Array : Uint16Array;
   if (!(src.data instanceof want)) throw new Error(`writeWeight: ${src.dtype} data must be a ${want.name}`);
   checkRange(t, offset, n, "writeWeight");
-  ctx.writeConverted(t.ptr + offset * 2, src.data, src.dtype, n);
+  ctx.writeConverted(offsetPtr(t.ptr, offset * 2), src.data, src.dtype, n);
 }
 
 /**
@@ -104,12 +111,12 @@ export function writeWeight(
  * caches one per std and dtype).
  */
 export class DeviceFillTables {
-  private readonly tables = new Map<Float32Array | Uint16Array, number>();
+  private readonly tables = new Map<Float32Array | Uint16Array, DevicePtr>();
 
   constructor(private readonly ctx: WeightWriteContext) {}
 
   /** Device address of the bf16 copy of `table` (of `dtype`), uploaded on first use. */
-  get(table: Float32Array | Uint16Array, dtype: HostTensorData["dtype"]): number {
+  get(table: Float32Array | Uint16Array, dtype: HostTensorData["dtype"]): DevicePtr {
     const hit = this.tables.get(table);
     if (hit !== undefined) return hit;
     if (this.tables.size >= MAX_DEVICE_TABLES) {
@@ -141,19 +148,10 @@ export function fillWeight(
 ): void {
   checkRange(t, offset, count, "fillWeight");
   if (count === 0) return;
-  const dst = t.ptr + offset * 2;
+  const dst = offsetPtr(t.ptr, offset * 2);
   if (fill.kind === "constant") {
-    ctx.addon.fillWeight(
-      ctx.stream,
-      dst,
-      DTYPE_CODE.bf16,
-      count,
-      0,
-      0,
-      constantBf16(fill.value, fill.dtype),
-      0,
-      0,
-    );
+    const bits = constantBf16(fill.value, fill.dtype);
+    ctx.addon.fillWeight(ctx.stream, dst, DTYPE_CODE.bf16, count, 0, NULL_PTR, bits, 0, 0);
     return;
   }
   if (fill.table.length !== WEIGHT_FILL_TABLE_SIZE)
@@ -199,7 +197,7 @@ export function loadWeightFiles(
       position,
       byteLength,
       srcDtype: r.dtype,
-      dst: t.ptr + r.elemOffset * 2,
+      dst: offsetPtr(t.ptr, r.elemOffset * 2),
       dstDtype: "bf16",
     };
   });

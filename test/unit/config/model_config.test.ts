@@ -68,6 +68,8 @@ describe("parseModelConfig: shapes and families", () => {
         highFreqFactor: 4,
         originalMaxPositionEmbeddings: 16384,
       },
+      rotaryDim: 64,
+      moe: null,
       dtype: "bfloat16",
       bosTokenId: 0,
       eosTokenIds: [0],
@@ -190,7 +192,7 @@ describe("parseModelConfig: errors are one sentence naming the problem", () => {
   it("unsupported architecture, also for inherited object keys", () => {
     assert.equal(
       errorOf(() => parseModelConfig(llama({ architectures: ["GPT2LMHeadModel"] }))),
-      "architecture GPT2LMHeadModel is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
+      "architecture GPT2LMHeadModel is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Glm4MoeForCausalLM)",
     );
     assert.match(
       errorOf(() => parseModelConfig(llama({ architectures: ["toString"] }))),

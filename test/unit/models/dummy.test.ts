@@ -130,8 +130,8 @@ describe("DummyWeights: seeded, lazy, reproducible values", () => {
     const p = "model.layers.2";
     const parts = ["q", "k", "v"].map((x) => `${p}.self_attn.${x}_proj.weight`);
     const shapes = parts.map((n) => w.get(n).shape);
-    const qkv = loader.loadFused(parts, shapes);
-    const gateUp = loader.loadFused(
+    const qkv = loader.uploadCat(parts, shapes);
+    const gateUp = loader.uploadCat(
       [`${p}.mlp.gate_proj.weight`, `${p}.mlp.up_proj.weight`],
       [
         [768, 256],

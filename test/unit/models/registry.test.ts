@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { loadModelConfig, ModelConfigError } from "../../../src/config/model_config.js";
+import { DecoderForCausalLM } from "../../../src/models/decoder.js";
 import { DummyWeights } from "../../../src/models/dummy.js";
 import { LlamaForCausalLM } from "../../../src/models/llama.js";
 import {
@@ -63,7 +64,7 @@ describe("loadModel", () => {
       maxModelLen: 2048,
       onProgress: (done, total) => progress.push([done, total]),
     });
-    assert.ok(loaded.model instanceof LlamaForCausalLM);
+    assert.ok(loaded.model instanceof DecoderForCausalLM);
     assert.equal(loaded.modelDir, REF);
     assert.equal(loaded.maxModelLen, 2048);
     assert.equal(loaded.model.maxPositions, 2048);
@@ -182,12 +183,14 @@ describe("loadModel", () => {
     );
   });
 
-  it("dispatches every supported architecture to LlamaForCausalLM", () => {
+  it("dispatches every supported architecture to the GQA decoder (LlamaForCausalLM)", () => {
     assert.deepEqual(Object.keys(MODEL_REGISTRY).sort(), [
+      "Glm4MoeForCausalLM",
       "LlamaForCausalLM",
       "MistralForCausalLM",
       "Qwen2ForCausalLM",
       "Qwen3ForCausalLM",
+      "Qwen3MoeForCausalLM",
     ]);
     for (const cls of Object.values(MODEL_REGISTRY)) assert.equal(cls, LlamaForCausalLM);
   });

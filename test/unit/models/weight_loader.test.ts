@@ -81,22 +81,22 @@ describe("WeightLoader", () => {
   it("step by step: declare (tensors at once, nothing written), finish (filled, progress in bytes)", () => {
     const source = new DummyWeights(config, { seed: 1 });
     const be = new HostBackend();
-    const loader = new WeightLoader(source, be);
+    const progress: [number, number][] = [];
+    const loader = new WeightLoader(source, be, (d, t) => progress.push([d, t]));
     // step 1: a fused gate/up of layer 0 ([2 x 48, 32]) and a norm; nothing is written yet
-    const gateUp = loader.loadFused(
+    const gateUp = loader.uploadCat(
       ["model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight"],
       [
         [48, 32],
         [48, 32],
       ],
     );
-    const norm = loader.load("model.norm.weight", [32]);
+    const norm = loader.upload("model.norm.weight", [32]);
     assert.deepEqual(gateUp.shape, [96, 32]);
     assert.equal(loader.totalBytes, 2 * (2 * 48 * 32) + 2 * 32);
     assert.equal((gateUp as unknown as { data: Uint16Array }).data.length, 0, "not written before finish");
     // step 2: finish writes the parts in order, one report each
-    const progress: [number, number][] = [];
-    loader.finish((d, t) => progress.push([d, t]));
+    loader.finish();
     assert.deepEqual(progress, [
       [3072, 6208],
       [6144, 6208],
@@ -122,11 +122,11 @@ describe("WeightLoader", () => {
     };
     const cpu = new CpuBackend({ numThreads: 1 });
     const loader = new WeightLoader(plain, cpu);
-    const t = loader.load("model.embed_tokens.weight", [50, 32]);
+    const t = loader.upload("model.embed_tokens.weight", [50, 32]);
     assert.equal(reads, 1);
     loader.finish();
     const want = new WeightLoader(inner, cpu);
-    const u = want.load("model.embed_tokens.weight", [50, 32]);
+    const u = want.upload("model.embed_tokens.weight", [50, 32]);
     want.finish();
     assert.deepEqual(cpu.toHost(t), cpu.toHost(u));
     cpu.dispose();
@@ -136,7 +136,7 @@ describe("WeightLoader", () => {
     const loader = new WeightLoader(new DummyWeights(config, { seed: 0 }), new HostBackend());
     assert.throws(
       () =>
-        loader.loadFused(
+        loader.uploadCat(
           ["model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.down_proj.weight"],
           [
             [48, 32],
@@ -195,7 +195,7 @@ describe("bad checkpoints fail at load with one sentence", () => {
     const ckpt = SafetensorsCheckpoint.open(dir);
     truncateSync(join(dir, "model.safetensors"), 5000);
     const loader = new WeightLoader(ckpt, new CpuBackend({ numThreads: 1 }));
-    for (const n of ckpt.names) loader.load(n, ckpt.entry(n)!.shape);
+    for (const n of ckpt.names) loader.upload(n, ckpt.entry(n)!.shape);
     assert.match(
       loadError(() => loader.finish()),
       /model\.safetensors ended while reading model\.\S+ \(truncated file\)$/,

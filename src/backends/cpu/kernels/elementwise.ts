@@ -90,13 +90,14 @@ export function qkNormKernel(
 }
 
 /**
- * Rotary embedding in place on the q and k heads (HF apply_rotary_pos_emb with rotate_half,
- * the NeoX layout): for i < D/2, with c = cos[pos, i] and s = sin[pos, i],
- *   x_i'       = x_i * c - x_{i+D/2} * s
- *   x_{i+D/2}' = x_{i+D/2} * c + x_i * s
+ * Rotary embedding in place on the first R dims of the q and k heads (HF apply_rotary_pos_emb
+ * with rotate_half, the NeoX layout; R < D is partial rotary, HF glm4_moe's `q[..., :rotary_dim]`
+ * with the rest passed through): for i < R/2, with c = cos[pos, i] and s = sin[pos, i],
+ *   x_i'       = x_i * c - x_{i+R/2} * s
+ *   x_{i+R/2}' = x_{i+R/2} * c + x_i * s
  * each product and sum rounded to f32 as in HF's `q * cos + rotate_half(q) * sin`.
  * qkv: f32 [T, (Hq + 2 * Hkv) * D]; positions: i32 [T];
- * cosSin: f32 [maxPositions, D] (cos in [:, :D/2], sin in [:, D/2:]).
+ * cosSin: f32 [maxPositions, R] (cos in [:, :R/2], sin in [:, R/2:]).
  * @throws Error when a position is outside [0, maxPositions).
  */
 export function rotaryEmbeddingKernel(
@@ -105,12 +106,13 @@ export function rotaryEmbeddingKernel(
   Hq: number,
   Hkv: number,
   D: number,
+  R: number,
   positions: Int32Array,
   cosSin: Float32Array,
   maxPositions: number,
 ): void {
   const rowStride = (Hq + 2 * Hkv) * D;
-  const half = D >> 1;
+  const half = R >> 1;
   const numHeads = Hq + Hkv; // q heads then k heads; v is not rotated
   for (let t = 0; t < T; t++) {
     const pos = positions[t]!;
@@ -119,7 +121,7 @@ export function rotaryEmbeddingKernel(
         `rotaryEmbedding: position ${pos} of token ${t} is outside the table's ${maxPositions} positions`,
       );
     }
-    const cs = pos * D;
+    const cs = pos * R;
     for (let h = 0; h < numHeads; h++) {
       const o = t * rowStride + h * D;
       for (let i = 0; i < half; i++) {

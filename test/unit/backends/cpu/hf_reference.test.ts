@@ -1,14 +1,13 @@
 /**
- * The trained reference model ref-small (models/ref-small, bf16) on the CPU backend against
- * HF transformers' fp32 outputs (shared/fixtures/hf-ref-small.json, or $HISPARSE_FIXTURES):
- * last-position logits of each prompt within 2e-3 and the 48 greedy tokens identical.
- */
-/**
  * The trained reference models (ref-small bundled in models/, ref-base from ../shared when
- * present; bf16 weights) on the CPU backend against HF transformers' fp32 outputs
- * (test/fixtures/hf-<model>.json): last-position logits of each prompt within 2e-3 and the 48
- * greedy tokens identical. A divergence is accepted only where the engine's own top-2 logits
- * differ by less than 1e-3 (an fp32 summation-order near-tie); the test checks that.
+ * present; bf16 weights) and the tiny random MoE checkpoints of transformers 5.17
+ * (tiny-qwen3-moe: softmax top-2 of 8 experts renormalised; tiny-glm4-moe: partial rotary,
+ * q/k norm, q/k/v bias, a dense first layer, sigmoid noaux_tc routing, a shared expert; found as
+ * test/helpers/reference.ts says) on the CPU backend against HF transformers' fp32 outputs
+ * (test/fixtures/hf-<model>.json): last-position logits of each prompt within 2e-3 and the
+ * greedy tokens (48; 24 for the tiny models, whose third prompt has 300 tokens) identical. A
+ * divergence is accepted only where the engine's own top-2 logits differ by less than 1e-3 (an
+ * fp32 summation-order near-tie); the test checks that.
  */
 import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
@@ -17,11 +16,10 @@ import { CpuBackend } from "../../../../src/backends/cpu/index.js";
 import { loadModelConfig } from "../../../../src/config/model_config.js";
 import { LlamaForCausalLM } from "../../../../src/models/llama.js";
 import { SafetensorsCheckpoint } from "../../../../src/models/safetensors.js";
-import { loadFixture, type RefModel, refModelDir } from "../../../helpers/reference.js";
+import { loadFixture, type RefModel, referencedModelDir, TINY_MODELS } from "../../../helpers/reference.js";
 import { buildMetadata, maxAbsDiff } from "./helpers.js";
 
 const BLOCK_SIZE = 16;
-const MAX_POS = 128;
 /** Largest accepted logits gap between the engine and HF (issue 2's acceptance). */
 const LOGITS_ATOL = 2e-3;
 /** A greedy divergence is a tie only when the engine's top-2 logits are closer than this. */
@@ -43,13 +41,17 @@ function top2(row: Float32Array): { id: number; first: number; second: number } 
   return { id, first, second };
 }
 
-for (const name of ["ref-small", "ref-base"] as RefModel[]) {
-  const modelDir = refModelDir(name);
+for (const name of ["ref-small", "ref-base", ...TINY_MODELS] as RefModel[]) {
+  const modelDir = referencedModelDir(name);
   describe(`${name} vs HF transformers (fp32)`, {
     skip: modelDir === null && `${name} not found (see test/helpers/reference.ts)`,
   }, () => {
     const backend = new CpuBackend();
     after(() => backend.dispose());
+    const cases = loadFixture(name);
+    // Positions for the longest prompt plus its greedy tokens, in whole blocks.
+    const longest = Math.max(...cases.map((c) => c.input_ids.length + c.greedy_ids.length));
+    const MAX_POS = Math.ceil(longest / BLOCK_SIZE) * BLOCK_SIZE;
     const cfg = loadModelConfig(modelDir!);
     const source = SafetensorsCheckpoint.open(modelDir!);
     const model = LlamaForCausalLM.load(cfg, source, backend, MAX_POS);
@@ -66,7 +68,6 @@ for (const name of ["ref-small", "ref-base"] as RefModel[]) {
     });
     // Blocks in reverse order, so the pages are not contiguous in token order.
     const blockIds = Array.from({ length: numBlocks }, (_, i) => numBlocks - 1 - i);
-    const cases = loadFixture(name);
 
     /** Runs `ids` after `numComputed` cached tokens; returns the last position's logits. */
     const run = (ids: number[], numComputed: number): Float32Array => {
@@ -85,7 +86,8 @@ for (const name of ["ref-small", "ref-base"] as RefModel[]) {
     };
 
     for (const c of cases) {
-      it(`${JSON.stringify(c.prompt)}: logits within 2e-3, 48 greedy tokens identical`, () => {
+      const what = c.prompt !== undefined ? JSON.stringify(c.prompt) : `${c.input_ids.length} random ids`;
+      it(`${what}: logits within 2e-3, ${c.greedy_ids.length} greedy tokens identical`, () => {
         let logits = run(c.input_ids, 0);
         const d = maxAbsDiff(logits, c.last_logits);
         assert.ok(d <= LOGITS_ATOL, `last-position logits differ by ${d}`);

@@ -1,11 +1,14 @@
 /**
- * End to end: LlamaForCausalLM (models/llama.ts) on the CPU backend against the naive reference
- * forward (llama_reference.ts), on tiny random configs: a GQA Llama with tied bf16 embeddings,
- * and a Qwen3-style model with q/k norm, attention and MLP biases, an untied lm_head and an
- * explicit head_dim. Logits must agree within 1e-4 for a one-shot prefill and for two requests
- * that run chunked prefills and decode steps through the paged cache in shared batches; the
- * chunked run must reproduce the one-shot logits exactly (batch invariance), and two threads
- * the single thread's.
+ * End to end: the decoder (models/decoder.ts through LlamaForCausalLM) on the CPU backend against
+ * the naive reference forward (llama_reference.ts, moe_reference.ts), on tiny random configs: a
+ * GQA Llama with tied bf16 embeddings; a Qwen3-style model with q/k norm, attention and MLP
+ * biases, an untied lm_head and an explicit head_dim; a Qwen3-MoE (softmax top-2 of 8 experts,
+ * renormalised, per-expert tensors, a dense layer from mlp_only_layers); a GLM-4.5-style MoE
+ * (partial rotary, q/k norm, q/k/v bias, a dense first layer, sigmoid routing with a correction
+ * bias limited to 2 of 4 expert groups, top-3, scaling 2.5, a shared expert, packed experts).
+ * Logits must agree within 1e-4 for a one-shot prefill and for two requests that run chunked
+ * prefills and decode steps through the paged cache in shared batches; the chunked run must
+ * reproduce the one-shot logits exactly (batch invariance), and two threads the single thread's.
  */
 import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
@@ -49,6 +52,50 @@ const qwen3Cfg = parseModelConfig({
   attention_bias: true,
   mlp_bias: true,
   rope_theta: 1000000,
+});
+
+const qwen3MoeCfg = parseModelConfig({
+  architectures: ["Qwen3MoeForCausalLM"],
+  hidden_size: 32,
+  intermediate_size: 48,
+  num_hidden_layers: 3,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 8,
+  vocab_size: 50,
+  rms_norm_eps: 1e-6,
+  max_position_embeddings: MAX_POS,
+  num_local_experts: 8,
+  num_experts_per_tok: 2,
+  moe_intermediate_size: 16,
+  norm_topk_prob: true,
+  mlp_only_layers: [1],
+  rope_parameters: { rope_theta: 10000, rope_type: "default" },
+});
+const glm4MoeCfg = parseModelConfig({
+  architectures: ["Glm4MoeForCausalLM"],
+  hidden_size: 32,
+  intermediate_size: 40,
+  num_hidden_layers: 3,
+  num_attention_heads: 4,
+  num_key_value_heads: 1,
+  head_dim: 16,
+  vocab_size: 50,
+  rms_norm_eps: 1e-5,
+  max_position_embeddings: MAX_POS,
+  attention_bias: true,
+  use_qk_norm: true,
+  partial_rotary_factor: 0.5,
+  first_k_dense_replace: 1,
+  n_routed_experts: 8,
+  n_shared_experts: 1,
+  n_group: 4,
+  topk_group: 2,
+  num_experts_per_tok: 3,
+  moe_intermediate_size: 12,
+  norm_topk_prob: true,
+  routed_scaling_factor: 2.5,
+  rope_parameters: { rope_theta: 10000, rope_type: "default", partial_rotary_factor: 0.5 },
 });
 
 const backends = [new CpuBackend({ numThreads: 1 }), new CpuBackend({ numThreads: 2, chunkMacs: 1 })];
@@ -95,13 +142,21 @@ function step(e: Engine, reqs: StepRequest[], ids: number[], logitRows: number[]
   return logits as Float32Array;
 }
 
-for (const [name, cfg, bf16] of [
-  ["llama (GQA 2:1, tied bf16 weights)", llamaCfg, true],
-  ["qwen3 (q/k norm, biases, untied lm_head, head_dim 12)", qwen3Cfg, false],
+for (const [name, cfg, bf16, packed, seed] of [
+  ["llama (GQA 2:1, tied bf16 weights)", llamaCfg, true, false, 7],
+  ["qwen3 (q/k norm, biases, untied lm_head, head_dim 12)", qwen3Cfg, false, false, 8],
+  ["qwen3_moe (top-2 of 8 experts, per-expert tensors, dense layer 1)", qwen3MoeCfg, true, false, 9],
+  [
+    "glm4_moe (partial rotary, grouped sigmoid routing, shared expert, packed experts)",
+    glm4MoeCfg,
+    false,
+    true,
+    10,
+  ],
 ] as const) {
   describe(`LlamaForCausalLM ${name}`, () => {
-    const rand = makeRand(bf16 ? 7 : 8);
-    const weights = randomWeights(cfg, rand, bf16);
+    const rand = makeRand(seed);
+    const weights = randomWeights(cfg, rand, bf16, packed);
     const V = cfg.vocabSize;
     const seqA = Array.from({ length: 19 }, () => Math.floor(rand() * V));
     const seqB = Array.from({ length: 9 }, () => Math.floor(rand() * V));

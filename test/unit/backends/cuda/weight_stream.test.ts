@@ -14,6 +14,7 @@ import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { Tensor } from "../../../../src/backends/backend.js";
 import { CpuBackend } from "../../../../src/backends/cpu/cpu_backend.js";
+import { asDevicePtr } from "../../../../src/backends/cuda/addon.js";
 import { CudaBackend, type CudaBackendOptions } from "../../../../src/backends/cuda/cuda_backend.js";
 import { f32ToBf16Bits } from "../../../../src/backends/cuda/half.js";
 import { planChunks, type StreamRange } from "../../../../src/backends/cuda/weight_stream.js";
@@ -58,7 +59,7 @@ function range(fd: number, position: number, byteLength: number, dst: number, sr
     position,
     byteLength,
     srcDtype: src as StreamRange["srcDtype"],
-    dst,
+    dst: asDevicePtr(dst),
     dstDtype: "bf16",
   };
 }
@@ -196,7 +197,7 @@ describe("CudaBackend.loadWeightFiles (fake addon)", () => {
     assert.notEqual(ckpt.entry("b")!.start % 4, 0, "the F32 data must sit at an unaligned offset");
     const { be, fake } = setup({ weightStreaming: { buffers: 2, bufferBytes: 24, threads: 1 } });
     const loader = new WeightLoader(ckpt, be);
-    const fused = loader.loadFused(["a", "b", "c"], [[3], [37], [2]]);
+    const fused = loader.uploadCat(["a", "b", "c"], [[3], [37], [2]]);
     loader.finish();
     ckpt.close();
     assert.ok(fake.reads.length >= 7, `${fake.reads.length} reads of at most 24 bytes`);
@@ -224,7 +225,7 @@ describe("CudaBackend.loadWeightFiles (fake addon)", () => {
     let message = "";
     try {
       const loader = new WeightLoader(ckpt, be);
-      for (const n of ckpt.names) loader.load(n, ckpt.entry(n)!.shape);
+      for (const n of ckpt.names) loader.upload(n, ckpt.entry(n)!.shape);
       loader.finish();
     } catch (e) {
       assert.ok(e instanceof WeightLoadError, `expected WeightLoadError, got ${e}`);
@@ -260,10 +261,10 @@ describe("CudaBackend.fillWeight (fake addon): dummy weights generated on the de
       const qkvNames = ["q", "k", "v"].map((x) => `model.layers.3.self_attn.${x}_proj.weight`);
       const qkvShapes = qkvNames.map((n) => source.locate(n)!.shape);
       const single = names.map((n) => [
-        loader.load(n, source.locate(n)!.shape),
-        cpuLoader.load(n, source.locate(n)!.shape),
+        loader.upload(n, source.locate(n)!.shape),
+        cpuLoader.upload(n, source.locate(n)!.shape),
       ]);
-      const qkv = [loader.loadFused(qkvNames, qkvShapes), cpuLoader.loadFused(qkvNames, qkvShapes)];
+      const qkv = [loader.uploadCat(qkvNames, qkvShapes), cpuLoader.uploadCat(qkvNames, qkvShapes)];
       loader.finish();
       cpuLoader.finish();
       assert.equal(fake.reads.length, 0);

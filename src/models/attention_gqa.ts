@@ -1,0 +1,80 @@
+import type { Backend, QkvLayout, Tensor } from "../backends/backend.js";
+import type { ModelConfig } from "../config/model_config.js";
+import type { AttentionKind, AttentionLayer, ForwardContext } from "./blocks.js";
+import { buildCosSinCache, computeInvFreq } from "./rope.js";
+
+/**
+ * GQA attention with the HF Llama family's variants: fused q/k/v (+ biases), Qwen3 / GLM q/k
+ * RMSNorm per head before RoPE, NeoX RoPE over the first `rotaryDim` dims of each head (GLM-4.5
+ * partial rotary), paged attention through the AttentionBackend, o_proj (+ bias).
+ */
+class GqaAttentionLayer implements AttentionLayer {
+  constructor(
+    private readonly backend: Backend,
+    private readonly config: ModelConfig,
+    private readonly layout: QkvLayout,
+    private readonly cosSinCache: Tensor,
+    private readonly qkvProj: Tensor, // [(Hq + 2*Hkv) * D, H]
+    private readonly qkvBias: Tensor | null, // [(Hq + 2*Hkv) * D]
+    private readonly qNorm: Tensor | null, // [D]
+    private readonly kNorm: Tensor | null, // [D]
+    private readonly oProj: Tensor, // [H, Hq * D]
+    private readonly oBias: Tensor | null, // [H]
+  ) {}
+
+  get weights(): readonly Tensor[] {
+    return [this.qkvProj, this.qkvBias, this.qNorm, this.kNorm, this.oProj, this.oBias].filter(
+      (t): t is Tensor => t !== null,
+    );
+  }
+
+  forward(l: number, x: Tensor, positions: Tensor, ctx: ForwardContext): Tensor {
+    const b = this.backend;
+    const qkv = b.linear(x, this.qkvProj, this.qkvBias);
+    if (this.qNorm !== null && this.kNorm !== null)
+      b.qkNorm(qkv, this.layout, this.qNorm, this.kNorm, this.config.rmsNormEps);
+    b.rotaryEmbedding(qkv, this.layout, positions, this.cosSinCache);
+    const attnOut = ctx.attention.forward(l, qkv, ctx.kvCaches[l]!, ctx.meta);
+    return b.linear(attnOut, this.oProj, this.oBias);
+  }
+}
+
+/** The GQA attention kind (HF modeling_llama / _qwen3 / _qwen3_moe / _glm4_moe attention). */
+export const GQA_ATTENTION: AttentionKind = {
+  layout: (c) => ({ numHeads: c.numAttentionHeads, numKvHeads: c.numKeyValueHeads, headDim: c.headDim }),
+
+  loadShared(config, loader, maxPositions) {
+    const R = config.rotaryDim ?? config.headDim;
+    const cos = buildCosSinCache(computeInvFreq(config.rope, R), maxPositions);
+    return [loader.backend.upload(cos, [maxPositions, R], "f32")];
+  },
+
+  loadLayer(config, loader, l, shared) {
+    const { hiddenSize: H, headDim: D, numAttentionHeads: Hq, numKeyValueHeads: Hkv } = config;
+    const a = `model.layers.${l}.self_attn`;
+    const names = ["q", "k", "v"].map((x) => `${a}.${x}_proj`);
+    const rows = [Hq * D, Hkv * D, Hkv * D];
+    const qkvProj = loader.uploadCat(
+      names.map((n) => `${n}.weight`),
+      rows.map((r) => [r, H]),
+    );
+    const qkvBias = config.attentionBias
+      ? loader.uploadCat(
+          names.map((n) => `${n}.bias`),
+          rows.map((r) => [r]),
+        )
+      : null;
+    return new GqaAttentionLayer(
+      loader.backend,
+      config,
+      GQA_ATTENTION.layout(config),
+      shared[0]!,
+      qkvProj,
+      qkvBias,
+      loader.uploadOpt(`${a}.q_norm.weight`, [D], config.qkNorm),
+      loader.uploadOpt(`${a}.k_norm.weight`, [D], config.qkNorm),
+      loader.upload(`${a}.o_proj.weight`, [H, Hq * D]),
+      loader.uploadOpt(`${a}.o_proj.bias`, [H], config.oProjBias),
+    );
+  },
+};
