@@ -34,9 +34,9 @@ Napi::Value QkNorm(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value RotaryEmbedding(const Napi::CallbackInfo& info) {
-  Args a(info, 10, "rotaryEmbedding");
+  Args a(info, 11, "rotaryEmbedding");
   HS_LAUNCH(hsRotaryEmbedding, a.stream(0), a.ptr(1), a.as<const int32_t>(2), a.as<const float>(3), a.i32(4),
-            a.i32(5), a.i32(6), a.i32(7), a.i32(8), a.i32(9));
+            a.i32(5), a.i32(6), a.i32(7), a.i32(8), a.i32(9), a.i32(10));
   return info.Env().Undefined();
 }
 

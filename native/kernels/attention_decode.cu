@@ -303,7 +303,7 @@ extern "C" size_t hsPagedAttentionWorkspaceBytes(int maxNumReqs, int maxNumToken
                                                  int maxModelLen, int blockSize) {
   using namespace hs_attn;
   (void)maxNumTokens;
-  if (maxNumReqs <= 0 || numHeads <= 0 || (headDim != 64 && headDim != 128) || maxModelLen <= 0 ||
+  if (maxNumReqs <= 0 || numHeads <= 0 || (headDim != 32 && headDim != 64 && headDim != 128) || maxModelLen <= 0 ||
       !isPow2(blockSize))
     return 0;
   // Worst case over launch sizes: one kv head tile (most splits per request); n * splits(n) is
@@ -325,6 +325,7 @@ extern "C" cudaError_t hsPagedDecodeAttention(const HsPagedAttentionParams* p, c
   if (splits > 1 && (p->workspace == nullptr ||
                      p->workspaceBytes < decodeWorkspaceBytes(p->numReqs, splits, p->numHeads, p->headDim)))
     return cudaErrorInvalidValue;
+  if (p->headDim == 32) return launchDecode<32, false>(p, nullptr, splits, s);
   return p->headDim == 128 ? launchDecode<128, false>(p, nullptr, splits, s)
                             : launchDecode<64, false>(p, nullptr, splits, s);
 }
@@ -341,5 +342,6 @@ extern "C" cudaError_t hsSparseDecodeAttention(const HsSparseDecodeParams* sp, c
   if (splits > 1 && (p->workspace == nullptr ||
                      p->workspaceBytes < decodeWorkspaceBytes(p->numReqs, splits, p->numHeads, p->headDim)))
     return cudaErrorInvalidValue;
+  if (p->headDim == 32) return launchDecode<32, true>(p, sp, splits, s);
   return p->headDim == 128 ? launchDecode<128, true>(p, sp, splits, s) : launchDecode<64, true>(p, sp, splits, s);
 }

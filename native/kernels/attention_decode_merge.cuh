@@ -87,7 +87,8 @@ __device__ __forceinline__ DecodeRow decodeRow(const DecodeArgs& a, int req, int
  */
 template <int D, bool kSparse>
 __global__ void __launch_bounds__(128) decodeMergeKernel(const DecodeArgs a) {
-  constexpr int kPer = D / 32;  // d values per lane
+  constexpr int kPer = D / 32;  // d values per lane (1, 2 or 4)
+  static_assert(kPer == 1 || kPer == 2 || kPer == 4, "head dim 32, 64 or 128");
   const int lane = threadIdx.x & 31;
   const int head = blockIdx.x * 4 + (threadIdx.x >> 5);
   const int req = blockIdx.y;
@@ -117,17 +118,21 @@ __global__ void __launch_bounds__(128) decodeMergeKernel(const DecodeArgs a) {
       acc[1] += w * v.y;
       acc[2] += w * v.z;
       acc[3] += w * v.w;
-    } else {
+    } else if constexpr (kPer == 2) {
       const float2 v = *reinterpret_cast<const float2*>(src);
       acc[0] += w * v.x;
       acc[1] += w * v.y;
+    } else {  // D = 32
+      acc[0] += w * *src;
     }
   }
   const float inv = nAct > 0 ? 1.f / wSum : 0.f;
   if constexpr (kPer == 4) {
     *reinterpret_cast<uint2*>(dst) = make_uint2(packBf16x2(acc[0] * inv, acc[1] * inv), packBf16x2(acc[2] * inv, acc[3] * inv));
-  } else {
+  } else if constexpr (kPer == 2) {
     *reinterpret_cast<uint32_t*>(dst) = packBf16x2(acc[0] * inv, acc[1] * inv);
+  } else {
+    *dst = __float2bfloat16_rn(acc[0] * inv);
   }
 }
 

@@ -25,7 +25,7 @@ constexpr int kDecodeHeadsPerCta = 16;
 __host__ __device__ inline bool isPow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
 /**
- * Checks the sizes both launchers need: pointers set and 16-byte aligned, D in {64, 128}, Hq a
+ * Checks the sizes both launchers need: pointers set and 16-byte aligned, D in {32, 64, 128}, Hq a
  * multiple of Hkv, qkv row stride a multiple of 8 elements, blockSize a power of two, positive
  * scale and bounds, grid dimensions within CUDA limits.
  */
@@ -33,7 +33,7 @@ inline bool validParams(const HsPagedAttentionParams* p) {
   if (p == nullptr || p->qkv == nullptr || p->kvCache == nullptr || p->out == nullptr ||
       p->seqLens == nullptr || p->blockTables == nullptr)
     return false;
-  if (p->headDim != 64 && p->headDim != 128) return false;
+  if (p->headDim != 32 && p->headDim != 64 && p->headDim != 128) return false;
   if (p->numKvHeads <= 0 || p->numHeads <= 0 || p->numHeads % p->numKvHeads != 0) return false;
   if (!isPow2(p->blockSize) || p->maxBlocksPerReq <= 0 || p->maxModelLen <= 0) return false;
   if (p->numReqs < 0 || p->numReqs > 65535 || p->numTokens < 0) return false;

@@ -264,5 +264,6 @@ extern "C" cudaError_t hsPagedPrefillAttention(const HsPagedAttentionParams* p, 
   using namespace hs_attn;
   if (!validParams(p) || p->queryStartLoc == nullptr || maxQueryLen < 0) return cudaErrorInvalidValue;
   if (p->numReqs == 0 || maxQueryLen == 0) return cudaSuccess;
+  if (p->headDim == 32) return launchPrefill<32>(p, maxQueryLen, s);
   return p->headDim == 128 ? launchPrefill<128>(p, maxQueryLen, s) : launchPrefill<64>(p, maxQueryLen, s);
 }

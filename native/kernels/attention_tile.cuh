@@ -13,7 +13,8 @@
 // (row l/4, cols 2(l%4), 2(l%4)+1) of each matrix, with .trans the transpose of that.
 // Shared-memory tiles hold rows of D bf16 (D/8 chunks of 16 bytes); chunk c of row r sits at
 // chunk position c ^ (r % 8), so the 8 rows read by one ldmatrix phase hit 8 distinct 16-byte
-// bank groups (HOPPER.md "Banks"; the XOR swizzle of CUTLASS's Swizzle<3,4,3>).
+// bank groups (HOPPER.md "Banks"; the XOR swizzle of CUTLASS's Swizzle<3,4,3>). D = 32 rows have
+// 4 chunks: c ^ (r % 4) (2-way conflicts; that head size only appears in tiny test models).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -105,10 +106,14 @@ __device__ __forceinline__ uint32_t packBf16x2(float lo, float hi) {
 
 // ---- shared-memory tile addressing ----------------------------------------------------------
 
-/** Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile of D-element bf16 rows. */
+/**
+ * Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile of D-element bf16 rows.
+ * Rows of fewer than 8 chunks (D = 32: 4) XOR with row % (D / 8) so the chunk stays in its row.
+ */
 template <int D>
 __device__ __forceinline__ uint32_t swz(int row, int chunk) {
-  return static_cast<uint32_t>(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
+  constexpr int kMask = D / 8 >= 8 ? 7 : D / 8 - 1;
+  return static_cast<uint32_t>(row * (D * 2) + ((chunk ^ (row & kMask)) << 4));
 }
 
 /**

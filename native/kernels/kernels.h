@@ -63,15 +63,16 @@ cudaError_t hsQkNorm(void* qkv, const void* qWeight, const void* kWeight, int nu
 
 /**
  * In place NeoX ("rotate_half") rotary embedding of the first numRotHeads heads of each row
- * (q heads then k heads of a fused qkv row): for i < headDim/2,
- *   x_i' = x_i cos - x_{i+D/2} sin,  x_{i+D/2}' = x_{i+D/2} cos + x_i sin,
- * computed in fp32 from cosSinCache f32 [maxPositions, headDim] (cos in [:, :D/2], sin in
- * [:, D/2:], models/rope.ts) and rounded once. Rows whose position is outside [0, maxPositions)
- * are left unchanged. qkv: [numTokens, rowStride]; positions: i32 [numTokens].
+ * (q heads then k heads of a fused qkv row), over the first R = rotaryDim dims of each head
+ * (R = headDim: full rotary; R < headDim: partial rotary, dims [R, headDim) untouched): for i < R/2,
+ *   x_i' = x_i cos - x_{i+R/2} sin,  x_{i+R/2}' = x_{i+R/2} cos + x_i sin,
+ * computed in fp32 from cosSinCache f32 [maxPositions, R] (cos in [:, :R/2], sin in [:, R/2:],
+ * models/rope.ts) and rounded once. Rows whose position is outside [0, maxPositions) are left
+ * unchanged. qkv: [numTokens, rowStride]; positions: i32 [numTokens]. R even, 2 <= R <= headDim.
  */
 cudaError_t hsRotaryEmbedding(void* qkv, const int32_t* positions, const float* cosSinCache, int numTokens,
-                              int rowStride, int numRotHeads, int headDim, int maxPositions, int dtype,
-                              cudaStream_t stream);
+                              int rowStride, int numRotHeads, int headDim, int rotaryDim, int maxPositions,
+                              int dtype, cudaStream_t stream);
 
 /**
  * out = T(T(silu(x[:, :I])) * x[:, I:]) with silu(g) = g / (1 + exp(-g)) in fp32 (vLLM

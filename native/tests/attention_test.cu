@@ -154,6 +154,9 @@ int main(int argc, char** argv) {
           true, tally);
   runCase(decodeSpec("d128 g20 (2 head tiles) bs64", 40, 2, 128, 64, {5000, 1, 777, 0, 64}, 8192, 102), true, tally);
   runCase(decodeSpec("d128 g4 maxModelLen 256 (1 split)", 32, 8, 128, 16, {256, 1, 100}, 256, 103), true, tally);
+  runCase(decodeSpec("d32 g2 bs16 (tiny MoE models)", 4, 2, 32, 16, randomLens(17, 5, 1, 700, 1), 1024, 110), true,
+          tally);
+  runCase(decodeSpec("d32 g2 maxModelLen 256 (1 split)", 4, 2, 32, 16, {256, 1, 100, 0}, 256, 111), true, tally);
   if (!quick) {
     runCase(decodeSpec("llama-8b shape bs16, lens 1..32K + padded",
                        32, 8, 128, 16,
@@ -174,6 +177,8 @@ int main(int argc, char** argv) {
                       {{200, 200}, {45, 1000}, {1, 1}, {333, 333}, {1, 4000}}, 4096, 201),
           false, tally);
   runCase(prefillSpec("d128 g20 bs64", 40, 2, 128, 64, {{100, 100}, {37, 400}, {1, 64}}, 1024, 202), false, tally);
+  runCase(prefillSpec("d32 g2 bs16 mixed (tiny MoE models)", 4, 2, 32, 16, {{300, 300}, {7, 40}, {1, 9}}, 1024, 208),
+          false, tally);
   if (!quick) {
     runCase(prefillSpec("llama-8b shape bs16 mixed + padded", 32, 8, 128, 16,
                         {{300, 300}, {77, 1077}, {1, 501}, {129, 144}, {0, 0}, {1, 1}, {513, 600}, {1, 0}}, 2048, 203),

@@ -381,6 +381,7 @@ export interface MoePermutation {
  *   r      = moe.route(logits, rule, correctionBias)                // [T, k] ids + weights
  *   p      = moe.permute(x, r.topkIds, E)                           // [P, H] grouped by expert
  *   h      = siluAndMul(moe.groupedLinear(p.hidden, gateUp [E, 2I, H], p.expertOffsets))  // [P, I]
+ *            (or moe.groupedGateUpSilu(p.hidden, gateUp, p.expertOffsets), the same fused)
  *   y      = moe.groupedLinear(h, down [E, H, I], p.expertOffsets)  // [P, H]
  *   out    = moe.unpermute(y, p.slotToRow, r.topkWeights, shared)   // [T, H]
  * Every shape depends on T (and the model) only and every count lives in device tensors, so a
@@ -421,6 +422,13 @@ export interface BackendMoeOps {
    * first, down_proj [E, H, I]); expertOffsets: i32 [E + 1] -> [P, N].
    */
   groupedLinear(x: Tensor, weight: Tensor, expertOffsets: Tensor): Tensor;
+  /**
+   * Optional fusion, equal bit for bit to siluAndMul(groupedLinear(x, gateUp, expertOffsets))
+   * (the CUDA backend applies silu_and_mul in the GEMM's epilogue: the [P, 2I] product never
+   * reaches memory and a MoE layer saves a launch, which counts at decode batch sizes).
+   * x: [P, H]; gateUp: [E, 2I, H] (gate rows first) -> [P, I].
+   */
+  readonly groupedGateUpSilu?: (x: Tensor, gateUp: Tensor, expertOffsets: Tensor) => Tensor;
   /**
    * Weighted sum of each token's expert rows, in slot order, then the shared-expert output:
    *   out[t] = (sum_j topkWeights[t, j] * y[slotToRow[t, j]]) + shared[t]

@@ -1,4 +1,4 @@
-import type { ModelFamily } from "./model_config.js";
+import type { ModelFamily } from "./architectures.js";
 import { ModelConfigError } from "./model_config_error.js";
 import type { MoeFamily } from "./moe_config.js";
 

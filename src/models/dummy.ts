@@ -2,7 +2,15 @@ import type { HostTensorData } from "../backends/backend.js";
 import { generateFill, mix32, WEIGHT_FILL_TABLE_SIZE, type WeightFill } from "../backends/weight_fill.js";
 import { type ModelConfig, mlpKindOf } from "../config/model_config.js";
 import { moeWeightSpecs } from "./moe_mlp.js";
-import { WeightLoadError, type WeightLocation, type WeightSource } from "./weights.js";
+import {
+  type DummyTensorKind,
+  WeightLoadError,
+  type WeightLocation,
+  type WeightSource,
+  type WeightSpec,
+} from "./weights.js";
+
+export type { DummyTensorKind, WeightSpec } from "./weights.js";
 
 /**
  * Seeded random weights for `--load-format dummy` (vLLM's DummyModelLoader): every tensor the
@@ -28,16 +36,6 @@ export const DUMMY_NORM_VALUE = 1.0;
  * per element keeps an 8B-parameter dummy load at a few seconds per GB.
  */
 const NORMAL_LEVELS = WEIGHT_FILL_TABLE_SIZE;
-
-/** What a tensor is, which decides its values. */
-export type DummyTensorKind = "matrix" | "bias" | "norm";
-
-/** Name, shape and kind of one tensor of the Llama family. */
-export interface WeightSpec {
-  name: string;
-  shape: number[];
-  kind: DummyTensorKind;
-}
 
 /**
  * Every HF tensor name and shape of a Llama-family model (transformers modeling_llama.py,

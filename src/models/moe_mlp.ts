@@ -1,9 +1,9 @@
 import type { Backend, BackendMoeOps, Tensor } from "../backends/backend.js";
 import type { ModelConfig, MoeConfig, MoeRoutingRule } from "../config/model_config.js";
 import type { MlpLayer } from "./blocks.js";
-import type { WeightSpec } from "./dummy.js";
 import { DenseMlp } from "./mlp.js";
 import type { WeightLoader } from "./weight_loader.js";
+import type { WeightSpec } from "./weights.js";
 
 /**
  * The mixture-of-experts MLP block (HF Qwen3MoeSparseMoeBlock; Glm4MoeMoE / DeepseekV3MoE with
@@ -62,7 +62,9 @@ export class MoeMlp implements MlpLayer {
     const logits = b.linear(x, this.router, null, "f32");
     const r = ops.route(logits, this.routing, this.correctionBias);
     const p = ops.permute(x, r.topkIds, this.numExperts);
-    const h = b.siluAndMul(ops.groupedLinear(p.hidden, this.gateUp, p.expertOffsets));
+    const h =
+      ops.groupedGateUpSilu?.(p.hidden, this.gateUp, p.expertOffsets) ??
+      b.siluAndMul(ops.groupedLinear(p.hidden, this.gateUp, p.expertOffsets));
     const y = ops.groupedLinear(h, this.down, p.expertOffsets);
     const shared = this.shared === null ? null : this.shared.forward(x);
     return ops.unpermute(y, p.slotToRow, r.topkWeights, shared);

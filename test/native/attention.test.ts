@@ -95,6 +95,7 @@ describe("pagedAttention through CudaBackend", { skip: kernelSkip("hasAttention"
   for (const [layout, blockSize] of [
     [{ numHeads: 8, numKvHeads: 2, headDim: 128 }, 16],
     [{ numHeads: 4, numKvHeads: 4, headDim: 64 }, 32],
+    [{ numHeads: 4, numKvHeads: 2, headDim: 32 }, 16], // the tiny MoE test models
   ] as const) {
     const tag = `Hq=${layout.numHeads} Hkv=${layout.numKvHeads} D=${layout.headDim} block=${blockSize}`;
 

@@ -134,15 +134,19 @@ describe("CUDA element-wise ops", { skip }, () => {
       highFreqFactor: 4,
       originalMaxPositionEmbeddings: 8192,
     } as const;
-    for (const layout of [
-      { numHeads: 32, numKvHeads: 8, headDim: 128 },
-      { numHeads: 4, numKvHeads: 2, headDim: 64 },
-    ] satisfies QkvLayout[]) {
+    // R < D: partial rotary (GLM-4.5: R = D / 2; dims [R, D) stay as they are).
+    for (const [layout, R] of [
+      [{ numHeads: 32, numKvHeads: 8, headDim: 128 }, 128],
+      [{ numHeads: 4, numKvHeads: 2, headDim: 64 }, 64],
+      [{ numHeads: 12, numKvHeads: 4, headDim: 128 }, 64],
+      [{ numHeads: 4, numKvHeads: 2, headDim: 32 }, 16],
+      [{ numHeads: 2, numKvHeads: 1, headDim: 64 }, 12],
+    ] satisfies [QkvLayout, number][]) {
       const D = layout.headDim;
       const W = (layout.numHeads + 2 * layout.numKvHeads) * D;
       const maxPos = 4096;
-      const cosSin = buildCosSinCache(computeInvFreq({ ...rope }, D), maxPos);
-      const cs = be.upload(cosSin, [maxPos, D], "f32");
+      const cosSin = buildCosSinCache(computeInvFreq({ ...rope }, R), maxPos);
+      const cs = be.upload(cosSin, [maxPos, R], "f32");
       for (const T of TOKENS) {
         for (const [dtype, tol] of [
           ["bf16", BF16_TOL],
@@ -155,8 +159,8 @@ describe("CUDA element-wise ops", { skip }, () => {
           const qkv = be.stage(qkvData, [T, W], dtype);
           be.rotaryEmbedding(qkv, layout, be.stage(pos, [T], "i32"), cs);
           const got = host(qkv);
-          const ref = ropeRef(qkvData, T, layout, pos, cosSin, maxPos);
-          assertClose(got, ref, tol, `rope ${dtype} D=${D} T=${T}`);
+          const ref = ropeRef(qkvData, T, layout, pos, cosSin, maxPos, R);
+          assertClose(got, ref, tol, `rope ${dtype} D=${D} R=${R} T=${T}`);
           const qkEnd = (layout.numHeads + layout.numKvHeads) * D;
           for (let t = 0; t < T; t++) {
             const unchanged = pos[t] === -1 ? [0, W] : [qkEnd, W];
@@ -165,6 +169,15 @@ describe("CUDA element-wise ops", { skip }, () => {
               qkvData.subarray(t * W + unchanged[0]!, t * W + unchanged[1]!),
               `rope untouched part of row ${t}`,
             );
+            if (pos[t] === -1) continue;
+            for (let h = 0; h < layout.numHeads + layout.numKvHeads; h++) {
+              const o = t * W + h * D;
+              assertSame(
+                got.subarray(o + R, o + D),
+                qkvData.subarray(o + R, o + D),
+                `rope dims [R, D) of row ${t}`,
+              );
+            }
           }
         }
       }

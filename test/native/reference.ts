@@ -81,19 +81,21 @@ export function ropeRef(
   positions: ArrayLike<number>,
   cosSin: Float32Array,
   maxPositions: number,
+  rotaryDim: number = layout.headDim,
 ): Float64Array {
   const { numHeads, numKvHeads, headDim: D } = layout;
   const W = (numHeads + 2 * numKvHeads) * D;
   const out = Float64Array.from(qkv as ArrayLike<number>);
-  const half = D / 2;
+  const R = rotaryDim;
+  const half = R / 2;
   for (let t = 0; t < T; t++) {
     const p = positions[t]!;
     if (p < 0 || p >= maxPositions) continue;
     for (let h = 0; h < numHeads + numKvHeads; h++) {
       const o = t * W + h * D;
       for (let i = 0; i < half; i++) {
-        const c = cosSin[p * D + i]!;
-        const s = cosSin[p * D + half + i]!;
+        const c = cosSin[p * R + i]!;
+        const s = cosSin[p * R + half + i]!;
         const x1 = qkv[o + i]!;
         const x2 = qkv[o + half + i]!;
         out[o + i] = x1 * c - x2 * s;

@@ -173,6 +173,16 @@ template <typename T>
 inline cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
   return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(entry), attr, value);
 }
+inline void __syncwarp(unsigned = 0xffffffffu) { hs_emu::warp().bar.arrive_and_wait(); }
+template <typename T>
+inline T __shfl_sync(unsigned, T v, int srcLane) {
+  return hs_emu::shflFrom(v, srcLane & 31);
+}
+// IEEE round-to-nearest arithmetic (x86-64 SSE does exactly this; -std=c++20 does not contract).
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __double2float_rn(double d) { return static_cast<float>(d); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 

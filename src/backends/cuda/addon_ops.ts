@@ -95,6 +95,8 @@ export interface NativeOpsApi {
     rowStride: number,
     numRotHeads: number,
     headDim: number,
+    /** Rotated dims per head (the cos/sin table's width; < headDim for partial rotary). */
+    rotaryDim: number,
     maxPositions: number,
     dtype: number,
   ): void;

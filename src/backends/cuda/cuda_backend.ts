@@ -1,6 +1,7 @@
 import {
   type AttentionMetadata,
   type Backend,
+  type BackendMoeOps,
   type DeviceSamplingRows,
   DTYPE_BYTES,
   type DType,
@@ -33,6 +34,7 @@ import {
 } from "./cuda_backend_setup.js";
 import type { CudaGraphs } from "./graphs.js";
 import { type HostStaging, readConverted, type UploadConversion, writeConverted } from "./host_io.js";
+import { CudaMoeOps } from "./moe_ops.js";
 import * as ops from "./ops.js";
 import { SideStream } from "./side_stream.js";
 import * as sparse from "./sparse_attention_ops.js";
@@ -61,6 +63,8 @@ export class CudaBackend implements Backend {
   }
   readonly graphs: CudaGraphs;
   readonly blas: NativeBlas;
+  /** Mixture-of-experts ops (moe_ops.ts). */
+  readonly moe: BackendMoeOps;
   private readonly allocator: NativeDeviceAllocator;
   private readonly streamObj: NativeStream;
   private readonly workspace: StepWorkspace;
@@ -94,6 +98,7 @@ export class CudaBackend implements Backend {
       options.weightStreaming,
     );
     this.fillTables = new weights.DeviceFillTables(this.weightCtx);
+    this.moe = new CudaMoeOps(this, options.moeFusedActivation ?? true);
   }
 
   /** Handle of the backend's stream (for the ops modules and for KV transfer code). */

@@ -51,6 +51,11 @@ export interface CudaBackendOptions {
    * (default 8), bytes of each (default 32 MiB, at most stagingBytes) and reader threads (default 8).
    */
   weightStreaming?: Partial<WeightStreamOptions>;
+  /**
+   * MoE layers: fuse silu_and_mul into the gate_up grouped GEMM (default true; bitwise the same
+   * result, one launch fewer per layer). false runs the pair unfused (benchmarks compare).
+   */
+  moeFusedActivation?: boolean;
 }
 
 /** CudaBackend.memoryStats(): the caching allocator's counters plus the step workspace's (bytes). */

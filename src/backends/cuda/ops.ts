@@ -201,8 +201,9 @@ export function qkNorm(
 }
 
 /**
- * In place NeoX RoPE on the q and k heads of qkv [T, (Hq+2Hkv)*D]. positions: i32 [T];
- * cosSinCache: f32 [maxPositions, D]. Rows with a position outside the table are left unchanged.
+ * In place NeoX RoPE on the q and k heads of qkv [T, (Hq+2Hkv)*D], over the first R dims of each
+ * head (partial rotary when R < D). positions: i32 [T]; cosSinCache: f32 [maxPositions, R], R even
+ * and <= D. Rows with a position outside the table are left unchanged.
  */
 export function rotaryEmbedding(
   ctx: CudaOpsContext,
@@ -220,9 +221,14 @@ export function rotaryEmbedding(
   const T = dim(qkv, 0);
   expectShape(positions, "rotaryEmbedding positions", [T]);
   expectDtype(positions, "rotaryEmbedding positions", ["i32"]);
-  expectShape(cosSinCache, "rotaryEmbedding cosSinCache", [null, layout.headDim]);
+  expectShape(cosSinCache, "rotaryEmbedding cosSinCache", [null, null]);
   expectDtype(cosSinCache, "rotaryEmbedding cosSinCache", ["f32"]);
-  const maxPositions = dim(cosSinCache, 0);
+  const [maxPositions, R] = [dim(cosSinCache, 0), dim(cosSinCache, 1)];
+  if (!(R >= 2 && R % 2 === 0 && R <= layout.headDim)) {
+    throw new Error(
+      `rotaryEmbedding: cosSinCache width ${R} must be even and in [2, headDim ${layout.headDim}], got ${describe(cosSinCache)}`,
+    );
+  }
   const rotHeads = layout.numHeads + layout.numKvHeads;
   ctx.addon.rotaryEmbedding(
     ctx.stream,
@@ -233,6 +239,7 @@ export function rotaryEmbedding(
     W,
     rotHeads,
     layout.headDim,
+    R,
     maxPositions,
     DTYPE_CODE[qkv.dtype],
   );

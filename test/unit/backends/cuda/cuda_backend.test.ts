@@ -394,10 +394,13 @@ describe("CudaBackend op marshalling (fake addon)", () => {
     const pos = be.stage(new Int32Array(3), [3], "i32");
     const cs = be.upload(new Float32Array(10 * 8), [10, 8], "f32");
     be.rotaryEmbedding(qkv, layout, pos, cs);
-    assert.deepEqual(fake.calls.at(-1)!.args.slice(4), [3, W, 6, 8, 10, 1]);
+    assert.deepEqual(fake.calls.at(-1)!.args.slice(4), [3, W, 6, 8, 8, 10, 1]);
+    // Partial rotary: a table narrower than headDim rotates its width (R = 4 of 8 here).
+    be.rotaryEmbedding(qkv, layout, pos, be.upload(new Float32Array(10 * 4), [10, 4], "f32"));
+    assert.deepEqual(fake.calls.at(-1)!.args.slice(4), [3, W, 6, 8, 4, 10, 1]);
     assert.throws(
-      () => be.rotaryEmbedding(qkv, { ...layout, headDim: 16 }, pos, cs),
-      /expected shape \[\*, 128\]/,
+      () => be.rotaryEmbedding(qkv, layout, pos, be.upload(new Float32Array(10 * 16), [10, 16], "f32")),
+      /cosSinCache width 16 must be even and in \[2, headDim 8\]/,
     );
     const x = be.stage(new Float32Array(3 * 10), [3, 10], "bf16");
     const out = be.siluAndMul(x);

@@ -11,6 +11,7 @@
 import { readSync } from "node:fs";
 import type { DType } from "../../../../src/backends/backend.js";
 import {
+  ADDON_ABI_VERSION,
   type AllocatorStats,
   asDevicePtr,
   type DevicePtr,
@@ -337,6 +338,12 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
   /** Base -> bytes of the FileReader buffers with a read not yet waited for. */
   const busyBuffers = new Map<number, number>();
 
+  /** For launchers with boolean flags: recorded as 0 / 1. */
+  const recordFlags =
+    (fn: string) =>
+    (...args: (number | boolean)[]) =>
+      void calls.push({ fn, args: args.map(Number) });
+
   const fake: FakeAddon = {
     calls,
     reads: [],
@@ -344,7 +351,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     memory: mem,
     sampleResult: [],
     lastSampleRows: null,
-    abiVersion: 4,
+    abiVersion: ADDON_ABI_VERSION,
     buildInfo: {
       cudaRuntimeVersion: 13000,
       hasAttention: options.hasAttention ?? true,
@@ -430,6 +437,12 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     resolve: recordParams("resolve", RESOLVE_PARAMS),
     mirrorPages: record("mirrorPages"),
     sparseDecodeAttention: recordParams("sparseDecodeAttention", SPARSE_DECODE_PARAMS),
+    moeRoute: recordFlags("moeRoute"),
+    moePermuteScratchBytes: (numTokens, topK, numExperts) =>
+      numTokens * topK > 4096 ? numExperts * 4 * 64 : 0,
+    moePermute: record("moePermute"),
+    moeGroupedGemm: recordFlags("moeGroupedGemm"),
+    moeUnpermute: record("moeUnpermute"),
     sample: (
       stream,
       logits,
