@@ -11,7 +11,9 @@
 #    short fails with one sentence;
 # 2. native/tests/dummy_init_test.cu compiled with nvcc: the kernel against values pinned from
 #    the TypeScript rule (skipped when nvcc is absent);
-# 3. bench/load_bench.ts on configs/llama-3.1-8b (extra arguments go to it, e.g. --reuse).
+# 3. bench/load_bench.ts on configs/llama-3.1-8b (extra arguments go to it and win, e.g. --reuse,
+#    --dir DIR, --config configs/qwen3-30b-a3b: its 61 GB checkpoint needs a machine with the disk
+#    for it, e.g. nvidia-h200-x2, or --dir /dev/shm/hs on one with the RAM).
 # Logs and load_bench.json go to $OUT when set, else /tmp/hisparse-load-bench-out.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
