@@ -128,6 +128,7 @@ void initBlas(Napi::Env env, Napi::Object exports);
 void initLaunchers(Napi::Env env, Napi::Object exports);
 void initAttention(Napi::Env env, Napi::Object exports);
 void initHiSparse(Napi::Env env, Napi::Object exports);
+void initLoader(Napi::Env env, Napi::Object exports);
 void initMoe(Napi::Env env, Napi::Object exports);
 
 }  // namespace hs

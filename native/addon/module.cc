@@ -9,7 +9,7 @@ bool haveAttention();
 bool haveSampling();
 
 /** Version of the JS-visible surface; addon.ts refuses a mismatching build. */
-constexpr int kAbiVersion = 4;
+constexpr int kAbiVersion = 5;
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("abiVersion", Napi::Number::New(env, kAbiVersion));
@@ -38,6 +38,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   initLaunchers(env, exports);
   initAttention(env, exports);
   initHiSparse(env, exports);
+  initLoader(env, exports);
   initMoe(env, exports);
   return exports;
 }

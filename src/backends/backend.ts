@@ -18,6 +18,9 @@
 
 import type { MoeRoutingRule } from "../config/moe_config.js";
 import type { ExtensionData } from "../core/extension_data.js";
+import type { WeightFill } from "./weight_fill.js";
+
+export type { WeightFill } from "./weight_fill.js";
 
 /** Element types of tensors. "i32" is for ids, positions, slot mappings and block tables. */
 export type DType = "f32" | "bf16" | "f16" | "i32";
@@ -37,6 +40,23 @@ export interface HostTensorData {
   data: Float32Array | Uint16Array;
   dtype: "f32" | "bf16" | "f16";
   shape: number[];
+}
+
+/**
+ * Bytes of a file that hold one weight (or one part of a fused weight), for
+ * {@link Backend.loadWeightFiles}: `byteLength` bytes of `dtype` elements at byte `position` of
+ * the open file `fd`, written from element `elemOffset` of `tensor` on (converted as writeWeight
+ * converts host data).
+ */
+export interface WeightFileRange {
+  /** An open file descriptor (fs.openSync) and its path (for messages). */
+  fd: number;
+  path: string;
+  position: number;
+  byteLength: number;
+  dtype: HostTensorData["dtype"];
+  tensor: Tensor;
+  elemOffset: number;
 }
 
 /**
@@ -179,6 +199,32 @@ export interface Backend {
   // ---- memory --------------------------------------------------------------------------------
   /** Uploads a weight (converted to the backend's weight dtype); lives until dispose(). */
   uploadWeight(src: HostTensorData): Tensor;
+  /**
+   * A persistent weight tensor in the backend's weight dtype (CPU f32, CUDA bf16) whose contents
+   * are undefined until written by writeWeight / fillWeight / loadWeightFiles (models/
+   * weight_loader.ts fills fused weights part by part, each part into its row range).
+   */
+  allocateWeight(shape: readonly number[]): Tensor;
+  /**
+   * Writes host data into elements [elemOffset, elemOffset + numel(src.shape)) of a weight made by
+   * allocateWeight, converted as uploadWeight converts. @throws Error when the range leaves it.
+   */
+  writeWeight(t: Tensor, elemOffset: number, src: HostTensorData): void;
+  /**
+   * Writes elements [0, count) of a generated fill (weight_fill.ts: constant or counter-based table
+   * lookup) into elements [elemOffset, elemOffset + count) of a weight, with the values that
+   * writeWeight would store for the fill's host copy (generateFill). CUDA runs the rule on the
+   * device (no host data). @throws Error when the range leaves the tensor.
+   */
+  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill): void;
+  /**
+   * Optional: streams byte ranges of open files into weights (CUDA: parallel reads into pinned,
+   * multi-buffered staging overlapped with host-to-device copies, dtype cast on the device) and
+   * returns when every byte is in place. `onBytes(done, total)` reports the range bytes placed so
+   * far. Backends without it receive the data through writeWeight.
+   * @throws Error naming the file when a read fails or a file ends early.
+   */
+  loadWeightFiles?(ranges: readonly WeightFileRange[], onBytes?: (done: number, total: number) => void): void;
   /** Uploads host data as a persistent tensor of the given dtype. */
   upload(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor;
   /** Copies host i32/f32 data into a workspace tensor (valid until resetWorkspace()). */

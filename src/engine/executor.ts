@@ -3,7 +3,7 @@ import type { EngineArgs } from "../config/engine_args.js";
 import type { ModelRunnerOutput, SchedulerOutput } from "../core/sched/output.js";
 import type { WorkerInfo } from "../worker/worker.js";
 
-/** Loading progress reported by the worker: weights uploaded so far / total. */
+/** Loading progress reported by the worker: bytes of weights placed so far / in all (models/weight_loader.ts). */
 export type ProgressFn = (done: number, total: number) => void;
 
 /**

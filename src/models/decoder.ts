@@ -45,11 +45,14 @@ export class DecoderForCausalLM {
   }
 
   /**
-   * Loads (and uploads) every weight from `source`: q/k/v and gate/up rows fused, experts
-   * stacked per layer.
+   * Loads every weight from `source` (weight_loader.ts: declared by each block, then filled in one
+   * pass: generated on the device, streamed from files, or uploaded): q/k/v and gate/up rows
+   * fused, experts stacked per layer, each HF tensor into its row range.
    * @param maxPositions positions covered by the RoPE table (the engine's max model length).
+   * @param onProgress bytes of weights placed so far / in all.
    * @throws ModelConfigError when the model has MoE layers and the backend no MoE ops.
-   * @throws WeightLoadError when a tensor is missing or has the wrong shape.
+   * @throws WeightLoadError when a tensor is missing or has the wrong shape, or a file cannot be
+   *   read.
    */
   static load(
     config: ModelConfig,
@@ -66,9 +69,8 @@ export class DecoderForCausalLM {
       );
     }
     const H = config.hiddenSize;
-    const loader = new WeightLoader(source, backend, 4 + config.numHiddenLayers, onProgress);
+    const loader = new WeightLoader(source, backend, onProgress);
     const embedTokens = loader.upload("model.embed_tokens.weight", [config.vocabSize, H]);
-    loader.tick();
     const shared = attention.loadShared(config, loader, maxPositions);
     const layers: DecoderLayer[] = [];
     for (let l = 0; l < config.numHiddenLayers; l++) {
@@ -82,10 +84,8 @@ export class DecoderForCausalLM {
             ? MoeMlp.load(config, moe, loader, l)
             : DenseMlp.load(loader, `${p}.mlp`, H, config.intermediateSize, config.mlpBias),
       });
-      loader.tick();
     }
     const norm = loader.upload("model.norm.weight", [H]);
-    loader.tick();
     // Tied embeddings reuse embed_tokens as lm_head (HF tie_word_embeddings); some tied
     // checkpoints still store lm_head.weight, which is then identical.
     const lmHead =
@@ -95,8 +95,7 @@ export class DecoderForCausalLM {
     if (!config.tieWordEmbeddings && lmHead === embedTokens) {
       throw new WeightLoadError("checkpoint has no tensor lm_head.weight and tie_word_embeddings is false");
     }
-    loader.tick();
-    loader.tick();
+    loader.finish();
     return new DecoderForCausalLM(
       config,
       backend,

@@ -1,17 +1,26 @@
 import type { HostTensorData } from "../backends/backend.js";
+import { generateFill, mix32, WEIGHT_FILL_TABLE_SIZE, type WeightFill } from "../backends/weight_fill.js";
 import { type ModelConfig, mlpKindOf } from "../config/model_config.js";
 import { moeWeightSpecs } from "./moe_mlp.js";
-import { type DummyTensorKind, WeightLoadError, type WeightSource, type WeightSpec } from "./weights.js";
+import {
+  type DummyTensorKind,
+  WeightLoadError,
+  type WeightLocation,
+  type WeightSource,
+  type WeightSpec,
+} from "./weights.js";
 
 export type { DummyTensorKind, WeightSpec } from "./weights.js";
 
 /**
  * Seeded random weights for `--load-format dummy` (vLLM's DummyModelLoader): every tensor the
  * Llama family needs for a ModelConfig, under its HF name, so benchmarks can run a real model
- * shape without its checkpoint. Values are generated lazily per tensor from a PRNG seeded with
- * (seed, FNV-1a hash of the name), so any subset of tensors is reproducible on its own, across
- * runs and platforms (integer PRNG; the normal table uses only IEEE-exact ops and V8's fdlibm
- * `Math.log`/`Math.sqrt`, which are the same on every platform).
+ * shape without its checkpoint. Each tensor is a counter-based fill (backends/weight_fill.ts):
+ * element i is a table entry picked by 16 bits of a keyed hash of i, with keys from (seed, FNV-1a
+ * hash of the name). So any element of any tensor is reproducible on its own, across runs and
+ * platforms, and the CUDA backend generates the same bits on the device (`locate` hands it the
+ * rule; `get` computes the host copy). The normal table uses only IEEE-exact ops and V8's fdlibm
+ * `Math.log`/`Math.sqrt` and is made on the host for every backend.
  */
 
 /** Std of matrix weights (embeddings, projections, lm_head): HF `initializer_range` default. */
@@ -26,7 +35,7 @@ export const DUMMY_NORM_VALUE = 1.0;
  * finer than bf16's resolution over the bulk and truncates tails at about ±4.2σ. A table lookup
  * per element keeps an 8B-parameter dummy load at a few seconds per GB.
  */
-const NORMAL_LEVELS = 65536;
+const NORMAL_LEVELS = WEIGHT_FILL_TABLE_SIZE;
 
 /**
  * Every HF tensor name and shape of a Llama-family model (transformers modeling_llama.py,
@@ -109,8 +118,15 @@ export class DummyWeights implements WeightSource {
     return this.specs.has(name);
   }
 
+  /** The rule of a tensor's values, which a backend runs itself (Backend.fillWeight). */
+  locate(name: string): WeightLocation | undefined {
+    const spec = this.specs.get(name);
+    if (spec === undefined) return undefined;
+    return { kind: "generated", shape: [...spec.shape], fill: this.fillOf(spec) };
+  }
+
   /**
-   * Generates one tensor (a new array on every call, with identical values).
+   * Generates one tensor on the host (a new array on every call, with identical values).
    * @throws WeightLoadError when the model has no tensor of that name.
    */
   get(name: string): HostTensorData {
@@ -118,17 +134,21 @@ export class DummyWeights implements WeightSource {
     if (spec === undefined) throw new WeightLoadError(`dummy weights have no tensor ${name}`);
     const numel = spec.shape.reduce((a, b) => a * b, 1);
     const data = this.dtype === "f32" ? new Float32Array(numel) : new Uint16Array(numel);
-    if (spec.kind === "norm") {
-      data.fill(encodeScalar(DUMMY_NORM_VALUE, this.dtype));
-    } else {
-      const std = spec.kind === "matrix" ? DUMMY_MATRIX_STD : DUMMY_BIAS_STD;
-      fillNormal(data, normalTable(std, this.dtype), tensorSeedState(this.seed, name));
-    }
+    generateFill(this.fillOf(spec), 0, numel, data);
     return { data, dtype: this.dtype, shape: [...spec.shape] };
   }
 
   /** Nothing to release. */
   close(): void {}
+
+  /** Norms: the constant DUMMY_NORM_VALUE; matrices and biases: the normal table of their std. */
+  private fillOf(spec: WeightSpec): WeightFill {
+    if (spec.kind === "norm")
+      return { kind: "constant", dtype: this.dtype, value: encodeScalar(DUMMY_NORM_VALUE, this.dtype) };
+    const std = spec.kind === "matrix" ? DUMMY_MATRIX_STD : DUMMY_BIAS_STD;
+    const [key0, key1] = dummyFillKeys(this.seed, spec.name);
+    return { kind: "table", dtype: this.dtype, table: normalTable(std, this.dtype), key0, key1 };
+  }
 }
 
 /** 32-bit FNV-1a over the UTF-8 bytes of `s` (http://www.isthe.com/chongo/tech/comp/fnv/). */
@@ -142,53 +162,15 @@ export function fnv1a32(s: string): number {
 }
 
 /**
- * Initial xoshiro128** state for one tensor: SplitMix32 (the standard seeder of the xoshiro
- * family, https://prng.di.unimi.it/) over (seed low word, seed high word, name hash).
+ * The two 32-bit keys of a tensor's fill: keyed mix32 rounds (backends/weight_fill.ts) over the
+ * seed's high word, its low word and the FNV-1a hash of the name. Negative seeds use their two's
+ * complement words.
  */
-function tensorSeedState(seed: number, name: string): Uint32Array {
+export function dummyFillKeys(seed: number, name: string): [number, number] {
   const lo = seed >>> 0;
   const hi = Math.floor(seed / 2 ** 32) >>> 0;
-  let x = (lo ^ Math.imul(hi, 0x9e3779b9) ^ fnv1a32(name)) >>> 0;
-  const s = new Uint32Array(4);
-  for (let i = 0; i < 4; i++) {
-    x = (x + 0x9e3779b9) >>> 0;
-    let z = x;
-    z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
-    z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
-    s[i] = (z ^ (z >>> 16)) >>> 0;
-  }
-  if ((s[0]! | s[1]! | s[2]! | s[3]!) === 0) s[0] = 1; // xoshiro's one forbidden state
-  return s;
-}
-
-/**
- * Fills `out` with table[index] for 16-bit indices drawn from xoshiro128** (Blackman & Vigna,
- * https://prng.di.unimi.it/xoshiro128starstar.c); each 32-bit output gives two elements
- * (low half first).
- */
-function fillNormal(
-  out: Float32Array | Uint16Array,
-  table: Float32Array | Uint16Array,
-  state: Uint32Array,
-): void {
-  let s0 = state[0]!;
-  let s1 = state[1]!;
-  let s2 = state[2]!;
-  let s3 = state[3]!;
-  const n = out.length;
-  for (let i = 0; i < n; i += 2) {
-    const m = Math.imul(s1, 5);
-    const r = Math.imul((m << 7) | (m >>> 25), 9) >>> 0;
-    const t = s1 << 9;
-    s2 ^= s0;
-    s3 ^= s1;
-    s1 ^= s2;
-    s0 ^= s3;
-    s2 ^= t;
-    s3 = (s3 << 11) | (s3 >>> 21);
-    out[i] = table[r & 0xffff]!;
-    if (i + 1 < n) out[i + 1] = table[r >>> 16]!;
-  }
+  const key0 = mix32(mix32(mix32(hi ^ 0x243f6a88) ^ lo) ^ fnv1a32(name));
+  return [key0, mix32(key0 ^ 0x85a308d3)];
 }
 
 const tableCache = new Map<string, Float32Array | Uint16Array>();

@@ -1,9 +1,9 @@
-import type { Backend, BackendMoeOps, HostTensorData, Tensor } from "../backends/backend.js";
+import type { Backend, BackendMoeOps, Tensor } from "../backends/backend.js";
 import type { ModelConfig, MoeConfig, MoeRoutingRule } from "../config/model_config.js";
 import type { MlpLayer } from "./blocks.js";
 import { DenseMlp } from "./mlp.js";
 import type { WeightLoader } from "./weight_loader.js";
-import { concatRows, type WeightSpec } from "./weights.js";
+import type { WeightSpec } from "./weights.js";
 
 /**
  * The mixture-of-experts MLP block (HF Qwen3MoeSparseMoeBlock; Glm4MoeMoE / DeepseekV3MoE with
@@ -94,16 +94,26 @@ export function loadExperts(
       down: loader.upload(`${p}.experts.down_proj`, [E, H, I]),
     };
   }
-  const gateUp: HostTensorData[] = [];
-  const down: HostTensorData[] = [];
+  // Each expert's tensors go straight into their rows of the stacked weight (WeightLoader.uploadCat).
+  const gateUp: string[] = [];
+  const down: string[] = [];
   for (let e = 0; e < E; e++) {
     const x = `${p}.experts.${e}`;
-    gateUp.push(loader.get(`${x}.gate_proj.weight`, [I, H]), loader.get(`${x}.up_proj.weight`, [I, H]));
-    down.push(loader.get(`${x}.down_proj.weight`, [H, I]));
+    gateUp.push(`${x}.gate_proj.weight`, `${x}.up_proj.weight`);
+    down.push(`${x}.down_proj.weight`);
   }
-  const stack = (parts: HostTensorData[], shape: number[]): Tensor =>
-    loader.backend.uploadWeight({ ...concatRows(parts), shape });
-  return { gateUp: stack(gateUp, [E, 2 * I, H]), down: stack(down, [E, H, I]) };
+  return {
+    gateUp: loader.uploadCat(
+      gateUp,
+      gateUp.map(() => [I, H]),
+      [E, 2 * I, H],
+    ),
+    down: loader.uploadCat(
+      down,
+      down.map(() => [H, I]),
+      [E, H, I],
+    ),
+  };
 }
 
 /**

@@ -2,7 +2,7 @@ import { closeSync, existsSync, fstatSync, openSync, readSync, statSync } from "
 import { endianness } from "node:os";
 import { basename, join } from "node:path";
 import type { HostTensorData } from "../backends/backend.js";
-import { WeightLoadError, type WeightSource } from "./weights.js";
+import { WeightLoadError, type WeightLocation, type WeightSource } from "./weights.js";
 
 /**
  * Reader of Hugging Face safetensors checkpoints
@@ -161,6 +161,27 @@ export class SafetensorsCheckpoint implements WeightSource {
   /** Dtype, shape and location of a tensor, without reading it; undefined when absent. */
   entry(name: string): Readonly<TensorEntry> | undefined {
     return this.entries.get(name);
+  }
+
+  /**
+   * Where a tensor's bytes are (file descriptor, offset, length), for backends that stream files
+   * themselves; undefined when absent, of an unsupported dtype (get() then names it) or closed.
+   */
+  locate(name: string): WeightLocation | undefined {
+    const e = this.entries.get(name);
+    const dtype = e === undefined ? undefined : SUPPORTED_DTYPES[e.dtype];
+    if (e === undefined || dtype === undefined) return undefined;
+    const { path, fd } = this.files[e.file]!;
+    if (fd < 0) return undefined;
+    return {
+      kind: "file",
+      shape: [...e.shape],
+      dtype,
+      fd,
+      path,
+      position: e.start,
+      byteLength: e.byteLength,
+    };
   }
 
   /**

@@ -1,21 +1,48 @@
-import type { Backend, HostTensorData, Tensor } from "../backends/backend.js";
-import { concatRows, WeightLoadError, type WeightSource } from "./weights.js";
+import {
+  type Backend,
+  DTYPE_BYTES,
+  type HostTensorData,
+  type Tensor,
+  type WeightFileRange,
+} from "../backends/backend.js";
+import { WeightLoadError, type WeightLocation, type WeightSource } from "./weights.js";
 
-/** Progress callback while loading: weight groups done / total. */
-export type LoadProgress = (done: number, total: number) => void;
+/** Progress while loading weights: bytes placed so far / bytes in all (of the source's dtypes). */
+export type LoadProgress = (doneBytes: number, totalBytes: number) => void;
+
+/** One part of a declared weight: an HF tensor and where it goes in the backend tensor. */
+interface Job {
+  name: string;
+  tensor: Tensor;
+  /** Element of `tensor` where the part's element 0 goes (row offset × row length). */
+  elemOffset: number;
+  numel: number;
+  /** Bytes the part occupies in the source (progress unit). */
+  bytes: number;
+  /** How the source gives it: located (file or generated), or host data read at declaration. */
+  location: WeightLocation | undefined;
+  data: HostTensorData | undefined;
+}
 
 /**
- * Reads named HF tensors from a WeightSource, checks their shapes and uploads them (the helper
- * every decoder block loads its weights with). Errors are one sentence naming the tensor.
+ * Places a model's weights on a backend (the helper every decoder block loads its weights with),
+ * in two phases, without host concatenation: `upload`, `uploadOpt` and `uploadCat` declare a
+ * weight, check its shape and return its tensor at once; `finish()` (the decoder calls it after
+ * the last declaration) fills every tensor. Each HF tensor of a fused weight (q/k/v, gate/up,
+ * stacked experts) is written straight into its row range. How values travel depends on what the
+ * source says (WeightSource.locate) and what the backend can do:
+ * - generated (dummy weights): Backend.fillWeight, on the device for CUDA (no host data);
+ * - file ranges (safetensors): Backend.loadWeightFiles when present (CUDA streams every file
+ *   through pinned staging in one pass), else read with get() and written with writeWeight;
+ * - anything else: get() + writeWeight.
+ * `get` and `uploadF32` read on the host at once. Errors are one sentence naming the tensor.
  */
 export class WeightLoader {
-  private done = 0;
+  private readonly jobs: Job[] = [];
 
-  /** @param total progress ticks the model will report (see tick()). */
   constructor(
     readonly source: WeightSource,
     readonly backend: Backend,
-    private readonly total: number,
     private readonly onProgress?: LoadProgress,
   ) {}
 
@@ -30,15 +57,16 @@ export class WeightLoader {
   get(name: string, shape: readonly number[]): HostTensorData {
     if (!this.source.has(name)) throw new WeightLoadError(`checkpoint has no tensor ${name}`);
     const t = this.source.get(name);
-    if (t.shape.join("x") !== shape.join("x")) {
-      throw new WeightLoadError(`tensor ${name} has shape [${t.shape}], expected [${shape}]`);
-    }
+    checkShape(name, t.shape, shape);
     return t;
   }
 
-  /** get() then upload as a weight. */
+  /**
+   * Declares the weight of one HF tensor of the given shape (filled by finish()).
+   * @throws WeightLoadError when it is missing or has another shape.
+   */
   upload(name: string, shape: readonly number[]): Tensor {
-    return this.backend.uploadWeight(this.get(name, shape));
+    return this.uploadCat([name], [shape]);
   }
 
   /** upload() when `present`, else null. */
@@ -46,23 +74,129 @@ export class WeightLoader {
     return present ? this.upload(name, shape) : null;
   }
 
-  /** The tensors concatenated along dim 0 (q/k/v or gate/up fusion), uploaded as one weight. */
-  uploadCat(names: readonly string[], shapes: readonly (readonly number[])[]): Tensor {
-    return this.backend.uploadWeight(concatRows(names.map((n, i) => this.get(n, shapes[i]!))));
+  /**
+   * Declares one weight made of HF tensors concatenated along dim 0 (vLLM QKVParallelLinear,
+   * MergedColumnParallelLinear, experts stacked as [E, 2I, H]): part i takes rows [sum of rows
+   * before it, + shapes[i][0]). `as` gives the weight another shape of the same size (stacked
+   * experts); by default [sum of rows, ...trailing dims].
+   * @throws WeightLoadError when a part is missing or has another shape; Error when the parts'
+   *   trailing dims differ or `as` has another size (programming errors of the model).
+   */
+  uploadCat(
+    names: readonly string[],
+    shapes: readonly (readonly number[])[],
+    as?: readonly number[],
+  ): Tensor {
+    const first = shapes[0];
+    if (first === undefined || first.length === 0 || names.length !== shapes.length)
+      throw new Error("uploadCat needs one shape (of rank >= 1) per tensor name, at least one");
+    const tail = first.slice(1);
+    const rowElems = tail.reduce((a, b) => a * b, 1);
+    let rows = 0;
+    for (const s of shapes) {
+      if (s.slice(1).join("x") !== tail.join("x"))
+        throw new Error(`uploadCat: parts [${first}] and [${s}] differ beyond dim 0`);
+      rows += s[0]!;
+    }
+    if (as !== undefined && as.reduce((a, b) => a * b, 1) !== rows * rowElems)
+      throw new Error(`uploadCat: shape [${as}] does not hold ${rows} rows of [${tail}]`);
+    const parts = names.map((name, i) => this.locatePart(name, shapes[i]!));
+    const tensor = this.backend.allocateWeight(as ?? [rows, ...tail]);
+    let row = 0;
+    for (let i = 0; i < parts.length; i++) {
+      const partRows = shapes[i]![0]!;
+      const numel = partRows * rowElems;
+      const { location, data } = parts[i]!;
+      const dtype =
+        location === undefined
+          ? data!.dtype
+          : location.kind === "file"
+            ? location.dtype
+            : location.fill.dtype;
+      const elemOffset = row * rowElems;
+      const bytes = numel * DTYPE_BYTES[dtype];
+      this.jobs.push({ name: names[i]!, tensor, elemOffset, numel, bytes, location, data });
+      row += partRows;
+    }
+    return tensor;
   }
 
   /**
    * get() then upload as an f32 tensor whatever the backend's weight dtype (values the math
-   * needs in fp32, e.g. the router's e_score_correction_bias, which HF keeps in fp32).
+   * needs in fp32, e.g. the router's e_score_correction_bias, which HF keeps in fp32). At once.
    */
   uploadF32(name: string, shape: readonly number[]): Tensor {
     return this.backend.upload(widenToF32(this.get(name, shape)), shape, "f32");
   }
 
-  /** Reports one more progress tick. */
-  tick(): void {
-    this.onProgress?.(++this.done, this.total);
+  /** Bytes of every part declared and not yet filled (in the source's dtypes). */
+  get totalBytes(): number {
+    return this.jobs.reduce((a, j) => a + j.bytes, 0);
   }
+
+  /**
+   * Fills every declared weight; afterwards the tensors hold their values (in stream order on
+   * backends with a stream). Reports onProgress(doneBytes, totalBytes) as parts land.
+   * @throws WeightLoadError when the source cannot be read (truncated or unreadable file).
+   */
+  finish(): void {
+    const total = this.totalBytes;
+    let done = 0;
+    const report = (bytes: number) => {
+      done += bytes;
+      this.onProgress?.(done, total);
+    };
+    const b = this.backend;
+    const ranges: WeightFileRange[] = [];
+    let rangeBytes = 0;
+    for (const j of this.jobs) {
+      const loc = j.location;
+      if (loc?.kind === "generated") {
+        b.fillWeight(j.tensor, j.elemOffset, j.numel, loc.fill);
+      } else if (loc?.kind === "file" && b.loadWeightFiles !== undefined) {
+        const { fd, path, position, byteLength, dtype } = loc;
+        ranges.push({ fd, path, position, byteLength, dtype, tensor: j.tensor, elemOffset: j.elemOffset });
+        rangeBytes += j.bytes;
+        continue; // streamed below, all files in one pass
+      } else {
+        b.writeWeight(j.tensor, j.elemOffset, j.data ?? this.source.get(j.name));
+        j.data = undefined;
+      }
+      report(j.bytes);
+    }
+    if (ranges.length > 0) {
+      const before = done;
+      try {
+        b.loadWeightFiles!(ranges, (d) => this.onProgress?.(before + d, total));
+      } catch (e) {
+        throw new WeightLoadError(`could not load the checkpoint: ${(e as Error).message}`);
+      }
+      done = before + rangeBytes;
+      this.onProgress?.(done, total);
+    }
+    this.jobs.length = 0;
+  }
+
+  /**
+   * How the source gives `name`, with its shape checked: a location, or (sources without
+   * `locate`) the host data read now.
+   */
+  private locatePart(
+    name: string,
+    shape: readonly number[],
+  ): { location: WeightLocation | undefined; data: HostTensorData | undefined } {
+    if (!this.source.has(name)) throw new WeightLoadError(`checkpoint has no tensor ${name}`);
+    const location = this.source.locate?.(name);
+    const data = location === undefined ? this.source.get(name) : undefined;
+    checkShape(name, location?.shape ?? data!.shape, shape);
+    return { location, data };
+  }
+}
+
+/** @throws WeightLoadError when `got` differs from `want`. */
+function checkShape(name: string, got: readonly number[], want: readonly number[]): void {
+  if (got.join("x") !== want.join("x"))
+    throw new WeightLoadError(`tensor ${name} has shape [${got}], expected [${want}]`);
 }
 
 /** f32 values of a host tensor: f32 copied, bf16 and f16 widened exactly. */

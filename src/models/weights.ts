@@ -1,4 +1,4 @@
-import type { HostTensorData } from "../backends/backend.js";
+import type { HostTensorData, WeightFill } from "../backends/backend.js";
 
 /**
  * A source of named host weights in HF naming (`model.layers.0.self_attn.q_proj.weight`):
@@ -13,9 +13,37 @@ export interface WeightSource {
    * @throws WeightLoadError when the name is missing or its bytes are corrupt or truncated.
    */
   get(name: string): HostTensorData;
+  /**
+   * Optional: where a tensor's values come from, so that a backend can place them without a host
+   * copy (models/weight_loader.ts): its bytes in an open file (streamed by `loadWeightFiles`) or
+   * a generator rule (run by `fillWeight`). Undefined for a name the source only serves through
+   * get() (or does not hold).
+   */
+  locate?(name: string): WeightLocation | undefined;
   /** Releases open files. */
   close(): void;
 }
+
+/** Where one tensor's values are (WeightSource.locate). */
+export type WeightLocation =
+  | {
+      kind: "file";
+      shape: number[];
+      /** Element type stored in the file. */
+      dtype: HostTensorData["dtype"];
+      /** Open file descriptor (valid until the source is closed) and its path, for messages. */
+      fd: number;
+      path: string;
+      /** Byte offset of the first element in the file, and the tensor's byte length. */
+      position: number;
+      byteLength: number;
+    }
+  | {
+      kind: "generated";
+      shape: number[];
+      /** The rule of the values (backends/weight_fill.ts), element 0 first. */
+      fill: WeightFill;
+    };
 
 /** A checkpoint that cannot be loaded; the message is one sentence for the user. */
 export class WeightLoadError extends Error {

@@ -4,7 +4,7 @@
 # (kernel<<<grid, block, smem, stream>>>(args) -> hs_emu::launch(kernel, grid, block, smem,
 # stream, args); __shared__ declarations -> the emulated CTA's shared memory), then compiled with
 # g++ -DHS_ATTN_HOST_EMU. Slow (one OS thread per CUDA thread): use the --quick test subsets.
-# Usage: bash native/tests/emu/run_emu.sh [attention|hisparse|sampling|moe|all] [test args...]
+# Usage: bash native/tests/emu/run_emu.sh [attention|hisparse|sampling|moe|dummy|all] [test args...]
 #   HS_EMU_CP_ASYNC=late   cp.async copies land only at the wait that retires them
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
@@ -51,6 +51,10 @@ fi
 if [ "$what" = sampling ] || [ "$what" = all ]; then
   build sampling_test "$work/tests/sampling_test.cu" "$work/kernels/sampling.cu"
   "$work/sampling_test" "$@" || status=1
+fi
+if [ "$what" = dummy ] || [ "$what" = all ]; then
+  build dummy_init_test "$work/tests/dummy_init_test.cu" "$work/kernels/dummy_init.cu"
+  "$work/dummy_init_test" "$@" || status=1
 fi
 if [ "$what" = moe ] || [ "$what" = all ]; then
   build moe_test "$work/tests/moe_test.cu" "$work/kernels/moe_route.cu" "$work/kernels/moe_permute.cu" \

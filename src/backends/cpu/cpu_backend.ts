@@ -11,6 +11,7 @@ import type {
   PerHeadBlockTables,
   QkvLayout,
   Tensor,
+  WeightFill,
 } from "../backend.js";
 import { checkAttentionMetadata, checkPerHeadTables, checkQkv, cpu, expectShape } from "./checks.js";
 import { CHUNK_MACS, KernelDispatcher } from "./dispatch.js";
@@ -29,6 +30,7 @@ import { CpuMemory } from "./memory.js";
 import { CpuMoeOps } from "./moe_ops.js";
 import { type CpuDType, type CpuTensor, cpuDType, numelOf } from "./tensor.js";
 import { CpuThreadPool } from "./thread_pool.js";
+import { fillWeightInto, writeWeightInto } from "./weights.js";
 
 /** Options of {@link CpuBackend}. */
 export interface CpuBackendOptions {
@@ -91,6 +93,21 @@ export class CpuBackend implements Backend {
     else if (src.dtype === "bf16") bf16ToF32(src.data as Uint16Array, t.f32);
     else f16ToF32(src.data as Uint16Array, t.f32);
     return t;
+  }
+
+  /** A zeroed persistent f32 weight (Backend.allocateWeight). */
+  allocateWeight(shape: readonly number[]): Tensor {
+    return this.mem.allocPersistent(shape, "f32");
+  }
+
+  /** Writes host data, widened to f32, from element `elemOffset` on. @throws Error when it does not fit. */
+  writeWeight(t: Tensor, elemOffset: number, src: HostTensorData): void {
+    writeWeightInto(cpu(t, this.mem, "writeWeight", false, "f32"), elemOffset, src);
+  }
+
+  /** Generates a fill (weight_fill.ts) into elements [elemOffset, elemOffset + count), widened to f32. */
+  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill): void {
+    fillWeightInto(cpu(t, this.mem, "fillWeight", false, "f32"), elemOffset, count, fill);
   }
 
   /** Copies host data into a persistent f32/i32 tensor. @throws Error on bf16/f16 or a length mismatch. */

@@ -5,7 +5,8 @@
  *
  * The typings are split by area and re-exported here: addon_memory.ts (device, memory, streams,
  * events, graphs), addon_ops.ts (GEMM, element-wise kernels), addon_attention.ts (paged attention,
- * sampling), addon_hisparse.ts (HiSparse kernels), addon_moe.ts (mixture-of-experts kernels).
+ * sampling), addon_hisparse.ts (HiSparse kernels), addon_moe.ts (mixture-of-experts kernels),
+ * addon_loader.ts (file reader, generated weights).
  *
  * Conventions of the flat functions:
  * - Device (and UVA host) addresses are `DevicePtr` (device_ptr.ts: branded JS numbers; user
@@ -25,12 +26,14 @@ import { fileURLToPath } from "node:url";
 import type { DType } from "../backend.js";
 import type { NativeAttentionApi } from "./addon_attention.js";
 import type { NativeHiSparseApi } from "./addon_hisparse.js";
+import type { NativeLoaderApi } from "./addon_loader.js";
 import type { NativeMemoryApi } from "./addon_memory.js";
 import type { NativeMoeApi } from "./addon_moe.js";
 import type { NativeOpsApi } from "./addon_ops.js";
 
 export type { NativeAttentionApi } from "./addon_attention.js";
 export type { NativeHiSparseApi } from "./addon_hisparse.js";
+export type { NativeFileReader, NativeLoaderApi } from "./addon_loader.js";
 export type {
   AllocatorStats,
   CudaProbe,
@@ -62,7 +65,7 @@ export {
 export { asDevicePtr, type DevicePtr, NULL_PTR, offsetPtr } from "./device_ptr.js";
 
 /** Version of the JS-visible surface this file describes (native/addon/module.cc kAbiVersion). */
-export const ADDON_ABI_VERSION = 4;
+export const ADDON_ABI_VERSION = 5;
 
 /** Element type codes shared with native/kernels/kernels.h (HsDtype). */
 export const DTYPE_CODE: Record<DType, number> = { f32: 0, bf16: 1, f16: 2, i32: 3 };
@@ -86,7 +89,8 @@ export interface HisparseNative
     NativeOpsApi,
     NativeAttentionApi,
     NativeHiSparseApi,
-    NativeMoeApi {
+    NativeMoeApi,
+    NativeLoaderApi {
   readonly abiVersion: number;
   readonly buildInfo: AddonBuildInfo;
 }

@@ -11,6 +11,8 @@ import {
   type PerHeadBlockTables,
   type QkvLayout,
   type Tensor,
+  type WeightFileRange,
+  type WeightFill,
 } from "../backend.js";
 import {
   type DeviceProperties,
@@ -38,6 +40,7 @@ import { SideStream } from "./side_stream.js";
 import * as sparse from "./sparse_attention_ops.js";
 import type { StepWorkspace } from "./step_workspace.js";
 import { CudaTensor, describe, numelOf } from "./tensor.js";
+import * as weights from "./weights.js";
 
 export type { CudaBackendOptions, CudaMemoryStats, PinnedHostMemory } from "./cuda_backend_setup.js";
 
@@ -68,6 +71,9 @@ export class CudaBackend implements Backend {
   private readonly staging: HostStaging;
   /** Converting uploads: staging buffers, stream, device scratch of stagingBytes. */
   private readonly uploadPath: UploadConversion;
+  /** allocateWeight / writeWeight / fillWeight / loadWeightFiles (weights.ts). */
+  private readonly weightCtx: weights.WeightWriteContext;
+  private readonly fillTables: weights.DeviceFillTables;
   private disposed = false;
 
   /** @throws Error when the addon is missing, no CUDA device is usable, or cuBLAS cannot be loaded. */
@@ -83,6 +89,15 @@ export class CudaBackend implements Backend {
     this.staging = r.staging;
     this.uploadPath = r.upload;
     this.graphs = r.graphs;
+    this.weightCtx = weights.weightWriteContext(
+      this.addon,
+      this.stream,
+      r.allocator,
+      r.upload,
+      (dst, data, srcDtype, count) => this.writeConverted(dst, "bf16", data, srcDtype, count),
+      options.weightStreaming,
+    );
+    this.fillTables = new weights.DeviceFillTables(this.weightCtx);
     this.moe = new CudaMoeOps(this, options.moeFusedActivation ?? true);
   }
 
@@ -104,6 +119,27 @@ export class CudaBackend implements Backend {
     const t = this.allocPersistent(src.shape, "bf16");
     this.writeConverted(t.ptr, "bf16", src.data, src.dtype, n);
     return t;
+  }
+
+  /** A bf16 weight, contents undefined until written (Backend.allocateWeight). */
+  allocateWeight(shape: readonly number[]): Tensor {
+    return this.allocPersistent(shape, "bf16");
+  }
+
+  writeWeight(t: Tensor, elemOffset: number, src: HostTensorData): void {
+    weights.writeWeight(this.weightCtx, this.dev(t, "writeWeight"), elemOffset, src);
+  }
+
+  /** Generated on the device (native/kernels/dummy_init.cu); the fill's table is kept there (weights.ts). */
+  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill): void {
+    this.notCapturing("fillWeight");
+    weights.fillWeight(this.weightCtx, this.fillTables, this.dev(t, "fillWeight"), elemOffset, count, fill);
+  }
+
+  /** Streams file ranges through pinned staging (weight_stream.ts); returns when they are on the device. */
+  loadWeightFiles(ranges: readonly WeightFileRange[], onBytes?: (done: number, total: number) => void): void {
+    this.notCapturing("loadWeightFiles");
+    weights.loadWeightFiles(this.weightCtx, (t) => this.dev(t, "loadWeightFiles"), ranges, onBytes);
   }
 
   upload(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor {

@@ -15,6 +15,7 @@ import type {
 import { CudaGraphs } from "./graphs.js";
 import { HostStaging, type UploadConversion } from "./host_io.js";
 import { StepWorkspace } from "./step_workspace.js";
+import type { WeightStreamOptions } from "./weight_stream.js";
 
 const MiB = 2 ** 20;
 
@@ -45,6 +46,11 @@ export interface CudaBackendOptions {
    * and workspaceScope's release are unavailable in this mode. Use with cachingAllocator: false.
    */
   exactWorkspace?: boolean;
+  /**
+   * Checkpoint streaming (Backend.loadWeightFiles, weight_stream.ts): pinned buffers in the ring
+   * (default 8), bytes of each (default 32 MiB, at most stagingBytes) and reader threads (default 8).
+   */
+  weightStreaming?: Partial<WeightStreamOptions>;
   /**
    * MoE layers: fuse silu_and_mul into the gate_up grouped GEMM (default true; bitwise the same
    * result, one launch fewer per layer). false runs the pair unfused (benchmarks compare).

@@ -8,11 +8,20 @@ import type {
   MemoryInfo,
   QkvLayout,
   Tensor,
+  WeightFill,
 } from "../../../src/backends/backend.js";
+import { generateFill } from "../../../src/backends/weight_fill.js";
 
 /** A host tensor kept by {@link HostBackend}: the uploaded data as given. */
 export interface HostTensor extends Tensor {
   readonly data: Float32Array | Uint16Array | Int32Array;
+}
+
+/** A weight of {@link HostBackend.allocateWeight}: its array and dtype come with the first write. */
+interface PendingWeight {
+  shape: readonly number[];
+  dtype: DType;
+  data: Float32Array | Uint16Array | Int32Array;
 }
 
 /**
@@ -27,6 +36,27 @@ export class HostBackend implements Backend {
   readonly weights: HostTensor[] = [];
   readonly freed = new Set<Tensor>();
 
+  /** A weight whose dtype (and array) the first write or fill decides (the source's dtype). */
+  allocateWeight(shape: readonly number[]): Tensor {
+    const t: PendingWeight = { shape: [...shape], dtype: "f32", data: new Int32Array(0) };
+    this.weights.push(t as HostTensor);
+    return t as HostTensor;
+  }
+  writeWeight(t: Tensor, elemOffset: number, src: HostTensorData): void {
+    this.arrayOf(t as PendingWeight, src.dtype).set(src.data, elemOffset);
+  }
+  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill): void {
+    generateFill(fill, 0, count, this.arrayOf(t as PendingWeight, fill.dtype) as Float32Array, elemOffset);
+  }
+  private arrayOf(t: PendingWeight, dtype: HostTensorData["dtype"]): Float32Array | Uint16Array {
+    if (t.data.length === 0) {
+      const n = t.shape.reduce((a, b) => a * b, 1);
+      t.data = dtype === "f32" ? new Float32Array(n) : new Uint16Array(n);
+      t.dtype = dtype;
+    }
+    if (t.dtype !== dtype) throw new Error(`HostBackend: a ${t.dtype} weight written with ${dtype} data`);
+    return t.data as Float32Array | Uint16Array;
+  }
   uploadWeight(src: HostTensorData): Tensor {
     const t: HostTensor = { shape: [...src.shape], dtype: src.dtype, data: src.data };
     this.weights.push(t);

@@ -53,7 +53,7 @@ function configOnlyDir(name: string, edit: (c: Record<string, unknown>) => void 
 }
 
 describe("loadModel", () => {
-  it("loads ref-small from safetensors: fused q/k/v rows are the checkpoint's q, k, v bits", () => {
+  it("loads ref-small from safetensors: fused q/k/v rows are the checkpoint's q, k, v bits; progress counts bytes", () => {
     const backend = new HostBackend();
     const progress: [number, number][] = [];
     const loaded = loadModel({
@@ -69,8 +69,8 @@ describe("loadModel", () => {
     assert.equal(loaded.maxModelLen, 2048);
     assert.equal(loaded.model.maxPositions, 2048);
     assert.equal(loaded.config.numHiddenLayers, 4);
-    // Upload order per layer: input_layernorm, qkv, o_proj, post_attention_layernorm, gate_up, down.
-    // embed + 4 × 6 + norm (tied: no lm_head upload).
+    // Allocation order per layer: input_layernorm, qkv, o_proj, post_attention_layernorm, gate_up,
+    // down. embed + 4 × 6 + norm (tied: no lm_head).
     assert.equal(backend.weights.length, 1 + 4 * 6 + 1);
     const qkv = backend.weights[2]!;
     assert.deepEqual(qkv.shape, [(4 + 2 * 2) * 64, 256]);
@@ -80,9 +80,11 @@ describe("loadModel", () => {
     assert.deepEqual(qkv.data, new Uint16Array([...parts[0]!, ...parts[1]!, ...parts[2]!]));
     const gateUp = backend.weights[5]!;
     assert.deepEqual(gateUp.shape, [2 * 768, 256]);
-    // One tick each for embed, every layer, norm, lm_head and the RoPE table.
-    assert.deepEqual(progress.at(-1), [4 + 4, 4 + 4]);
-    assert.equal(progress.length, 4 + 4);
+    // One report per HF tensor (38, every tensor of the checkpoint), in bytes: 14,684,672 in all.
+    assert.equal(progress.length, 38);
+    assert.deepEqual(progress.at(-1), [14684672, 14684672]);
+    assert.deepEqual(progress[0], [8388608, 14684672]); // embed_tokens, 16384 x 256 bf16
+    for (let i = 1; i < progress.length; i++) assert.ok(progress[i]![0] > progress[i - 1]![0]);
   });
 
   it("defaults to the bundled ref-small and its max_position_embeddings", () => {

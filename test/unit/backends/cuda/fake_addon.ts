@@ -8,6 +8,7 @@
  * named parameter object check it against its field list (addon_params.ts) as the addon's
  * params.gen.h readers do: every field present, of its kind, and no other.
  */
+import { readSync } from "node:fs";
 import type { DType } from "../../../../src/backends/backend.js";
 import {
   ADDON_ABI_VERSION,
@@ -19,6 +20,7 @@ import {
   type NativeCudaGraph,
   type NativeDeviceAllocator,
   type NativeEvent,
+  type NativeFileReader,
   type NativePinnedBuffer,
   type NativeStream,
   type NativeWorkspace,
@@ -75,6 +77,10 @@ export interface FakeAddon extends HisparseNative {
   readonly memory: AddressSpace;
   /** ids returned by `sample` (set by the test; default 0s). */
   sampleResult: number[];
+  /** Every FileReader read, in order: [buffer, fd, position, bytes]. */
+  readonly reads: [number, number, number, number][];
+  /** FileReaders created and not yet disposed. */
+  liveReaders: number;
   /** The per-row arrays `sample` read from fake device memory at its last call. */
   lastSampleRows: {
     temperature: number[];
@@ -271,6 +277,67 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     (stream: number, params: object, ...rest: number[]) =>
       void calls.push({ fn, args: [stream, ...rest], params: checkParams(fn, spec, params) });
 
+  /**
+   * Reads happen at wait() (as the real reader's data is there only then); a buffer with a read
+   * not yet waited for refuses another read and every copy out of it (memcheck would not see
+   * that, but the data would be stale).
+   */
+  class FileReader implements NativeFileReader {
+    readonly numBuffers: number;
+    readonly bufferBytes: number;
+    private readonly bases: number[] = [];
+    private readonly pending: ([number, number, number] | null)[];
+    private disposed = false;
+    constructor(o: { buffers: number; bufferBytes: number; threads: number }) {
+      if (!(o.buffers >= 1 && o.threads >= 1 && o.bufferBytes >= 1))
+        throw new RangeError("FileReader: bad options");
+      this.numBuffers = o.buffers;
+      this.bufferBytes = o.bufferBytes;
+      for (let i = 0; i < o.buffers; i++) this.bases.push(mem.add(new Uint8Array(o.bufferBytes)));
+      this.pending = Array.from({ length: o.buffers }, () => null);
+      fake.liveReaders++;
+    }
+    bufferPtr(i: number): DevicePtr {
+      if (this.disposed) throw new Error("FileReader is disposed");
+      return asDevicePtr(this.bases[i]!);
+    }
+    read(i: number, fd: number, position: number, bytes: number): void {
+      if (this.pending[i] !== null) throw new Error(`FileReader.read: buffer ${i} is busy`);
+      if (bytes > this.bufferBytes) throw new RangeError("FileReader.read: more bytes than a buffer holds");
+      this.pending[i] = [fd, position, bytes];
+      busyBuffers.set(this.bases[i]!, this.bufferBytes);
+      fake.reads.push([i, fd, position, bytes]);
+    }
+    wait(i: number): void {
+      const p = this.pending[i];
+      if (p === null || p === undefined) throw new Error(`FileReader.wait: no read on buffer ${i}`);
+      this.pending[i] = null;
+      busyBuffers.delete(this.bases[i]!);
+      const [fd, position, bytes] = p;
+      const dst = mem.view(this.bases[i]!, this.bufferBytes);
+      let got = 0;
+      while (got < bytes) {
+        const n = readSync(fd, dst, got, bytes - got, position + got);
+        if (n === 0)
+          throw new Error(
+            `the file ended ${got} bytes into a read of ${bytes} bytes at offset ${position} (truncated file?)`,
+          );
+        got += n;
+      }
+    }
+    dispose(): void {
+      if (this.disposed) return;
+      this.disposed = true;
+      for (const b of this.bases) {
+        busyBuffers.delete(b);
+        mem.remove(b);
+      }
+      fake.liveReaders--;
+    }
+  }
+  /** Base -> bytes of the FileReader buffers with a read not yet waited for. */
+  const busyBuffers = new Map<number, number>();
+
   /** For launchers with boolean flags: recorded as 0 / 1. */
   const recordFlags =
     (fn: string) =>
@@ -279,6 +346,8 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
 
   const fake: FakeAddon = {
     calls,
+    reads: [],
+    liveReaders: 0,
     memory: mem,
     sampleResult: [],
     lastSampleRows: null,
@@ -310,8 +379,11 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     getDevice: () => 0,
     memGetInfo: () => ({ free: 2 ** 33, total: 2 ** 34 }),
     deviceSynchronize: () => {},
-    memcpyAsync: (dst, src, bytes, stream) =>
-      run(stream, () => mem.view(dst, bytes).set(mem.view(src, bytes))),
+    memcpyAsync: (dst, src, bytes, stream) => {
+      for (const [b, n] of busyBuffers)
+        if (src >= b && src < b + n) throw new Error("fake: a copy out of a FileReader buffer before wait()");
+      run(stream, () => mem.view(dst, bytes).set(mem.view(src, bytes)));
+    },
     memsetAsync: (dst, value, bytes, stream) => run(stream, () => mem.view(dst, bytes).fill(value & 0xff)),
     DeviceAllocator,
     PinnedBuffer,
@@ -322,6 +394,11 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
       return blas;
     } as unknown as HisparseNative["Blas"],
     CudaGraph,
+    FileReader,
+    fillWeight: (stream, dst, dtype, count, first, table, constantBits, key0, key1) =>
+      run(stream, () =>
+        fakeFillWeight(mem, dst, BYTES[CODE_DTYPE[dtype]!], count, first, table, constantBits, key0, key1),
+      ),
     gatherRows: (stream, out, src, indices, numRows, numSrcRows, rowBytes) =>
       run(stream, () => {
         const idx = new DataView(mem.view(indices, 4 * numRows).slice().buffer);
@@ -411,4 +488,52 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     },
   };
   return fake;
+}
+
+/** 32-bit product with BigInt (an implementation of the rule independent of weight_fill.ts's Math.imul). */
+function mul32(a: number, b: number): number {
+  return Number((BigInt(a >>> 0) * BigInt(b >>> 0)) & 0xffffffffn);
+}
+
+function lowbias32(x: number): number {
+  let h = x >>> 0;
+  h = (h ^ (h >>> 16)) >>> 0;
+  h = mul32(h, 0x21f0aaad);
+  h = (h ^ (h >>> 15)) >>> 0;
+  h = mul32(h, 0x735a2d97);
+  return (h ^ (h >>> 15)) >>> 0;
+}
+
+/** The hsFillWeight contract (native/kernels/weight_fill.h), element by element. */
+function fakeFillWeight(
+  mem: AddressSpace,
+  dst: number,
+  elemBytes: number,
+  count: number,
+  first: number,
+  table: number,
+  constantBits: number,
+  key0: number,
+  key1: number,
+): void {
+  const out = mem.view(dst, count * elemBytes);
+  const dv = new DataView(out.buffer, out.byteOffset, out.byteLength);
+  const tab = table === 0 ? null : mem.view(table, 65536 * elemBytes);
+  const tv = tab === null ? null : new DataView(tab.buffer, tab.byteOffset, tab.byteLength);
+  for (let j = 0; j < count; j++) {
+    const i = BigInt(first + j);
+    const pair = i >> 1n;
+    const lo = Number(pair & 0xffffffffn);
+    const hi = Number(pair >> 32n);
+    const r = lowbias32((lowbias32((lo ^ key0) >>> 0) ^ ((key1 + mul32(hi, 0x9e3779b9)) >>> 0)) >>> 0);
+    const idx = (i & 1n) === 1n ? r >>> 16 : r & 0xffff;
+    const bits =
+      tv === null
+        ? constantBits
+        : elemBytes === 2
+          ? tv.getUint16(idx * 2, true)
+          : tv.getUint32(idx * 4, true);
+    if (elemBytes === 2) dv.setUint16(j * 2, bits, true);
+    else dv.setUint32(j * 4, bits, true);
+  }
 }
