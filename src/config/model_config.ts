@@ -1,15 +1,18 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { type MlaConfig, type MlaFamily, mlaKvBytesPerToken, parseMlaConfig } from "./mla_config.js";
 import { ModelConfigError } from "./model_config_error.js";
 import { type MoeConfig, type MoeFamily, mlpKindOf, parseMoeConfig } from "./moe_config.js";
 
+export type { DsaIndexerConfig, IndexerType, MlaConfig } from "./mla_config.js";
 export { ModelConfigError } from "./model_config_error.js";
 export type { MlpKind, MoeConfig, MoeRoutingRule } from "./moe_config.js";
 export { mlpKindOf } from "./moe_config.js";
 
 /**
- * Model families the engine runs. They share one decoder (models/decoder.ts): GQA attention with
- * a dense or mixture-of-experts MLP per layer; FAMILY_TRAITS below says how each reads its config.
+ * Model families the engine runs. They share one decoder (models/decoder.ts): GQA or MLA
+ * attention with a dense or mixture-of-experts MLP per layer; FAMILY_TRAITS below says how each
+ * reads its config.
  */
 export const SUPPORTED_ARCHITECTURES = {
   LlamaForCausalLM: "llama",
@@ -18,32 +21,49 @@ export const SUPPORTED_ARCHITECTURES = {
   Qwen3ForCausalLM: "qwen3",
   Qwen3MoeForCausalLM: "qwen3_moe",
   Glm4MoeForCausalLM: "glm4_moe",
+  DeepseekV3ForCausalLM: "deepseek_v3",
+  DeepseekV32ForCausalLM: "deepseek_v32",
+  GlmMoeDsaForCausalLM: "glm_moe_dsa",
 } as const;
 export type ModelFamily = (typeof SUPPORTED_ARCHITECTURES)[keyof typeof SUPPORTED_ARCHITECTURES];
 
 /** Architectures known but not runnable yet: the one-sentence reason they are refused. */
-const PENDING_ARCHITECTURES: Readonly<Record<string, string>> = {
-  DeepseekV3ForCausalLM:
-    "architecture DeepseekV3ForCausalLM needs multi-head latent attention (MLA), which hisparse does not implement yet",
-};
+const PENDING_ARCHITECTURES: Readonly<Record<string, string>> = {};
 
 /** Storage dtypes of checkpoints that the loader reads. */
 export type CheckpointDtype = "float32" | "bfloat16" | "float16";
 
 /**
  * Rotary position embedding settings, from `rope_parameters` (newer HF files) or top-level
- * `rope_theta` + `rope_scaling` (older files). Types: "default", "linear", "llama3"
+ * `rope_theta` + `rope_scaling` (older files). Types: "default", "linear", "llama3", "yarn"
  * (transformers/modeling_rope_utils.py).
  */
 export interface RopeConfig {
-  type: "default" | "linear" | "llama3";
+  type: "default" | "linear" | "llama3" | "yarn";
   theta: number;
-  /** Scaling factor (linear, llama3). */
+  /** Scaling factor (linear, llama3, yarn). */
   factor: number;
   /** llama3 only. */
   lowFreqFactor: number;
   highFreqFactor: number;
+  /** llama3 and yarn: the pretrained context. */
   originalMaxPositionEmbeddings: number;
+  /** yarn only (HF _compute_yarn_parameters; absent for the other types). */
+  yarn?: YarnParams;
+}
+
+/** YaRN's optional keys (arXiv 2309.00071; HF _compute_yarn_parameters), HF's defaults applied. */
+export interface YarnParams {
+  /** `beta_fast` (32) and `beta_slow` (1): rotation counts bounding the ramp. */
+  betaFast: number;
+  betaSlow: number;
+  /** `mscale`, `mscale_all_dim` (DeepSeek): 0 when absent. */
+  mscale: number;
+  mscaleAllDim: number;
+  /** `attention_factor`: the cos/sin multiplier; null = derived from factor and the mscales. */
+  attentionFactor: number | null;
+  /** `truncate` (true): floor/ceil the correction range. */
+  truncate: boolean;
 }
 
 /** The parts of an HF `config.json` the engine needs, with HF's semantics. */
@@ -77,6 +97,12 @@ export interface ModelConfig {
   rotaryDim?: number;
   /** Mixture-of-experts settings (config/moe_config.ts); null or absent for dense models. */
   moe?: MoeConfig | null;
+  /**
+   * Multi-head latent attention (and DSA indexer) settings (config/mla_config.ts) of the
+   * DeepSeek-V3 / V3.2 and GLM-5 families; null or absent for GQA models, whose attention
+   * fields (numKeyValueHeads, headDim) it replaces (headDim is then qk_rope_head_dim, as HF sets it).
+   */
+  mla?: MlaConfig | null;
   /** Dtype the checkpoint declares (`torch_dtype` / `dtype`). */
   dtype: CheckpointDtype;
   bosTokenId: number | null;
@@ -126,6 +152,7 @@ const ROPE_REQUIRED_FIELDS: Record<RopeConfig["type"], readonly string[]> = {
   default: [],
   linear: ["factor"],
   llama3: ["factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"],
+  yarn: ["factor", "original_max_position_embeddings"],
 };
 
 function parseRope(cfg: Json, maxPos: number): RopeConfig {
@@ -138,9 +165,9 @@ function parseRope(cfg: Json, maxPos: number): RopeConfig {
   const topTheta = typeof cfg.rope_theta === "number" ? cfg.rope_theta : DEFAULT_ROPE_THETA;
   const theta = num(params, "rope_theta", topTheta);
   const type = String(params.rope_type ?? params.type ?? "default");
-  if (type !== "default" && type !== "linear" && type !== "llama3") {
+  if (type !== "default" && type !== "linear" && type !== "llama3" && type !== "yarn") {
     throw new ModelConfigError(
-      `RoPE scaling type "${type}" is not supported (supported: default, linear, llama3)`,
+      `RoPE scaling type "${type}" is not supported (supported: default, linear, llama3, yarn)`,
     );
   }
   // Scaling types need their own fields: a silently defaulted factor would give wrong angles.
@@ -156,6 +183,24 @@ function parseRope(cfg: Json, maxPos: number): RopeConfig {
     lowFreqFactor: num(params, "low_freq_factor", 1),
     highFreqFactor: num(params, "high_freq_factor", 4),
     originalMaxPositionEmbeddings: num(params, "original_max_position_embeddings", maxPos),
+    ...(type === "yarn" ? { yarn: parseYarn(params) } : {}),
+  };
+}
+
+/** YaRN's optional keys with HF's defaults (`beta_fast or 32`, `beta_slow or 1`, truncate true). */
+function parseYarn(params: Json): YarnParams {
+  const truncate = params.truncate ?? true;
+  if (typeof truncate !== "boolean")
+    throw new ModelConfigError(
+      `config.json RoPE "truncate" must be true or false, got ${JSON.stringify(truncate)}`,
+    );
+  return {
+    betaFast: num(params, "beta_fast", 32) || 32,
+    betaSlow: num(params, "beta_slow", 1) || 1,
+    mscale: num(params, "mscale", 0),
+    mscaleAllDim: num(params, "mscale_all_dim", 0),
+    attentionFactor: params.attention_factor == null ? null : num(params, "attention_factor"),
+    truncate,
   };
 }
 
@@ -175,6 +220,8 @@ interface FamilyTraits {
   partialRotaryFactor: number;
   /** The MoE reader of config/moe_config.ts, or null for dense families. */
   moe: MoeFamily | null;
+  /** The MLA reader of config/mla_config.ts, or null for GQA families. */
+  mla?: MlaFamily;
 }
 
 const never = (): boolean => false;
@@ -242,7 +289,28 @@ const FAMILY_TRAITS: Record<ModelFamily, FamilyTraits> = {
     partialRotaryFactor: 0.5,
     moe: "glm4_moe",
   },
+  deepseek_v3: mlaTraits("deepseek_v3"),
+  deepseek_v32: mlaTraits("deepseek_v32"),
+  glm_moe_dsa: mlaTraits("glm_moe_dsa"),
 };
+
+/**
+ * The MLA families (HF modeling_deepseek_v3, _deepseek_v32, _glm_moe_dsa): `attention_bias`
+ * on q_a_proj, kv_a_proj_with_mqa and o_proj, no q/k norm (their attention is
+ * config/mla_config.ts), no sliding window, full rotary over the rope part, DeepSeek's noaux_tc MoE.
+ */
+function mlaTraits(family: MlaFamily): FamilyTraits {
+  return {
+    qkvBias: attentionBias,
+    oProjBias: attentionBias,
+    mlpBias: (cfg) => cfg.mlp_bias === true,
+    qkNorm: never,
+    slidingWindow: "none",
+    partialRotaryFactor: 1,
+    moe: family,
+    mla: family,
+  };
+}
 
 /** Sliding window in tokens, or null when full attention is used (FamilyTraits.slidingWindow). */
 function parseSlidingWindow(cfg: Json, traits: FamilyTraits): number | null {
@@ -323,6 +391,17 @@ export function parseModelConfig(cfg: Json, generationConfig: Json | null = null
   const bos = cfg.bos_token_id;
   const maxPositionEmbeddings = posInt(cfg, "max_position_embeddings", 2048);
   const numHiddenLayers = posInt(cfg, "num_hidden_layers");
+  const rope = parseRope(cfg, maxPositionEmbeddings);
+  const mla =
+    traits.mla === undefined
+      ? null
+      : parseMlaConfig(cfg, traits.mla, numHiddenLayers, {
+          type: rope.type,
+          factor: rope.factor,
+          mscaleAllDim: rope.yarn?.mscaleAllDim,
+        });
+  // MLA rotates only the rope part of each head (HF sets head_dim = qk_rope_head_dim).
+  const ropeHeadDim = mla === null ? headDim : mla.qkRopeHeadDim;
   return {
     architecture: arch,
     family,
@@ -331,7 +410,7 @@ export function parseModelConfig(cfg: Json, generationConfig: Json | null = null
     numHiddenLayers,
     numAttentionHeads,
     numKeyValueHeads,
-    headDim,
+    headDim: ropeHeadDim,
     vocabSize: posInt(cfg, "vocab_size"),
     rmsNormEps: num(cfg, "rms_norm_eps", 1e-6),
     maxPositionEmbeddings,
@@ -340,9 +419,10 @@ export function parseModelConfig(cfg: Json, generationConfig: Json | null = null
     oProjBias: traits.oProjBias(cfg),
     mlpBias: traits.mlpBias(cfg),
     qkNorm: traits.qkNorm(cfg),
-    rope: parseRope(cfg, maxPositionEmbeddings),
-    rotaryDim: parseRotaryDim(cfg, headDim, traits.partialRotaryFactor),
+    rope,
+    rotaryDim: parseRotaryDim(cfg, ropeHeadDim, traits.partialRotaryFactor),
     moe: traits.moe === null ? null : parseMoeConfig(cfg, traits.moe, numHiddenLayers),
+    mla,
     dtype: parseDtype(cfg),
     bosTokenId: typeof bos === "number" ? bos : null,
     eosTokenIds: [...new Set(eos)],
@@ -380,8 +460,12 @@ export function loadModelConfig(modelDir: string): ModelConfig {
   return parseModelConfig(cfg, gen);
 }
 
-/** Bytes of KV cache per token across all layers: 2 (K,V) × layers × kvHeads × headDim × dtypeBytes. */
+/**
+ * Bytes of KV cache per token across all layers: 2 (K,V) × layers × kvHeads × headDim × dtypeBytes;
+ * for MLA models the latent rows plus the DSA indexer keys (config/mla_config.ts mlaKvCacheGeometry).
+ */
 export function kvBytesPerToken(cfg: ModelConfig, dtypeBytes: number): number {
+  if (cfg.mla != null) return mlaKvBytesPerToken(cfg.mla, cfg.numHiddenLayers, dtypeBytes);
   return 2 * cfg.numHiddenLayers * cfg.numKeyValueHeads * cfg.headDim * dtypeBytes;
 }
 
@@ -407,12 +491,12 @@ export function countActiveParameters(c: ModelConfig): number {
 function countWeights(c: ModelConfig, routedExperts: number): number {
   const H = c.hiddenSize;
   const D = c.headDim;
-  const attn = H * c.numAttentionHeads * D * 2 + H * c.numKeyValueHeads * D * 2;
+  const gqa = H * c.numAttentionHeads * D * 2 + H * c.numKeyValueHeads * D * 2;
   const attnBias = c.attentionBias ? (c.numAttentionHeads + 2 * c.numKeyValueHeads) * D : 0;
   const norms = 2 * H + (c.qkNorm ? 2 * D : 0);
   let total = 0;
   for (let l = 0; l < c.numHiddenLayers; l++) {
-    total += attn + attnBias + norms;
+    total += (c.mla != null ? mlaAttentionWeights(c, c.mla, l) : gqa + attnBias) + norms;
     const moe = c.moe;
     if (moe === null || moe === undefined || mlpKindOf(moe, l) === "dense") {
       total += 3 * H * c.intermediateSize;
@@ -425,4 +509,26 @@ function countWeights(c: ModelConfig, routedExperts: number): number {
   }
   const embed = c.vocabSize * H;
   return total + embed + H + (c.tieWordEmbeddings ? 0 : embed);
+}
+
+/**
+ * Weights of layer `l`'s MLA attention (HF DeepseekV3Attention, + the DSA indexer of a full
+ * layer): q_a_proj, q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa, kv_a_layernorm,
+ * kv_b_proj, o_proj; indexer wq_b, wk, k_norm (weight and bias), weights_proj.
+ */
+function mlaAttentionWeights(c: ModelConfig, m: MlaConfig, l: number): number {
+  const H = c.hiddenSize;
+  const Hq = c.numAttentionHeads;
+  const qk = m.qkNopeHeadDim + m.qkRopeHeadDim;
+  const q = m.qLoraRank === null ? H * Hq * qk : H * m.qLoraRank + m.qLoraRank + m.qLoraRank * Hq * qk;
+  const kv =
+    H * (m.kvLoraRank + m.qkRopeHeadDim) + m.kvLoraRank + m.kvLoraRank * Hq * (m.qkNopeHeadDim + m.vHeadDim);
+  const o = Hq * m.vHeadDim * H;
+  const bias = c.attentionBias ? (m.qLoraRank ?? 0) + m.kvLoraRank + m.qkRopeHeadDim + H : 0;
+  const ix = m.indexer;
+  const indexer =
+    ix === null || ix.layerTypes[l] !== "full"
+      ? 0
+      : (m.qLoraRank ?? 0) * ix.numHeads * ix.headDim + H * ix.headDim + 2 * ix.headDim + H * ix.numHeads;
+  return q + kv + o + bias + indexer;
 }

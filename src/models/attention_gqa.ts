@@ -1,15 +1,28 @@
 import type { AttentionBackend } from "../attention/backend.js";
+import type { MlaAttentionBackend } from "../attention/mla.js";
 import type { AttentionMetadata, Backend, QkvLayout, Tensor } from "../backends/backend.js";
 import type { ModelConfig } from "../config/model_config.js";
-import { buildCosSinCache, computeInvFreq } from "./rope.js";
+import { buildCosSinCache, computeInvFreq, ropeAttentionFactor } from "./rope.js";
 import type { WeightLoader } from "./weight_loader.js";
 
 /** Everything a forward pass needs besides token ids and positions. */
 export interface ForwardContext {
   meta: AttentionMetadata;
   attention: AttentionBackend;
-  /** One tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim]. */
+  /**
+   * One tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim]; for MLA models the
+   * latent caches [numBlocks, blockSize, kvLoraRank + qkRopeHeadDim].
+   */
   kvCaches: readonly Tensor[];
+  /** MLA models: how the MLA layers use their caches (attention/mla.ts). */
+  mlaAttention?: MlaAttentionBackend;
+  /** DSA models: per layer, the indexer key cache [numBlocks, blockSize, indexHeadDim] of a full layer, else null. */
+  indexerKeyCaches?: readonly (Tensor | null)[];
+  /**
+   * DSA models, set by the decoder for one forward: the top-k (i32 [T, index_topk]) each full
+   * layer computed, read by the "shared" layers after it.
+   */
+  dsaTopk?: Map<number, Tensor>;
 }
 
 /** One decoder layer's attention block: normed hidden states in, the o_proj output out. */
@@ -78,7 +91,11 @@ export const GQA_ATTENTION: AttentionKind = {
 
   loadShared(config, loader, maxPositions) {
     const R = config.rotaryDim ?? config.headDim;
-    const cos = buildCosSinCache(computeInvFreq(config.rope, R), maxPositions);
+    const cos = buildCosSinCache(
+      computeInvFreq(config.rope, R),
+      maxPositions,
+      ropeAttentionFactor(config.rope),
+    );
     return [loader.backend.upload(cos, [maxPositions, R], "f32")];
   },
 

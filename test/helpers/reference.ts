@@ -37,7 +37,12 @@ export interface FixtureCase {
 /** The trained reference models. */
 export type TrainedModel = "ref-small" | "ref-base";
 /** The tiny random checkpoints of transformers 5.17 (../shared/models/README.md). */
-export type TinyModel = "tiny-qwen3-moe" | "tiny-glm4-moe";
+export type TinyModel =
+  | "tiny-qwen3-moe"
+  | "tiny-glm4-moe"
+  | "tiny-deepseek-v3"
+  | "tiny-deepseek-v32"
+  | "tiny-glm5-dsa";
 export type RefModel = TrainedModel | TinyModel;
 
 /** Directory of a reference model, or null when it is not available on this machine. */
