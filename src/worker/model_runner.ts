@@ -1,4 +1,5 @@
 import { type AttentionBackend, DensePagedAttention } from "../attention/backend.js";
+import { DenseMlaAttention, type MlaAttentionBackend } from "../attention/mla.js";
 import type { AttentionMetadata, Backend, Tensor } from "../backends/backend.js";
 import type { RequestId } from "../core/ids.js";
 import type { ModelRunnerOutput, SchedulerOutput, TokenLogprobs } from "../core/sched/output.js";
@@ -22,6 +23,8 @@ export interface ModelRunnerOptions {
   enforceEager: boolean;
   maxModelLen: number;
   maxNumSeqs: number;
+  /** DSA models: per layer, the indexer key cache of a full layer, else null (worker/mla_kv_cache.ts). */
+  indexerKeyCaches?: readonly (Tensor | null)[];
 }
 
 /**
@@ -35,6 +38,9 @@ export class ModelRunner {
   private readonly sampler: RequestSampler;
   /** How attention uses the KV cache; replaceable by optional features (HiSparse). */
   attention: AttentionBackend;
+  /** MLA models: how the MLA layers use the latent (and indexer key) caches; null for GQA models. */
+  mlaAttention: MlaAttentionBackend | null;
+  private readonly indexerKeyCaches: readonly (Tensor | null)[] | undefined;
   /** The worker halves of optional features (HiSparse), called around each step. */
   readonly extensions: WorkerExtension[] = [];
   /**
@@ -58,6 +64,8 @@ export class ModelRunner {
     opts: ModelRunnerOptions,
   ) {
     this.attention = new DensePagedAttention(backend, model.layout, blockSize);
+    this.mlaAttention = model.config.mla != null ? new DenseMlaAttention(backend, blockSize) : null;
+    this.indexerKeyCaches = opts.indexerKeyCaches;
     this.sampler = new RequestSampler(backend, model.config.vocabSize, model.config.eosTokenIds, opts.seed);
     this.graphRunner =
       backend.graphs === undefined || opts.enforceEager
@@ -89,7 +97,8 @@ export class ModelRunner {
    */
   private fill(inputs: PreparedInputs, meta: AttentionMetadata): Tensor | null {
     const attn = this.attention;
-    if (attn.writeKv === undefined) throw new Error("fastPrefill needs an attention backend with writeKv");
+    if (attn.writeKv === undefined || this.mlaAttention !== null)
+      throw new Error("fastPrefill needs a GQA model and an attention backend with writeKv");
     const b = this.backend;
     const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = this.model.layout;
     const W = (Hq + 2 * Hkv) * D;
@@ -186,11 +195,11 @@ export class ModelRunner {
     const pos = b.stage(inputs.positions, [T], "i32");
     const B = inputs.logitsIndices.length;
     const logitsIdx = B === 0 ? null : b.stage(inputs.logitsIndices, [B], "i32");
-    return this.model.forward(
-      ids,
-      pos,
-      { meta, attention: this.attention, kvCaches: this.kvCaches },
-      logitsIdx,
-    );
+    const ctx = { meta, attention: this.attention, kvCaches: this.kvCaches };
+    const mla =
+      this.mlaAttention === null
+        ? {}
+        : { mlaAttention: this.mlaAttention, indexerKeyCaches: this.indexerKeyCaches };
+    return this.model.forward(ids, pos, { ...ctx, ...mla }, logitsIdx);
   }
 }

@@ -16,6 +16,7 @@ import type { ModelRunnerOutput, SchedulerOutput } from "../core/sched/output.js
 import { loadModel, resolveModelDir } from "../models/registry.js";
 import { setupCudaHiSparse } from "./hisparse/cuda/setup_cuda.js";
 import { type HiSparseWorkerInfo, setupHiSparse } from "./hisparse/setup.js";
+import { allocateMlaKvCache } from "./mla_kv_cache.js";
 import { ModelRunner } from "./model_runner.js";
 
 /** What the worker reports once loaded. */
@@ -66,6 +67,11 @@ export class Worker {
       const { config, model, modelDir, maxModelLen } = loaded;
       const kvCacheDtype = resolveKvDtype(args, backend);
       const hs = hisparseConfigOf(args.extensions);
+      if (hs !== null && config.mla != null) {
+        throw new ConfigError([
+          `Hybrid HiSparse does not run multi-head latent attention models (${config.architecture}) yet; use --enable-hybrid-sparse off`,
+        ]);
+      }
       const budget = () => kvMemoryBudget(args, backend);
       const sparse =
         hs === null
@@ -73,18 +79,23 @@ export class Worker {
           : backend.name === "cuda"
             ? setupCudaHiSparse(backend as CudaBackend, model, args, hs, kvCacheDtype, budget(), maxModelLen)
             : setupHiSparse(backend, model, args, hs, kvCacheDtype, budget());
-      const kv = sparse ?? denseKvCache(args, backend, config, kvCacheDtype);
+      const dense = sparse === null ? denseKvCache(args, backend, config, kvCacheDtype) : null;
+      const kv = sparse ?? dense!;
       const runner = new ModelRunner(backend, model, kv.kvCaches, args.blockSize, {
         seed: args.seed,
         enforceEager: args.enforceEager,
         maxModelLen,
         maxNumSeqs: args.maxNumSeqs,
+        indexerKeyCaches: dense?.indexerKeyCaches,
       });
       if (sparse !== null) {
         runner.attention = sparse.attention;
         runner.extensions.push(sparse.extension);
       }
-      const kvCaches = kv.kvCaches;
+      // Every cache tensor the worker frees at shutdown (MLA: the indexer key groups too).
+      const kvCaches = [...kv.kvCaches, ...(dense?.indexerKeyCaches ?? [])].filter(
+        (t): t is Tensor => t !== null,
+      );
       const info: WorkerInfo = {
         backend: backend.name,
         deviceName: backend.deviceName,
@@ -123,7 +134,8 @@ function resolveKvDtype(args: EngineArgs, backend: Backend): DType {
 
 /**
  * Sizes and allocates the dense engine's KV cache: one [numGpuBlocks, 2, blockSize, Hkv, D]
- * tensor per layer.
+ * tensor per layer; for MLA models the latent and indexer key groups (mla_kv_cache.ts), sized
+ * by the bytes of both (kvBytesPerToken).
  * @throws ConfigError when no block fits the budget.
  */
 function denseKvCache(
@@ -131,7 +143,12 @@ function denseKvCache(
   backend: Backend,
   config: ModelConfig,
   kvCacheDtype: DType,
-): { numGpuBlocks: number; kvBytesPerBlock: number; kvCaches: Tensor[] } {
+): {
+  numGpuBlocks: number;
+  kvBytesPerBlock: number;
+  kvCaches: Tensor[];
+  indexerKeyCaches?: (Tensor | null)[];
+} {
   const kvBytesPerBlock = args.blockSize * kvBytesPerToken(config, DTYPE_BYTES[kvCacheDtype]);
   const numGpuBlocks =
     args.numGpuBlocksOverride ?? Math.floor(kvMemoryBudget(args, backend) / kvBytesPerBlock);
@@ -139,6 +156,10 @@ function denseKvCache(
     throw new ConfigError([
       `no memory is left for the KV cache (one block needs ${kvBytesPerBlock} bytes); lower --max-model-len or raise the memory budget`,
     ]);
+  }
+  if (config.mla != null) {
+    const mla = allocateMlaKvCache(backend, config, numGpuBlocks, args.blockSize, kvCacheDtype);
+    return { numGpuBlocks, kvBytesPerBlock, kvCaches: mla.latent, indexerKeyCaches: mla.indexerKeys };
   }
   const kvCaches = backend.allocateKvCache({
     numLayers: config.numHiddenLayers,
