@@ -91,7 +91,7 @@ function dim(cfg: Json, key: string, what: string): number {
 
 /** `q_lora_rank`: must be present; a positive integer or null (no q-LoRA). */
 function qLoraRankOf(cfg: Json, family: MlaFamily): number | null {
-  if (!Object.hasOwn(cfg, "q_lora_rank"))
+  if (cfg.q_lora_rank === undefined)
     throw new ModelConfigError(
       'config.json is missing "q_lora_rank" (null when the model has no query LoRA), which multi-head latent attention needs',
     );

@@ -42,7 +42,9 @@ export type TinyModel =
   | "tiny-glm4-moe"
   | "tiny-deepseek-v3"
   | "tiny-deepseek-v32"
-  | "tiny-glm5-dsa";
+  | "tiny-glm5-dsa"
+  /** GLM-5 with "shared" indexer layers, made by scripts/gpu/mla_configs.py --shared-fixture. */
+  | "tiny-glm5-dsa-shared";
 export type RefModel = TrainedModel | TinyModel;
 
 /** Directory of a reference model, or null when it is not available on this machine. */
@@ -55,6 +57,11 @@ export function refModelDir(name: RefModel): string | null {
     join(repoRoot, "..", "..", "shared", "models", name),
   ];
   return candidates.find((d) => d !== "" && existsSync(join(d, "config.json"))) ?? null;
+}
+
+/** Whether test/fixtures has the HF fixture of a reference model. */
+export function hasFixture(name: RefModel): boolean {
+  return existsSync(join(repoRoot, "test", "fixtures", `hf-${name}.json`));
 }
 
 /** The HF fixture cases of a reference model. */

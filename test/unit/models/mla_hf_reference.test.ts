@@ -16,7 +16,7 @@ import { loadModelConfig } from "../../../src/config/model_config.js";
 import { DeepseekV3ForCausalLM } from "../../../src/models/llama.js";
 import { SafetensorsCheckpoint } from "../../../src/models/safetensors.js";
 import { allocateMlaKvCache } from "../../../src/worker/mla_kv_cache.js";
-import { loadFixture, type RefModel, refModelDir } from "../../helpers/reference.js";
+import { hasFixture, loadFixture, type RefModel, refModelDir } from "../../helpers/reference.js";
 import { buildMetadata, maxAbsDiff } from "../backends/cpu/helpers.js";
 
 const BLOCK_SIZE = 16;
@@ -38,10 +38,17 @@ function top2(row: Float32Array): { id: number; first: number; second: number } 
   return { id, first, second };
 }
 
-for (const name of ["tiny-deepseek-v3", "tiny-deepseek-v32", "tiny-glm5-dsa"] as RefModel[]) {
-  const modelDir = refModelDir(name);
+const MODELS = [
+  "tiny-deepseek-v3",
+  "tiny-deepseek-v32",
+  "tiny-glm5-dsa",
+  "tiny-glm5-dsa-shared",
+] as RefModel[];
+for (const name of MODELS) {
+  const found = refModelDir(name);
+  const modelDir = found !== null && hasFixture(name) ? found : null;
   describe(`${name} vs HF transformers (fp32)`, {
-    skip: modelDir === null && `${name} not found (see test/helpers/reference.ts)`,
+    skip: modelDir === null && `${name} or its fixture not found (see test/helpers/reference.ts)`,
   }, () => {
     const backend = new CpuBackend();
     after(() => backend.dispose());
