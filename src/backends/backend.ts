@@ -316,7 +316,9 @@ export interface MoeRouting {
 export interface MoePermutation {
   /**
    * [P, H] (activation dtype) the token rows, expert 0's first: expert e's rows are
-   * [expertOffsets[e], expertOffsets[e+1]), ascending (token, slot) within an expert. P >= T*k
+   * [expertOffsets[e], expertOffsets[e+1]). The order within a segment is the backend's (the CPU
+   * backend keeps ascending (token, slot); a GPU may place rows with atomics): no result depends
+   * on it, since every row is computed on its own and unpermute finds rows by slotToRow. P >= T*k
    * is the backend's choice and a function of (T, k, E) only, so it is fixed inside a captured
    * graph: the CPU backend uses P = T*k; a GPU backend may pad each expert's segment to its GEMM
    * tile (P <= T*k + E*(tile-1)). Padding rows hold unspecified values; ops may compute on them
@@ -362,8 +364,9 @@ export interface BackendMoeOps {
    */
   route(logits: Tensor, rule: MoeRoutingRule, correctionBias: Tensor | null): MoeRouting;
   /**
-   * Groups token rows by expert: row (t, j) of the routing is a copy of x[t] placed in expert
-   * topkIds[t, j]'s segment. x: [T, H]; topkIds: i32 [T, k] with ids in [0, numExperts).
+   * Groups token rows by expert (vLLM moe_align + permute): row (t, j) of the routing is a copy
+   * of x[t] placed in expert topkIds[t, j]'s segment; expert counts stay on the device.
+   * x: [T, H]; topkIds: i32 [T, k] with ids in [0, numExperts).
    * @throws Error on shapes or an id outside [0, numExperts).
    */
   permute(x: Tensor, topkIds: Tensor, numExperts: number): MoePermutation;

@@ -55,6 +55,8 @@ async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
       maxPositionEmbeddings: cfg.maxPositionEmbeddings,
       dtype: cfg.dtype,
       rope: cfg.rope,
+      rotaryDim: cfg.rotaryDim ?? cfg.headDim,
+      moe: cfg.moe ?? null,
       kvBytesPerTokenBf16: kvBytesPerToken(cfg, 2),
       mla: cfg.mla ?? null,
       tokenizer: Tokenizer.existsIn(dir),
@@ -73,37 +75,61 @@ async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
   );
   console.log(`model: ${m.dir}`);
   console.log(
-    `  ${m.architecture}, ${(m.parameters / 1e6).toFixed(2)} M parameters, ${m.layers} layers, hidden ${m.hiddenSize}, ` +
+    `  ${m.architecture}, ${m.parameters >= 1e9 ? `${(m.parameters / 1e9).toFixed(2)} B` : `${(m.parameters / 1e6).toFixed(2)} M`} parameters, ${m.layers} layers, hidden ${m.hiddenSize}, ` +
       `heads ${m.heads}/${m.kvHeads} kv, head_dim ${m.headDim}, vocab ${m.vocabSize}`,
   );
   console.log(
     `  max positions ${m.maxPositionEmbeddings}, ${m.dtype}, RoPE ${m.rope.type} theta ${m.rope.theta}, ` +
       `KV ${m.kvBytesPerTokenBf16} B/token (bf16), tokenizer: ${m.tokenizer ? "yes" : "no"}`,
   );
-  const mla = mlaLines(cfg);
-  if (mla.length > 0) console.log(mla.join("\n"));
+  for (const l of mlaLines(cfg)) console.log(l);
+  const moe = moeSummary(cfg);
+  if (moe !== null) console.log(`  ${moe}`);
 }
 
 /**
- * The MLA / DSA summary of an MLA model (empty for GQA models): attention dims, the active
- * parameters of the MoE, and the KV geometry of both groups in bf16 (config/mla_config.ts).
+ * The MLA / DSA summary of an MLA model (empty for GQA models): attention dims and the KV
+ * geometry of both groups in bf16 (config/mla_config.ts mlaKvCacheGeometry).
  */
 export function mlaLines(cfg: ModelConfig): string[] {
   const m = cfg.mla;
   if (m == null) return [];
   const g = mlaKvCacheGeometry(m, cfg.numHiddenLayers, 2);
+  const layout = (interleaved: boolean) => (interleaved ? "interleaved" : "half-split");
   const lines = [
     `  MLA: q_lora_rank ${m.qLoraRank ?? "none"}, kv_lora_rank ${m.kvLoraRank}, qk_nope ${m.qkNopeHeadDim}, ` +
-      `qk_rope ${m.qkRopeHeadDim} (${m.ropeInterleave ? "interleaved" : "half-split"}), v ${m.vHeadDim}, ` +
-      `softmax scale ${m.softmaxScale.toPrecision(6)}; ${(countActiveParameters(cfg) / 1e9).toFixed(2)} B active parameters`,
+      `qk_rope ${m.qkRopeHeadDim} (${layout(m.ropeInterleave)}), v ${m.vHeadDim}, softmax scale ${m.softmaxScale.toPrecision(6)}`,
     `  KV latent: ${g.latent.rowElements} elements = ${g.latent.bytesPerTokenPerLayer} B/token/layer × ${g.latent.layers.length} layers (bf16)`,
   ];
   const ix = m.indexer;
   if (ix !== null && g.indexer !== null) {
     lines.push(
-      `  DSA indexer: top-${ix.topk}, ${ix.numHeads} heads × ${ix.headDim} (${ix.ropeInterleave ? "interleaved" : "half-split"} RoPE); ` +
+      `  DSA indexer: top-${ix.topk}, ${ix.numHeads} heads × ${ix.headDim} (${layout(ix.ropeInterleave)} RoPE); ` +
         `keys ${g.indexer.bytesPerTokenPerLayer} B/token/layer × ${g.indexer.layers.length} full layers (bf16)`,
     );
   }
   return lines;
+}
+
+/**
+ * One line on a MoE model's experts, e.g. "MoE: 128 experts, 8 per token (softmax,
+ * renormalised), 48 of 48 layers, expert ffn 768, no shared expert; 3.35 B active parameters";
+ * null for dense models.
+ */
+export function moeSummary(c: ModelConfig): string | null {
+  const moe = c.moe;
+  if (moe === null || moe === undefined) return null;
+  const r = moe.routing;
+  const rule = [
+    r.scoring === "softmax" ? "softmax" : "sigmoid + correction bias",
+    r.numGroups > 1 ? `${r.topkGroup} of ${r.numGroups} groups` : null,
+    r.renormalize ? "renormalised" : null,
+    r.routedScalingFactor !== 1 ? `scaled ${r.routedScalingFactor}` : null,
+  ].filter((x) => x !== null);
+  const shared = moe.numSharedExperts === 0 ? "no shared expert" : `${moe.numSharedExperts} shared`;
+  return (
+    `MoE: ${moe.numExperts} experts, ${r.topK} per token (${rule.join(", ")}), ${moe.moeLayers.length} of ` +
+    `${c.numHiddenLayers} layers, expert ffn ${moe.moeIntermediateSize}, ${shared}; ` +
+    `${(countActiveParameters(c) / 1e9).toFixed(2)} B active parameters`
+  );
 }

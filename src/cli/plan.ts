@@ -28,6 +28,7 @@ import {
 import { parseFloatArg, parseGibArg, parseIntArg } from "./engine_flags.js";
 import { action } from "./errors.js";
 import { HISPARSE_CONFIG_HELP } from "./hisparse_flags.js";
+import { moeSummary } from "./info.js";
 
 /** Bytes per element of the dtypes `plan` accepts. */
 const DTYPE_BYTES = { bf16: 2, f16: 2, f32: 4 } as const;
@@ -221,6 +222,8 @@ async function runPlan(o: PlanOptions): Promise<void> {
     `Model ${shown}: ${config.architecture}, ${(numParameters / 1e9).toFixed(2)} B parameters, ${config.numHiddenLayers} layers, ` +
       `${config.numKeyValueHeads} KV heads × ${config.headDim} head_dim; context ${o.context} tokens, blocks of ${o.blockSize}, KV ${o.kvCacheDtype}`,
   );
+  const moe = moeSummary(config);
+  if (moe !== null) console.log(`${moe} (the weights count every expert; KV is GQA as for dense models)`);
   for (const l of [
     ...budgetLines(kvBudgetBytes, budget),
     ...denseLines(input, dense),

@@ -1,8 +1,9 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { type MlaConfig, type MlaFamily, mlaKvBytesPerToken, parseMlaConfig } from "./mla_config.js";
+import { FAMILY_TRAITS, parseRotaryDim, parseSlidingWindow } from "./family_traits.js";
+import { type MlaConfig, mlaKvBytesPerToken, parseMlaConfig } from "./mla_config.js";
 import { ModelConfigError } from "./model_config_error.js";
-import { type MoeConfig, type MoeFamily, mlpKindOf, parseMoeConfig } from "./moe_config.js";
+import { type MoeConfig, mlpKindOf, parseMoeConfig } from "./moe_config.js";
 
 export type { DsaIndexerConfig, IndexerType, MlaConfig } from "./mla_config.js";
 export { ModelConfigError } from "./model_config_error.js";
@@ -11,7 +12,7 @@ export { mlpKindOf } from "./moe_config.js";
 
 /**
  * Model families the engine runs. They share one decoder (models/decoder.ts): GQA or MLA
- * attention with a dense or mixture-of-experts MLP per layer; FAMILY_TRAITS below says how each
+ * attention with a dense or mixture-of-experts MLP per layer; family_traits.ts says how each
  * reads its config.
  */
 export const SUPPORTED_ARCHITECTURES = {
@@ -204,151 +205,6 @@ function parseYarn(params: Json): YarnParams {
   };
 }
 
-/** How one family reads the parts of config.json where the families differ (HF semantics). */
-interface FamilyTraits {
-  /** q/k/v projection biases. */
-  qkvBias(cfg: Json): boolean;
-  oProjBias(cfg: Json): boolean;
-  mlpBias(cfg: Json): boolean;
-  qkNorm(cfg: Json): boolean;
-  /**
-   * Where a sliding window comes from: `sliding_window` when set (Mistral), only with
-   * `use_sliding_window` (Qwen2/Qwen3), or never (Llama, GLM).
-   */
-  slidingWindow: "sliding_window" | "use_sliding_window" | "none";
-  /** `partial_rotary_factor` when config.json gives none (HF's class default). */
-  partialRotaryFactor: number;
-  /** The MoE reader of config/moe_config.ts, or null for dense families. */
-  moe: MoeFamily | null;
-  /** The MLA reader of config/mla_config.ts, or null for GQA families. */
-  mla?: MlaFamily;
-}
-
-const never = (): boolean => false;
-const always = (): boolean => true;
-const attentionBias = (cfg: Json): boolean => cfg.attention_bias === true;
-
-/**
- * Per family (HF modeling_llama, _mistral, _qwen2, _qwen3, _qwen3_moe, _glm4_moe): Llama's
- * `attention_bias` sets q/k/v and o_proj biases, Qwen2 always has q/k/v biases and no o_proj
- * bias, Qwen3 / Qwen3-MoE have q/k norm, GLM-4.5 has `attention_bias` on q/k/v only, optional
- * q/k norm (`use_qk_norm`) and half-head rotary by default.
- */
-const FAMILY_TRAITS: Record<ModelFamily, FamilyTraits> = {
-  llama: {
-    qkvBias: attentionBias,
-    oProjBias: attentionBias,
-    mlpBias: (cfg) => cfg.mlp_bias === true,
-    qkNorm: never,
-    slidingWindow: "none",
-    partialRotaryFactor: 1,
-    moe: null,
-  },
-  mistral: {
-    qkvBias: never,
-    oProjBias: never,
-    mlpBias: never,
-    qkNorm: never,
-    slidingWindow: "sliding_window",
-    partialRotaryFactor: 1,
-    moe: null,
-  },
-  qwen2: {
-    qkvBias: always,
-    oProjBias: never,
-    mlpBias: never,
-    qkNorm: never,
-    slidingWindow: "use_sliding_window",
-    partialRotaryFactor: 1,
-    moe: null,
-  },
-  qwen3: {
-    qkvBias: attentionBias,
-    oProjBias: attentionBias,
-    mlpBias: never,
-    qkNorm: always,
-    slidingWindow: "use_sliding_window",
-    partialRotaryFactor: 1,
-    moe: null,
-  },
-  qwen3_moe: {
-    qkvBias: attentionBias,
-    oProjBias: attentionBias,
-    mlpBias: never,
-    qkNorm: always,
-    slidingWindow: "use_sliding_window",
-    partialRotaryFactor: 1,
-    moe: "qwen3_moe",
-  },
-  glm4_moe: {
-    qkvBias: attentionBias,
-    oProjBias: never,
-    mlpBias: never,
-    qkNorm: (cfg) => cfg.use_qk_norm === true,
-    slidingWindow: "none",
-    partialRotaryFactor: 0.5,
-    moe: "glm4_moe",
-  },
-  deepseek_v3: mlaTraits("deepseek_v3"),
-  deepseek_v32: mlaTraits("deepseek_v32"),
-  glm_moe_dsa: mlaTraits("glm_moe_dsa"),
-};
-
-/**
- * The MLA families (HF modeling_deepseek_v3, _deepseek_v32, _glm_moe_dsa): `attention_bias`
- * on q_a_proj, kv_a_proj_with_mqa and o_proj, no q/k norm (their attention is
- * config/mla_config.ts), no sliding window, full rotary over the rope part, DeepSeek's noaux_tc MoE.
- */
-function mlaTraits(family: MlaFamily): FamilyTraits {
-  return {
-    qkvBias: attentionBias,
-    oProjBias: attentionBias,
-    mlpBias: (cfg) => cfg.mlp_bias === true,
-    qkNorm: never,
-    slidingWindow: "none",
-    partialRotaryFactor: 1,
-    moe: family,
-    mla: family,
-  };
-}
-
-/** Sliding window in tokens, or null when full attention is used (FamilyTraits.slidingWindow). */
-function parseSlidingWindow(cfg: Json, traits: FamilyTraits): number | null {
-  if (traits.slidingWindow === "none") return null;
-  if (traits.slidingWindow === "use_sliding_window" && cfg.use_sliding_window !== true) return null;
-  const w = cfg.sliding_window;
-  if (w === undefined || w === null) return null;
-  return posInt(cfg, "sliding_window");
-}
-
-/**
- * Rotated dims per head: int(headDim * partial_rotary_factor), the factor from
- * `rope_parameters` (newer files) or the top level (older), else the family default.
- * @throws ModelConfigError when the two places disagree or the result is not an even count >= 2.
- */
-function parseRotaryDim(cfg: Json, headDim: number, fallback: number): number {
-  const params = (cfg.rope_parameters ?? cfg.rope_scaling ?? {}) as Json;
-  const [inRope, top] = [params.partial_rotary_factor, cfg.partial_rotary_factor];
-  const given = (v: unknown) => v !== undefined && v !== null;
-  if (given(inRope) && given(top) && inRope !== top) {
-    throw new ModelConfigError(
-      `config.json "partial_rotary_factor" (${JSON.stringify(top)}) contradicts rope_parameters' (${JSON.stringify(inRope)})`,
-    );
-  }
-  const f = given(inRope) ? inRope : given(top) ? top : fallback;
-  if (typeof f !== "number" || !(f > 0 && f <= 1))
-    throw new ModelConfigError(
-      `config.json "partial_rotary_factor" must be in (0, 1], got ${JSON.stringify(f)}`,
-    );
-  const dim = Math.floor(headDim * f);
-  if (dim < 2 || dim % 2 !== 0) {
-    throw new ModelConfigError(
-      `partial_rotary_factor ${f} of head_dim ${headDim} rotates ${dim} dims; an even number >= 2 is needed`,
-    );
-  }
-  return dim;
-}
-
 function parseDtype(cfg: Json): CheckpointDtype {
   const d = (cfg.torch_dtype ?? cfg.dtype ?? "float32") as string;
   if (d === "float32" || d === "bfloat16" || d === "float16") return d;
@@ -514,7 +370,8 @@ function countWeights(c: ModelConfig, routedExperts: number): number {
 /**
  * Weights of layer `l`'s MLA attention (HF DeepseekV3Attention, + the DSA indexer of a full
  * layer): q_a_proj, q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa, kv_a_layernorm,
- * kv_b_proj, o_proj; indexer wq_b, wk, k_norm (weight and bias), weights_proj.
+ * kv_b_proj, o_proj (+ biases with attention_bias); indexer wq_b, wk, k_norm (weight and bias),
+ * weights_proj.
  */
 function mlaAttentionWeights(c: ModelConfig, m: MlaConfig, l: number): number {
   const H = c.hiddenSize;

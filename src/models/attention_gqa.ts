@@ -1,53 +1,7 @@
-import type { AttentionBackend } from "../attention/backend.js";
-import type { MlaAttentionBackend } from "../attention/mla.js";
-import type { AttentionMetadata, Backend, QkvLayout, Tensor } from "../backends/backend.js";
+import type { Backend, QkvLayout, Tensor } from "../backends/backend.js";
 import type { ModelConfig } from "../config/model_config.js";
+import type { AttentionKind, AttentionLayer, ForwardContext } from "./blocks.js";
 import { buildCosSinCache, computeInvFreq, ropeAttentionFactor } from "./rope.js";
-import type { WeightLoader } from "./weight_loader.js";
-
-/** Everything a forward pass needs besides token ids and positions. */
-export interface ForwardContext {
-  meta: AttentionMetadata;
-  attention: AttentionBackend;
-  /**
-   * One tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim]; for MLA models the
-   * latent caches [numBlocks, blockSize, kvLoraRank + qkRopeHeadDim].
-   */
-  kvCaches: readonly Tensor[];
-  /** MLA models: how the MLA layers use their caches (attention/mla.ts). */
-  mlaAttention?: MlaAttentionBackend;
-  /** DSA models: per layer, the indexer key cache [numBlocks, blockSize, indexHeadDim] of a full layer, else null. */
-  indexerKeyCaches?: readonly (Tensor | null)[];
-  /**
-   * DSA models, set by the decoder for one forward: the top-k (i32 [T, index_topk]) each full
-   * layer computed, read by the "shared" layers after it.
-   */
-  dsaTopk?: Map<number, Tensor>;
-}
-
-/** One decoder layer's attention block: normed hidden states in, the o_proj output out. */
-export interface AttentionLayer {
-  /**
-   * @param l the layer index (selects its KV cache and the attention backend's layer state)
-   * @param x [T, H] input_layernorm output
-   * @param positions i32 [T]
-   * @returns [T, H]
-   */
-  forward(l: number, x: Tensor, positions: Tensor, ctx: ForwardContext): Tensor;
-  /** The layer's own weights (for dispose). */
-  readonly weights: readonly Tensor[];
-}
-
-/**
- * An attention kind (DESIGN.md §7: GQA now, MLA next): its KV layout, what its layers share
- * (the RoPE table) and how one layer loads. The decoder skeleton (decoder.ts) calls it.
- */
-export interface AttentionKind {
-  layout(config: ModelConfig): QkvLayout;
-  /** Uploads the tensors every layer shares; `maxPositions` rows of RoPE. */
-  loadShared(config: ModelConfig, loader: WeightLoader, maxPositions: number): readonly Tensor[];
-  loadLayer(config: ModelConfig, loader: WeightLoader, l: number, shared: readonly Tensor[]): AttentionLayer;
-}
 
 /**
  * GQA attention with the HF Llama family's variants: fused q/k/v (+ biases), Qwen3 / GLM q/k

@@ -1,7 +1,7 @@
 import type { Backend, BackendMlaOps, MlaDims, QkvLayout, Tensor } from "../backends/backend.js";
 import { indexerSourceLayer } from "../config/mla_config.js";
 import { type MlaConfig, type ModelConfig, ModelConfigError } from "../config/model_config.js";
-import type { AttentionKind, AttentionLayer, ForwardContext } from "./attention_gqa.js";
+import type { AttentionKind, AttentionLayer, ForwardContext } from "./blocks.js";
 import { DsaIndexer, indexerWeightSpecs } from "./dsa_indexer.js";
 import type { WeightSpec } from "./dummy.js";
 import { buildCosSinCache, computeInvFreq, ropeAttentionFactor } from "./rope.js";

@@ -1,12 +1,12 @@
 import type { Backend, QkvLayout, Tensor } from "../backends/backend.js";
 import { type ModelConfig, ModelConfigError, mlpKindOf } from "../config/model_config.js";
-import type { AttentionKind, AttentionLayer, ForwardContext } from "./attention_gqa.js";
-import { DenseMlp, type MlpLayer } from "./mlp.js";
+import type { AttentionKind, AttentionLayer, ForwardContext, MlpLayer } from "./blocks.js";
+import { DenseMlp } from "./mlp.js";
 import { MoeMlp } from "./moe_mlp.js";
 import { type LoadProgress, WeightLoader } from "./weight_loader.js";
 import { WeightLoadError, type WeightSource } from "./weights.js";
 
-export type { ForwardContext } from "./attention_gqa.js";
+export type { ForwardContext } from "./blocks.js";
 export type { LoadProgress } from "./weight_loader.js";
 
 /** One decoder layer: pre-norm attention and MLP blocks around the residual stream. */

@@ -1,6 +1,6 @@
 import type { Backend, BackendMlaOps, Tensor } from "../backends/backend.js";
 import type { DsaIndexerConfig, MlaConfig, ModelConfig } from "../config/model_config.js";
-import type { ForwardContext } from "./attention_gqa.js";
+import type { ForwardContext } from "./blocks.js";
 import type { WeightSpec } from "./dummy.js";
 import type { WeightLoader } from "./weight_loader.js";
 

@@ -1,12 +1,6 @@
 import type { Backend, Tensor } from "../backends/backend.js";
+import type { MlpLayer } from "./blocks.js";
 import type { WeightLoader } from "./weight_loader.js";
-
-/** One decoder layer's MLP block: post_attention_layernorm output [T, H] in, [T, H] out. */
-export interface MlpLayer {
-  forward(x: Tensor): Tensor;
-  /** The block's own weights (for dispose). */
-  readonly weights: readonly Tensor[];
-}
 
 /**
  * The SiLU-gated MLP (HF LlamaMLP / Qwen3MoeMLP / Glm4MoeMLP; also MoE shared experts):

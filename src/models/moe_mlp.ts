@@ -1,7 +1,8 @@
 import type { Backend, BackendMoeOps, HostTensorData, Tensor } from "../backends/backend.js";
 import type { ModelConfig, MoeConfig, MoeRoutingRule } from "../config/model_config.js";
+import type { MlpLayer } from "./blocks.js";
 import type { WeightSpec } from "./dummy.js";
-import { DenseMlp, type MlpLayer } from "./mlp.js";
+import { DenseMlp } from "./mlp.js";
 import type { WeightLoader } from "./weight_loader.js";
 import { concatRows } from "./weights.js";
 

@@ -36,15 +36,27 @@ export interface FixtureCase {
 
 /** The trained reference models. */
 export type TrainedModel = "ref-small" | "ref-base";
-/** The tiny random checkpoints of transformers 5.17 (../shared/models/README.md). */
-export type TinyModel =
-  | "tiny-qwen3-moe"
-  | "tiny-glm4-moe"
-  | "tiny-deepseek-v3"
-  | "tiny-deepseek-v32"
-  | "tiny-glm5-dsa"
-  /** GLM-5 with "shared" indexer layers, made by scripts/gpu/mla_configs.py --shared-fixture. */
-  | "tiny-glm5-dsa-shared";
+/**
+ * The tiny random checkpoints of transformers 5.17: the two of ../shared/models/README.md, and
+ * those scripts/gpu/moe_fixtures.sh makes (a group-limited router with a nonzero correction
+ * bias, a packed-expert checkpoint, 512-token-vocabulary copies of the two shapes small enough
+ * for test/fixtures/models/). Tests of a model skip unless both it and its fixture are found.
+ */
+export const TINY_MODELS = [
+  "tiny-qwen3-moe",
+  "tiny-glm4-moe",
+  "tiny-glm4-moe-grouped",
+  "tiny-qwen3-moe-packed",
+  "tiny-qwen3-moe-v512",
+  "tiny-glm4-moe-v512",
+  // MLA / DSA (../shared/models/README.md), and GLM-5 with "shared" indexer layers
+  // (scripts/gpu/mla_configs.py --shared-fixture).
+  "tiny-deepseek-v3",
+  "tiny-deepseek-v32",
+  "tiny-glm5-dsa",
+  "tiny-glm5-dsa-shared",
+] as const;
+export type TinyModel = (typeof TINY_MODELS)[number];
 export type RefModel = TrainedModel | TinyModel;
 
 /** Directory of a reference model, or null when it is not available on this machine. */
@@ -59,9 +71,17 @@ export function refModelDir(name: RefModel): string | null {
   return candidates.find((d) => d !== "" && existsSync(join(d, "config.json"))) ?? null;
 }
 
-/** Whether test/fixtures has the HF fixture of a reference model. */
+/** Whether test/fixtures/hf-<name>.json exists. */
 export function hasFixture(name: RefModel): boolean {
   return existsSync(join(repoRoot, "test", "fixtures", `hf-${name}.json`));
+}
+
+/**
+ * Directory of a model whose fixture exists too, or null (a tiny checkpoint may be found in
+ * ../shared without its fixture having been copied, or the other way round).
+ */
+export function referencedModelDir(name: RefModel): string | null {
+  return hasFixture(name) ? refModelDir(name) : null;
 }
 
 /** The HF fixture cases of a reference model. */

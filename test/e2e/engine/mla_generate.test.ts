@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { LLM, type LLMOptions } from "../../../src/engine/llm.js";
 import type { RequestOutput } from "../../../src/engine/outputs.js";
-import { hasFixture, loadFixture, type RefModel, refModelDir } from "../../helpers/reference.js";
+import { loadFixture, type RefModel, referencedModelDir, refModelDir } from "../../helpers/reference.js";
 
 /** A greedy divergence from HF is accepted only where the engine's top-2 logits differ by less. */
 const TIE_EPS = 1e-3;
@@ -54,8 +54,7 @@ async function generate(opts: LLMOptions, prompts: number[][], maxTokens: number
 const MODELS = ["tiny-deepseek-v3", "tiny-deepseek-v32", "tiny-glm5-dsa"] as RefModel[];
 
 for (const name of [...MODELS, "tiny-glm5-dsa-shared" as RefModel]) {
-  const found = refModelDir(name);
-  const dir = found !== null && hasFixture(name) ? found : null;
+  const dir = referencedModelDir(name);
   describe(`engine greedy vs HF: ${name}`, { skip: dir === null && `${name} not found` }, () => {
     const cases = loadFixture(name);
     const prompts = cases.map((c) => c.input_ids);

@@ -16,7 +16,7 @@ import { loadModelConfig } from "../../../src/config/model_config.js";
 import { DeepseekV3ForCausalLM } from "../../../src/models/llama.js";
 import { SafetensorsCheckpoint } from "../../../src/models/safetensors.js";
 import { allocateMlaKvCache } from "../../../src/worker/mla_kv_cache.js";
-import { hasFixture, loadFixture, type RefModel, refModelDir } from "../../helpers/reference.js";
+import { loadFixture, type RefModel, referencedModelDir } from "../../helpers/reference.js";
 import { buildMetadata, maxAbsDiff } from "../backends/cpu/helpers.js";
 
 const BLOCK_SIZE = 16;
@@ -45,8 +45,7 @@ const MODELS = [
   "tiny-glm5-dsa-shared",
 ] as RefModel[];
 for (const name of MODELS) {
-  const found = refModelDir(name);
-  const modelDir = found !== null && hasFixture(name) ? found : null;
+  const modelDir = referencedModelDir(name);
   describe(`${name} vs HF transformers (fp32)`, {
     skip: modelDir === null && `${name} or its fixture not found (see test/helpers/reference.ts)`,
   }, () => {

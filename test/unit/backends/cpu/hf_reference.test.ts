@@ -16,7 +16,7 @@ import { CpuBackend } from "../../../../src/backends/cpu/index.js";
 import { loadModelConfig } from "../../../../src/config/model_config.js";
 import { LlamaForCausalLM } from "../../../../src/models/llama.js";
 import { SafetensorsCheckpoint } from "../../../../src/models/safetensors.js";
-import { loadFixture, type RefModel, refModelDir } from "../../../helpers/reference.js";
+import { loadFixture, type RefModel, referencedModelDir, TINY_MODELS } from "../../../helpers/reference.js";
 import { buildMetadata, maxAbsDiff } from "./helpers.js";
 
 const BLOCK_SIZE = 16;
@@ -41,8 +41,8 @@ function top2(row: Float32Array): { id: number; first: number; second: number } 
   return { id, first, second };
 }
 
-for (const name of ["ref-small", "ref-base", "tiny-qwen3-moe", "tiny-glm4-moe"] as RefModel[]) {
-  const modelDir = refModelDir(name);
+for (const name of ["ref-small", "ref-base", ...TINY_MODELS] as RefModel[]) {
+  const modelDir = referencedModelDir(name);
   describe(`${name} vs HF transformers (fp32)`, {
     skip: modelDir === null && `${name} not found (see test/helpers/reference.ts)`,
   }, () => {
