@@ -55,6 +55,11 @@ export const TINY_MODELS = [
   "tiny-deepseek-v32",
   "tiny-glm5-dsa",
   "tiny-glm5-dsa-shared",
+  // The three above with the vocabulary pruned to the ids their fixtures use, kept in
+  // test/fixtures/models/ (scripts/fixtures/prune_vocab.py): exact HF logits of those ids.
+  "tiny-deepseek-v3-pv",
+  "tiny-deepseek-v32-pv",
+  "tiny-glm5-dsa-pv",
 ] as const;
 export type TinyModel = (typeof TINY_MODELS)[number];
 export type RefModel = TrainedModel | TinyModel;

@@ -1,7 +1,8 @@
 /**
  * MLA / DSA models through the whole engine on the CPU backend (scheduler, paged latent and
- * indexer key caches, worker thread): the tiny transformers 5.17 checkpoints (found as
- * test/helpers/reference.ts says) give HF's 24 greedy tokens for the three fixture prompts run
+ * indexer key caches, worker thread): the tiny transformers 5.17 checkpoints (their
+ * vocabulary-pruned copies in test/fixtures/models, scripts/fixtures/prune_vocab.py, and
+ * tiny-glm5-dsa-shared when found) give HF's 24 greedy tokens for the three fixture prompts run
  * as one batch, and again with chunked prefill, a tight pool that forces preemption and 4-token
  * pages (the indexer's top-k over the cache must not see the chunking); `--load-format dummy`
  * loads each family; a GLM-5 config with "shared" indexer layers decodes the same tokens alone
@@ -51,7 +52,7 @@ async function generate(opts: LLMOptions, prompts: number[][], maxTokens: number
   }
 }
 
-const MODELS = ["tiny-deepseek-v3", "tiny-deepseek-v32", "tiny-glm5-dsa"] as RefModel[];
+const MODELS = ["tiny-deepseek-v3-pv", "tiny-deepseek-v32-pv", "tiny-glm5-dsa-pv"] as RefModel[];
 
 for (const name of [...MODELS, "tiny-glm5-dsa-shared" as RefModel]) {
   const dir = referencedModelDir(name);
@@ -65,7 +66,7 @@ for (const name of [...MODELS, "tiny-glm5-dsa-shared" as RefModel]) {
     });
 
     it("chunked prefill (40-token budget), preemption (90 pages of 4 tokens) give the same tokens", async () => {
-      // 2 + 12 + 81 pages for the three requests at full length do not fit 90: one is preempted.
+      // 8 + 16 + 81 pages for the three requests at full length do not fit 90: one is preempted.
       const outs = await generate(
         { model: dir!, maxModelLen: 328, blockSize: 4, numGpuBlocksOverride: 90, maxNumBatchedTokens: 40 },
         prompts,
@@ -86,7 +87,7 @@ describe("MLA dummy weights", () => {
     writeFileSync(join(path, "config.json"), JSON.stringify(cfg));
     return path;
   };
-  const prompt = Array.from({ length: 70 }, (_, i) => (i * 37 + 11) % 16384);
+  const prompt = Array.from({ length: 70 }, (_, i) => (i * 37 + 11) % 383);
 
   for (const name of MODELS) {
     const dir = refModelDir(name);
@@ -103,8 +104,8 @@ describe("MLA dummy weights", () => {
   }
 
   it("GLM-5 with shared indexer layers: alone, batched, chunked and preempted decode the same tokens", async (t) => {
-    const dir = refModelDir("tiny-glm5-dsa");
-    if (dir === null) return t.skip("tiny-glm5-dsa not found");
+    const dir = refModelDir("tiny-glm5-dsa-pv");
+    if (dir === null) return t.skip("tiny-glm5-dsa-pv not found");
     const cfg = JSON.parse(readFileSync(join(dir, "config.json"), "utf8")) as Record<string, unknown>;
     const path = folder("glm5-shared", { ...cfg, indexer_types: ["full", "shared", "full", "shared"] });
     const prompts = [prompt, prompt.slice(0, 9), prompt.slice(20, 60)];

@@ -3,7 +3,8 @@
  * tiny-deepseek-v32: + the DSA lightning indexer with half-split RoPE; tiny-glm5-dsa: GLM-5's
  * form, interleaved indexer RoPE, rope_parameters, mlp_layer_types, indexer_types; index_topk 32,
  * so the 40- and 300-token prompts drop tokens) on the CPU backend against HF's fp32 outputs
- * (test/fixtures/hf-<model>.json): last-position logits of each prompt within 2e-3 and the 24
+ * (test/fixtures/hf-<model>.json; the -pv copies keep the vocabulary rows their fixtures use,
+ * scripts/fixtures/prune_vocab.py, so CI runs them without ../shared): last-position logits of each prompt within 2e-3 and the 24
  * greedy tokens identical, decoding through the paged latent and indexer caches (the fixtures
  * come from full forwards without a cache). A divergence is accepted only where the engine's
  * own top-2 logits differ by less than 1e-3 (an fp32 near-tie); the test checks that.
@@ -38,11 +39,15 @@ function top2(row: Float32Array): { id: number; first: number; second: number } 
   return { id, first, second };
 }
 
+/** The checkpoints of ../shared and their vocabulary-pruned copies in test/fixtures/models (CI). */
 const MODELS = [
   "tiny-deepseek-v3",
   "tiny-deepseek-v32",
   "tiny-glm5-dsa",
   "tiny-glm5-dsa-shared",
+  "tiny-deepseek-v3-pv",
+  "tiny-deepseek-v32-pv",
+  "tiny-glm5-dsa-pv",
 ] as RefModel[];
 for (const name of MODELS) {
   const modelDir = referencedModelDir(name);
