@@ -6,15 +6,16 @@ transformers 5.17 there; seconds on the CPU of that machine).
 1. `GlmMoeDsaConfig()` and `DeepseekV32Config()` -> to_dict(); every key the committed
    config.json files hold is compared (lists and dicts by value); prints one line per model,
    "OK" or the keys that differ, and writes the regenerated files to <out>/.
-2. With --shared-fixture DIR (a copy of ../shared/models/tiny-glm5-dsa): the same config with
-   indexer_types [full, shared, full, shared], random weights (seed 0), saved in bf16 to
-   <out>/tiny-glm5-dsa-shared/ (with DIR's tokenizer files), and <out>/hf-tiny-glm5-dsa-shared.json
+2. With --shared-fixture: tiny-glm5-dsa's config (test/fixtures/models/tiny-glm5-dsa-pv with
+   its 16384-token vocabulary back) with indexer_types [full, shared, full, shared], random
+   weights (seed 0), saved in bf16 to <out>/tiny-glm5-dsa-shared/ (with ref-small's tokenizer, as
+   the other tiny models), and <out>/hf-tiny-glm5-dsa-shared.json
    in the format of ../shared/fixtures/hf-tiny-*.json: for prompts of 7, 40 and 300 random ids,
    the fp32 last-position logits and 24 greedy tokens by full forwards without a cache (TF32
    off). Copy both next to the other tiny models; test/unit/models/mla_hf_reference.test.ts and
    test/e2e/engine/mla_generate.test.ts pick the model up by name.
 
-usage: python3 scripts/gpu/mla_configs.py --out $OUT [--shared-fixture .device/models/tiny-glm5-dsa]
+usage: python3 scripts/gpu/mla_configs.py --out $OUT [--shared-fixture]
 """
 import argparse, json, os, shutil, sys
 
@@ -41,19 +42,22 @@ def check_configs(out):
     return ok
 
 
-def shared_fixture(src, out):
+def shared_fixture(out):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    with open(os.path.join(src, "config.json")) as f:
+    with open("test/fixtures/models/tiny-glm5-dsa-pv/config.json") as f:
         cfg = json.load(f)
+    cfg["vocab_size"] = 16384
     cfg["indexer_types"] = ["full", "shared", "full", "shared"]
-    config = GlmMoeDsaConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type", "transformers_version")})
+    src = "models/ref-small"
+    derived = ("architectures", "model_type", "transformers_version", "qk_head_dim")  # set by the class
+    config = GlmMoeDsaConfig(**{k: v for k, v in cfg.items() if k not in derived})
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     name = "tiny-glm5-dsa-shared"
     dst = os.path.join(out, name)
     model.save_pretrained(dst, safe_serialization=True)
-    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+    for f in ("tokenizer.json", "tokenizer_config.json"):
         if os.path.exists(os.path.join(src, f)):
             shutil.copy(os.path.join(src, f), dst)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -87,12 +91,12 @@ def shared_fixture(src, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--shared-fixture", metavar="DIR", help="tiny-glm5-dsa folder to derive the shared-layer model from")
+    ap.add_argument("--shared-fixture", action="store_true", help="also make tiny-glm5-dsa-shared and its fixture")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     ok = check_configs(a.out)
     if a.shared_fixture:
-        shared_fixture(a.shared_fixture, a.out)
+        shared_fixture(a.out)
     sys.exit(0 if ok else 1)
 
 
