@@ -16,6 +16,10 @@ import { ModelConfigError } from "./model_config_error.js";
  *   latent = [rmsNorm_{1e-6}(c) * kv_a_layernorm, RoPE(kpe)]     (the cached row)
  *   k_nope, v = kv_b_proj(latent[:kv_lora_rank]) per head [qk_nope_head_dim | v_head_dim]
  *   attention over the latent rows, scale {@link MlaConfig.softmaxScale}; o_proj.
+ * DSA (DeepSeek-V3.2, GLM-5): the indexer scores every causal position (HF masks the future
+ * with -inf before its topk), each query keeps its index_topk best (all of them while fewer
+ * exist), and the attention mask is causal AND selected, in prefill as in decode; a "shared"
+ * layer (GLM-5 `indexer_types`) reuses the selection of the nearest full layer before it.
  * RoPE of the attention is interleaved (pairs (2i, 2i+1)) in all three families as 5.17 runs
  * them (DeepSeek-V3 `rope_interleave`, true by default; DeepSeek-V3.2 and GLM-5 always); the
  * indexer's is half-split (NeoX) in DeepSeek-V3.2 and interleaved in GLM-5. Both were checked
