@@ -1,10 +1,13 @@
 // N-API functions over the paged attention and sampling launchers (native/kernels/attention.h,
-// sampling.h, written on branch wip/cuda-attn). When a header is absent at build time the
+// sampling.h, written on branch wip/cuda-attn). The attention launchers take the fields of
+// HsPagedAttentionParams as one named object, read by the generated readParams (params.gen.h,
+// shared with hisparse.cc's sparseDecodeAttention). When a header is absent at build time the
 // functions still exist but throw, and buildInfo.hasAttention / hasSampling are false.
 #include "common.h"
 
 #if __has_include("../kernels/attention.h")
 #include "../kernels/attention.h"
+#include "params.gen.h"
 #define HS_HAVE_ATTENTION 1
 #else
 #define HS_HAVE_ATTENTION 0
@@ -25,32 +28,6 @@ namespace {
                                          "`npm run build:native`");
 }
 
-#if HS_HAVE_ATTENTION
-/** Reads the 18 fields shared by decode and prefill (arguments 1..18 after the stream). */
-HsPagedAttentionParams readParams(const Args& a) {
-  HsPagedAttentionParams p{};
-  p.qkv = a.as<const __nv_bfloat16>(1);
-  p.qkvRowStride = a.i32(2);
-  p.kvCache = a.as<const __nv_bfloat16>(3);
-  p.out = a.as<__nv_bfloat16>(4);
-  p.queryStartLoc = a.as<const int>(5);
-  p.seqLens = a.as<const int>(6);
-  p.blockTables = a.as<const int>(7);
-  p.maxBlocksPerReq = a.i32(8);
-  p.numReqs = a.i32(9);
-  p.numTokens = a.i32(10);
-  p.numHeads = a.i32(11);
-  p.numKvHeads = a.i32(12);
-  p.headDim = a.i32(13);
-  p.blockSize = a.i32(14);
-  p.scale = a.f32(15);
-  p.maxModelLen = a.i32(16);
-  p.workspace = a.ptr(17);
-  p.workspaceBytes = a.size(18);
-  return p;
-}
-#endif
-
 /** pagedAttentionWorkspaceBytes(maxNumReqs, maxNumTokens, numHeads, headDim, maxModelLen, blockSize). */
 Napi::Value AttentionWorkspaceBytes(const Napi::CallbackInfo& info) {
 #if HS_HAVE_ATTENTION
@@ -62,13 +39,12 @@ Napi::Value AttentionWorkspaceBytes(const Napi::CallbackInfo& info) {
 #endif
 }
 
-/** pagedDecodeAttention(stream, qkv, qkvRowStride, kvCache, out, queryStartLoc, seqLens, blockTables,
- *  maxBlocksPerReq, numReqs, numTokens, numHeads, numKvHeads, headDim, blockSize, scale, maxModelLen,
- *  workspace, workspaceBytes). */
+/** pagedDecodeAttention(stream, params: the fields of HsPagedAttentionParams by name; params.gen.h). */
 Napi::Value PagedDecodeAttention(const Napi::CallbackInfo& info) {
 #if HS_HAVE_ATTENTION
-  Args a(info, 19, "pagedDecodeAttention");
-  const HsPagedAttentionParams p = readParams(a);
+  Args a(info, 2, "pagedDecodeAttention");
+  HsPagedAttentionParams p{};
+  readParams(ParamObject(info, 1, "pagedDecodeAttention"), p);
   checkLaunch(hsPagedDecodeAttention(&p, a.stream(0)), "hsPagedDecodeAttention", a.stream(0), __FILE__, __LINE__);
   return info.Env().Undefined();
 #else
@@ -76,12 +52,13 @@ Napi::Value PagedDecodeAttention(const Napi::CallbackInfo& info) {
 #endif
 }
 
-/** pagedPrefillAttention(<the 19 decode arguments>, maxQueryLen). */
+/** pagedPrefillAttention(stream, params: as pagedDecodeAttention, maxQueryLen). */
 Napi::Value PagedPrefillAttention(const Napi::CallbackInfo& info) {
 #if HS_HAVE_ATTENTION
-  Args a(info, 20, "pagedPrefillAttention");
-  const HsPagedAttentionParams p = readParams(a);
-  checkLaunch(hsPagedPrefillAttention(&p, a.i32(19), a.stream(0)), "hsPagedPrefillAttention", a.stream(0), __FILE__,
+  Args a(info, 3, "pagedPrefillAttention");
+  HsPagedAttentionParams p{};
+  readParams(ParamObject(info, 1, "pagedPrefillAttention"), p);
+  checkLaunch(hsPagedPrefillAttention(&p, a.i32(2), a.stream(0)), "hsPagedPrefillAttention", a.stream(0), __FILE__,
               __LINE__);
   return info.Env().Undefined();
 #else

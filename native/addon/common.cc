@@ -12,6 +12,19 @@ const char* baseName(const char* path) {
   return slash ? slash + 1 : path;
 }
 
+// The value checks of Args and ParamObject (one rule per kind of argument).
+constexpr double kTwoPow53 = 9007199254740992.0;
+constexpr const char* kExpectAddress = "an address (a non-negative integer)";
+constexpr const char* kExpectI32 = "an int32 integer";
+constexpr const char* kExpectSize = "a non-negative integer";
+
+bool isAddress(double d) {
+  return d >= 0 && d < kTwoPow53 && std::floor(d) == d;
+}
+bool isI32(double d) {
+  return d >= -2147483648.0 && d <= 2147483647.0 && std::floor(d) == d;
+}
+
 }  // namespace
 
 std::string cudaErrorText(cudaError_t err) {
@@ -63,19 +76,19 @@ double Args::number(size_t i) const {
 
 void* Args::ptr(size_t i) const {
   const double d = number(i);
-  if (!(d >= 0 && d < 9007199254740992.0) || std::floor(d) != d) fail(i, "an address (a non-negative integer)");
+  if (!isAddress(d)) fail(i, kExpectAddress);
   return reinterpret_cast<void*>(static_cast<uintptr_t>(d));
 }
 
 int Args::i32(size_t i) const {
   const double d = number(i);
-  if (!(d >= -2147483648.0 && d <= 2147483647.0) || std::floor(d) != d) fail(i, "an int32 integer");
+  if (!isI32(d)) fail(i, kExpectI32);
   return static_cast<int>(d);
 }
 
 size_t Args::size(size_t i) const {
   const double d = number(i);
-  if (!(d >= 0 && d < 9007199254740992.0) || std::floor(d) != d) fail(i, "a non-negative integer");
+  if (!isAddress(d)) fail(i, kExpectSize);
   return static_cast<size_t>(d);
 }
 
@@ -87,6 +100,46 @@ bool Args::flag(size_t i) const {
   const Napi::Value v = info_[i];
   if (!v.IsBoolean()) fail(i, "a boolean");
   return v.As<Napi::Boolean>().Value();
+}
+
+ParamObject::ParamObject(const Napi::CallbackInfo& info, size_t index, const char* fn) : env_(info.Env()), fn_(fn) {
+  if (info.Length() <= index || !info[index].IsObject()) {
+    throw Napi::TypeError::New(env_, std::string("argument ") + std::to_string(index) + " of " + fn +
+                                         " must be its parameter object");
+  }
+  obj_ = info[index].As<Napi::Object>();
+}
+
+void ParamObject::fail(const char* key, const char* expected) const {
+  throw Napi::TypeError::New(env_, std::string(fn_) + ": params." + key + " must be " + expected);
+}
+
+double ParamObject::number(const char* key) const {
+  const Napi::Value v = obj_.Get(key);
+  if (!v.IsNumber()) fail(key, "a number");
+  return v.As<Napi::Number>().DoubleValue();
+}
+
+AnyPtr ParamObject::ptr(const char* key) const {
+  const double d = number(key);
+  if (!isAddress(d)) fail(key, kExpectAddress);
+  return AnyPtr(reinterpret_cast<void*>(static_cast<uintptr_t>(d)));
+}
+
+int ParamObject::i32(const char* key) const {
+  const double d = number(key);
+  if (!isI32(d)) fail(key, kExpectI32);
+  return static_cast<int>(d);
+}
+
+size_t ParamObject::size(const char* key) const {
+  const double d = number(key);
+  if (!isAddress(d)) fail(key, kExpectSize);
+  return static_cast<size_t>(d);
+}
+
+float ParamObject::f32(const char* key) const {
+  return static_cast<float>(number(key));
 }
 
 double optNumber(const Napi::Object& opts, const char* key, double fallback) {

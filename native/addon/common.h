@@ -1,6 +1,7 @@
 // Shared helpers of the N-API layer: CUDA error checks that throw JS errors, and argument parsing
-// for the flat launcher functions (device pointers and sizes travel as JS numbers: x86-64 and
-// aarch64 user addresses are below 2^48, so a double holds them exactly).
+// for the launcher functions, positional (Args) or one named parameter object (ParamObject), with
+// the same checks (device pointers and sizes travel as JS numbers: x86-64 and aarch64 user
+// addresses are below 2^48, so a double holds them exactly).
 //
 // Error policy: every CUDA runtime call is checked; a failure throws a C++ exception that
 // node-addon-api (NODE_ADDON_API_CPP_EXCEPTIONS_ALL) turns into a JS Error whose message names the
@@ -64,6 +65,46 @@ class Args {
   double number(size_t i) const;
   [[noreturn]] void fail(size_t i, const char* expected) const;
   const Napi::CallbackInfo& info_;
+  const char* fn_;
+};
+
+/** A device address read from a parameter object: converts to the pointer type of the C struct field it is assigned to. */
+class AnyPtr {
+ public:
+  explicit AnyPtr(void* p) : p_(p) {}
+  template <typename T>
+  operator T*() const {  // NOLINT(google-explicit-constructor): assignment to any pointer field
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  void* p_;
+};
+
+/**
+ * Reads the fields of a launcher's named parameter object (src/backends/cuda/addon_params.ts;
+ * params.gen.h reads each C struct through it) with the checks of Args, by field name: a missing
+ * or mistyped field throws a TypeError naming the launcher and the field
+ * ("questSelect: params.seqLens must be an address (a non-negative integer)").
+ */
+class ParamObject {
+ public:
+  /** @throws TypeError when argument `index` of `fn` is not an object. */
+  ParamObject(const Napi::CallbackInfo& info, size_t index, const char* fn);
+
+  /** A device or host address (non-negative integer below 2^53; 0 = NULL). */
+  AnyPtr ptr(const char* key) const;
+  /** An integer in int32 range. */
+  int i32(const char* key) const;
+  /** A non-negative integer below 2^53 (bytes, element counts). */
+  size_t size(const char* key) const;
+  float f32(const char* key) const;
+
+ private:
+  double number(const char* key) const;
+  [[noreturn]] void fail(const char* key, const char* expected) const;
+  Napi::Env env_;
+  Napi::Object obj_;
   const char* fn_;
 };
 

@@ -28,30 +28,20 @@
 namespace hs_sparse {
 namespace {
 
-struct SelectArgs {
-  const uint16_t* qkv;
-  int qkvRowStride;
-  const int32_t* tokenRow;
-  const uint16_t* digests;
-  int numHostBlocks;
-  const int32_t* seqLens;
-  const int32_t* rowFlags;
-  const int32_t* reqSlot;
-  const int32_t* hostBlockTable;
-  const int32_t* pinnedTable;
-  int tableStride;
-  int numSlots;
-  int32_t* selPages;
-  int32_t* selCount;
-  unsigned long long* keys;  // [numReqs, Hkv, tableStride]
-  int numHeads;
-  int numKvHeads;
-  int headDim;
-  int blockSize;
-  int budgetPages;
-  int sinkPages;
-  int windowPages;
-};
+// The kernels take the launcher's HsQuestSelectParams by value (no second copy of its fields);
+// these are the typed views of its untyped pointers.
+/** bf16 bits of the qkv rows. */
+__device__ __forceinline__ const uint16_t* qkvBits(const HsQuestSelectParams& a) {
+  return static_cast<const uint16_t*>(a.qkv);
+}
+/** bf16 bits of the digests [numHostBlocks, 2, Hkv, D]. */
+__device__ __forceinline__ const uint16_t* digestBits(const HsQuestSelectParams& a) {
+  return static_cast<const uint16_t*>(a.digests);
+}
+/** The sort keys in the scratch: [numReqs, Hkv, tableStride]. */
+__device__ __forceinline__ unsigned long long* sortKeys(const HsQuestSelectParams& a) {
+  return static_cast<unsigned long long*>(a.scratch);
+}
 
 /** Pages scored by one CTA of questScoreKernel (one per thread). */
 constexpr int kScorePages = kThreads;
@@ -71,9 +61,9 @@ constexpr int kHeadTile = 8;
  * a NaN head sum counts as -inf (all NaN: -inf), as in the oracle.
  * q: the group's queries [G, D] in float64 (shared memory).
  */
-__device__ __forceinline__ double pageScore(const SelectArgs& a, const double* q, int G, int hb, int g) {
+__device__ __forceinline__ double pageScore(const HsQuestSelectParams& a, const double* q, int G, int hb, int g) {
   const int D = a.headDim;
-  const uint4* mn = reinterpret_cast<const uint4*>(a.digests + (static_cast<size_t>(hb) * 2 * a.numKvHeads + g) * D);
+  const uint4* mn = reinterpret_cast<const uint4*>(digestBits(a) + (static_cast<size_t>(hb) * 2 * a.numKvHeads + g) * D);
   const uint4* mx = mn + static_cast<size_t>(a.numKvHeads) * D / 8;
   double best = -INFINITY;
   for (int h0 = 0; h0 < G; h0 += kHeadTile) {
@@ -185,12 +175,12 @@ struct SelectRow {
   int numPages;
   int windowStart;
   const int32_t* pinRow;
-  __device__ bool forced(const SelectArgs& a, int p) const {
+  __device__ bool forced(const HsQuestSelectParams& a, int p) const {
     return p < a.sinkPages || p >= windowStart || (pinRow != nullptr && pinRow[p] != 0);
   }
 };
 
-__device__ __forceinline__ SelectRow selectRow(const SelectArgs& a, int r) {
+__device__ __forceinline__ SelectRow selectRow(const HsQuestSelectParams& a, int r) {
   SelectRow row{};
   const bool active = a.rowFlags == nullptr || a.rowFlags[r] != 0;
   row.slot = a.reqSlot[r];
@@ -205,7 +195,7 @@ __device__ __forceinline__ SelectRow selectRow(const SelectArgs& a, int r) {
 }
 
 /** Scores one chunk of pages of one (row, kv head) into the keys (step 2 of the file comment). */
-__global__ void __launch_bounds__(kThreads) questScoreKernel(const SelectArgs a) {
+__global__ void __launch_bounds__(kThreads) questScoreKernel(const HsQuestSelectParams a) {
   extern __shared__ __align__(16) unsigned char smem[];
   double* qg = reinterpret_cast<double*>(smem);  // [G, D]
   const int chunk = blockIdx.x;
@@ -215,7 +205,7 @@ __global__ void __launch_bounds__(kThreads) questScoreKernel(const SelectArgs a)
   // Rows that fit the budget take every page and need no score.
   if (!row.valid || row.numPages <= a.budgetPages || chunk * kScorePages >= row.numPages) return;
   const int G = a.numHeads / a.numKvHeads;
-  const uint16_t* q = a.qkv + static_cast<size_t>(row.qRow) * a.qkvRowStride;
+  const uint16_t* q = qkvBits(a) + static_cast<size_t>(row.qRow) * a.qkvRowStride;
   for (int j = threadIdx.x; j < G * a.headDim; j += blockDim.x)
     qg[j] = static_cast<double>(bf16Bits(q[static_cast<size_t>(g * G) * a.headDim + j]));
   __syncthreads();
@@ -227,10 +217,10 @@ __global__ void __launch_bounds__(kThreads) questScoreKernel(const SelectArgs a)
     // An invalid host block (never in a consistent table) ranks lowest instead of faulting.
     key = hb >= 0 && hb < a.numHostBlocks ? orderKey(pageScore(a, qg, G, hb, g)) : 1ull;
   }
-  a.keys[(static_cast<size_t>(r) * a.numKvHeads + g) * a.tableStride + p] = key;
+  sortKeys(a)[(static_cast<size_t>(r) * a.numKvHeads + g) * a.tableStride + p] = key;
 }
 
-__global__ void __launch_bounds__(kThreads) questSelectKernel(const SelectArgs a) {
+__global__ void __launch_bounds__(kThreads) questSelectKernel(const HsQuestSelectParams a) {
   extern __shared__ __align__(16) unsigned char smem[];
   int* hist = reinterpret_cast<int*>(smem);
   int* warpSums = hist + 256;
@@ -255,7 +245,7 @@ __global__ void __launch_bounds__(kThreads) questSelectKernel(const SelectArgs a
   const int k = a.budgetPages - blockSum(myForced, warpSums);
   unsigned long long threshold = ~0ull;  // k <= 0: no score is taken
   int take = 0;
-  const unsigned long long* keys = a.keys + item * a.tableStride;
+  const unsigned long long* keys = sortKeys(a) + item * a.tableStride;
   if (k > 0) threshold = radixSelect(keys, numPages, k, hist, bc, &take);
   // Ordered pass: forced pages, keys above the threshold, then the first `take` keys equal to it.
   int eqSoFar = 0;
@@ -307,36 +297,13 @@ extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t 
       !aligned16(p->digests) || (reinterpret_cast<uintptr_t>(p->scratch) & 7) != 0 ||
       p->scratchBytes < hsQuestSelectScratchBytes(p->numReqs, p->numKvHeads, p->tableStride))
     return cudaErrorInvalidValue;
-  SelectArgs a{};
-  a.qkv = static_cast<const uint16_t*>(p->qkv);
-  a.qkvRowStride = p->qkvRowStride;
-  a.tokenRow = p->tokenRow;
-  a.digests = static_cast<const uint16_t*>(p->digests);
-  a.numHostBlocks = p->numHostBlocks;
-  a.seqLens = p->seqLens;
-  a.rowFlags = p->rowFlags;
-  a.reqSlot = p->reqSlot;
-  a.hostBlockTable = p->hostBlockTable;
-  a.pinnedTable = p->pinnedTable;
-  a.tableStride = p->tableStride;
-  a.numSlots = p->numSlots;
-  a.selPages = p->selPages;
-  a.selCount = p->selCount;
-  a.keys = static_cast<unsigned long long*>(p->scratch);
-  a.numHeads = p->numHeads;
-  a.numKvHeads = p->numKvHeads;
-  a.headDim = p->headDim;
-  a.blockSize = p->blockSize;
-  a.budgetPages = p->budgetPages;
-  a.sinkPages = p->sinkPages;
-  a.windowPages = p->windowPages;
   const int chunks = (p->tableStride + kScorePages - 1) / kScorePages;
   const dim3 scoreGrid(chunks, p->numKvHeads, p->numReqs);
   if (p->numKvHeads > 65535) return cudaErrorInvalidValue;
-  questScoreKernel<<<scoreGrid, kThreads, scoreSmemBytes(p->numHeads / p->numKvHeads, p->headDim), stream>>>(a);
+  questScoreKernel<<<scoreGrid, kThreads, scoreSmemBytes(p->numHeads / p->numKvHeads, p->headDim), stream>>>(*p);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const dim3 grid(p->numKvHeads, p->numReqs);
-  questSelectKernel<<<grid, kThreads, selectSmemBytes(), stream>>>(a);
+  questSelectKernel<<<grid, kThreads, selectSmemBytes(), stream>>>(*p);
   return cudaGetLastError();
 }

@@ -5,6 +5,7 @@
 import { DensePagedAttention } from "../../src/attention/backend.js";
 import type { Backend, Tensor } from "../../src/backends/backend.js";
 import { loadModelConfig, type ModelConfig } from "../../src/config/model_config.js";
+import { newExtensionData } from "../../src/core/extension_data.js";
 import { asBlockId, asRequestId } from "../../src/core/ids.js";
 import { makeSamplingParams } from "../../src/core/sampling_params.js";
 import type { SchedulerOutput } from "../../src/core/sched/output.js";
@@ -69,7 +70,7 @@ export function lastLogits(backend: Backend, h: Harness, ids: number[]): Float32
     totalNumScheduledTokens: ids.length,
     preemptedReqIds: new Set(),
     finishedReqIds: new Set(),
-    extensions: new Map(),
+    extensions: newExtensionData(),
   };
   const inp = prepareInputs(new Map([[reqId, state]]), so, h.blockSize);
   backend.resetWorkspace();

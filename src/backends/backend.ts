@@ -17,6 +17,7 @@
  */
 
 import type { MoeRoutingRule } from "../config/moe_config.js";
+import type { ExtensionData } from "../core/extension_data.js";
 import type { BackendMlaOps } from "./backend_mla.js";
 
 export type { BackendMlaOps, IndexerScales, MlaDims, RotarySpan } from "./backend_mla.js";
@@ -81,10 +82,11 @@ export interface AttentionMetadata {
     positions: Int32Array;
   };
   /**
-   * Per-step metadata of optional attention features, keyed by feature (e.g. "hisparse": page
-   * tables, host slot mapping); set by the worker's extensions, read by their AttentionBackend.
+   * Per-step metadata of optional attention features, one typed entry per feature (HiSparse:
+   * host slot mapping, dense-layer tables, the sparse rows); set by the worker's extensions,
+   * read by their AttentionBackend through the feature's ExtensionKey.
    */
-  extensions?: ReadonlyMap<string, unknown>;
+  extensions?: ExtensionData;
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { AttentionBackend } from "../attention/backend.js";
 import type { AttentionMetadata, Backend, BackendGraphs, GraphHandle, Tensor } from "../backends/backend.js";
+import { newExtensionData } from "../core/extension_data.js";
 import { PAD_SLOT_ID } from "../core/ids.js";
 import type { SchedulerOutput } from "../core/sched/output.js";
 import type { LlamaForCausalLM } from "../models/llama.js";
@@ -142,7 +143,9 @@ export class CudaGraphRunner {
   private forward(b: Bucket): Tensor {
     const meta = this.bucketMeta(b);
     if (b.ext.size > 0) {
-      meta.extensions = new Map([...b.ext].map(([name, st]) => [name, st.meta]));
+      const perFeature = newExtensionData();
+      for (const st of b.ext.values()) st.addTo(perFeature);
+      meta.extensions = perFeature;
       for (const st of b.ext.values()) st.beginForward?.();
     }
     return this.model.forward(

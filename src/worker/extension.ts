@@ -1,13 +1,14 @@
 import type { AttentionMetadata } from "../backends/backend.js";
+import type { ExtensionData } from "../core/extension_data.js";
 import type { SchedulerOutput } from "../core/sched/output.js";
 import type { PreparedInputs } from "./input_batch.js";
 
 /**
  * The worker half of an optional feature (the scheduler half is a SchedulerExtension with the
- * same `name`): it reads its data from `SchedulerOutput.extensions[name]`, gives its attention
- * backend per-step metadata through `AttentionMetadata.extensions[name]`, and answers in
- * `ModelRunnerOutput.extensions[name]`. Every method is optional; ModelRunner calls them in the
- * order listed.
+ * same `name`): it reads its entry of `SchedulerOutput.extensions`, gives its attention backend
+ * per-step metadata as an entry of `AttentionMetadata.extensions`, and answers with an entry of
+ * `ModelRunnerOutput.extensions`, each through the feature's own ExtensionKey (typed: readers
+ * need no casts). Every method is optional; ModelRunner calls them in the order listed.
  */
 export interface WorkerExtension {
   readonly name: string;
@@ -18,15 +19,20 @@ export interface WorkerExtension {
   applySchedulerOutput?(so: SchedulerOutput): void;
   /**
    * Before the forward, once the step's inputs and metadata are staged (workspace tensors made
-   * here live until the step ends).
-   * @returns metadata stored as `meta.extensions.get(name)`; undefined stores nothing.
+   * here live until the step ends): adds the feature's entry to `out`, the step's
+   * `meta.extensions`.
    */
-  prepareForward?(so: SchedulerOutput, inputs: PreparedInputs, meta: AttentionMetadata): unknown;
+  prepareForward?(
+    so: SchedulerOutput,
+    inputs: PreparedInputs,
+    meta: AttentionMetadata,
+    out: ExtensionData,
+  ): void;
   /**
-   * After the forward (not called when nothing was scheduled).
-   * @returns data stored as `modelRunnerOutput.extensions.get(name)`; undefined stores nothing.
+   * After the forward (not called when nothing was scheduled): adds the feature's answer to
+   * `out`, the step's `ModelRunnerOutput.extensions` (plain data: it may cross threads).
    */
-  afterForward?(so: SchedulerOutput): unknown;
+  afterForward?(so: SchedulerOutput, out: ExtensionData): void;
   /**
    * Optional: lets decode steps run by this feature replay from CUDA graphs (CudaGraphRunner).
    * Without it, steps with this extension always run eagerly.
@@ -52,8 +58,11 @@ export interface ExtensionGraphHooks {
 
 /** One bucket's persistent state of a feature: metadata whose tensors every replay reads. */
 export interface ExtensionGraphBucket {
-  /** Stored as `meta.extensions.get(name)` while the forward is recorded. */
-  readonly meta: unknown;
+  /**
+   * Adds the bucket's entry (metadata over its persistent tensors, which every replay reads) to
+   * `out`, the recorded forward's `meta.extensions`.
+   */
+  addTo(out: ExtensionData): void;
   /** Writes the step's inputs into the bucket's tensors; called before each replay (never while capturing). */
   write(so: SchedulerOutput, inputs: PreparedInputs): void;
   /** Recorded into the graph before the model's layers (device ops deriving per-step tables). */

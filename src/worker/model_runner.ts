@@ -1,6 +1,7 @@
 import { type AttentionBackend, DensePagedAttention } from "../attention/backend.js";
 import { DenseMlaAttention, type MlaAttentionBackend } from "../attention/mla.js";
 import type { AttentionMetadata, Backend, Tensor } from "../backends/backend.js";
+import { newExtensionData } from "../core/extension_data.js";
 import type { RequestId } from "../core/ids.js";
 import type { ModelRunnerOutput, SchedulerOutput, TokenLogprobs } from "../core/sched/output.js";
 import type { LlamaForCausalLM } from "../models/llama.js";
@@ -142,7 +143,12 @@ export class ModelRunner {
     updateStates(this.states, so);
     for (const id of so.finishedReqIds) this.sampler.forget(id);
     for (const ext of this.extensions) ext.applySchedulerOutput?.(so);
-    const out: ModelRunnerOutput = { reqIds: [], sampledTokenIds: [], logprobs: [], extensions: new Map() };
+    const out: ModelRunnerOutput = {
+      reqIds: [],
+      sampledTokenIds: [],
+      logprobs: [],
+      extensions: newExtensionData(),
+    };
     if (so.totalNumScheduledTokens === 0) return out;
     const inputs = prepareInputs(this.states, so, this.blockSize);
     const logits = this.forward(inputs, so);
@@ -161,10 +167,7 @@ export class ModelRunner {
         out.logprobs[r] = lp === null ? null : [lp];
       }
     }
-    for (const ext of this.extensions) {
-      const data = ext.afterForward?.(so);
-      if (data !== undefined) out.extensions.set(ext.name, data);
-    }
+    for (const ext of this.extensions) ext.afterForward?.(so, out.extensions);
     return out;
   }
 
@@ -183,11 +186,8 @@ export class ModelRunner {
     const T = inputs.inputIds.length;
     const meta = stageAttentionMetadata(b, inputs);
     if (this.extensions.length > 0) {
-      const perFeature = new Map<string, unknown>();
-      for (const ext of this.extensions) {
-        const data = ext.prepareForward?.(so, inputs, meta);
-        if (data !== undefined) perFeature.set(ext.name, data);
-      }
+      const perFeature = newExtensionData();
+      for (const ext of this.extensions) ext.prepareForward?.(so, inputs, meta, perFeature);
       meta.extensions = perFeature;
     }
     if (this.fastPrefill && inputs.maxQueryLen > 1) return this.fill(inputs, meta);

@@ -258,14 +258,21 @@ describe("HiSparse kernels vs the CPU oracles (GPU)", { skip: skip() }, () => {
       }
       r.hot = Array.from({ length: numHot }, () => pool.pop()!);
     }
-    const pushRow = (r: (typeof reqs)[number]) =>
-      tables.applyRow({
+    // The slot tables learn each request's pages as deltas: the pages not sent yet, and the hot blocks.
+    const sent = new Map<string, number>();
+    const pushRow = (r: (typeof reqs)[number]) => {
+      const from = sent.get(r.id) ?? 0;
+      tables.applyDelta({
         reqId: r.id,
-        hostBlockIds: r.host.map(asHostBlockId),
-        blockIds: r.blocks.map(asBlockId),
-        pinnedPages: [],
-        hotBlockIds: r.hot.map(asBlockId),
+        firstNewPage: from,
+        newHostBlockIds: r.host.slice(from).map(asHostBlockId),
+        newBlockIds: r.blocks.slice(from).map(asBlockId),
+        spilledPages: [],
+        newPinnedPages: [],
+        newHotBlockIds: r.hot.map(asBlockId),
       });
+      sent.set(r.id, r.host.length);
+    };
     for (const r of reqs) pushRow(r);
     let hits = 0;
     let misses = 0;

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { loadAddon } from "../../src/backends/cuda/addon.js";
+import { asDevicePtr, loadAddon } from "../../src/backends/cuda/addon.js";
 import type { CudaBackend } from "../../src/backends/cuda/cuda_backend.js";
 import { f16BitsToF32, f32ArrayToBf16, roundBf16 } from "../../src/backends/cuda/half.js";
 import type { CudaTensor } from "../../src/backends/cuda/tensor.js";
@@ -49,7 +49,7 @@ describe("DeviceAllocator", { skip }, () => {
     s = a.stats();
     assert.equal(s.bytesReserved, 1024 + 2 * MiB);
     assert.equal(s.numCudaFrees, 1);
-    assert.throws(() => a.free(12345 * 256), /was not allocated here/);
+    assert.throws(() => a.free(asDevicePtr(12345 * 256)), /was not allocated here/);
     a.free(p1);
     a.free(p4);
     assert.equal(a.stats().numFrees, 4);

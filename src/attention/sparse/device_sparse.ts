@@ -2,11 +2,12 @@
  * HiSparse on a device backend (DESIGN.md §4): the interfaces that the graph-capturable path
  * uses instead of the host-array ones of selector.ts / hot_buffer.ts. Everything stays in device
  * tensors (no host round trip), so a decode step with selection, swap-in and sparse attention is
- * captured in one CUDA graph. Implemented on CUDA by worker/hisparse/cuda/ (kernels in
- * native/kernels/hisparse.h); the CPU classes (QuestSelector, LruHotBufferResolver) are the
- * oracle they are tested against.
+ * captured in one CUDA graph. Implemented on CUDA beside this file, in cuda/ (CudaQuestSelector,
+ * CudaLruResolver, CudaHiSparseAttention; kernels in native/kernels/hisparse.h); the CPU classes
+ * (QuestSelector, LruHotBufferResolver) are the oracle they are tested against.
  */
 import type { AttentionMetadata, Tensor } from "../../backends/backend.js";
+import { extensionKey } from "../../core/extension_data.js";
 
 /** The rows of a step as the kernels read them (R rows: the step's requests, or a padded bucket). */
 export interface DeviceSparseRows {
@@ -63,7 +64,8 @@ export interface DeviceHotBufferResolver {
 
 /**
  * What the HiSparse worker extension prepares per step on a device backend
- * (AttentionMetadata.extensions["hisparse"]); in a captured graph, the same tensors every replay.
+ * (AttentionMetadata.extensions under {@link DEVICE_HISPARSE_STEP_META}); in a captured graph,
+ * the same tensors every replay.
  */
 export interface DeviceHiSparseStepMeta {
   /** Rows for the kernels (seqLens = the step's). */
@@ -80,3 +82,9 @@ export interface DeviceHiSparseStepMeta {
    */
   maskedSeqLens: Tensor | null;
 }
+
+/**
+ * Key of the device step metadata in AttentionMetadata.extensions (a name of its own, so that it
+ * is never read as the CPU path's HiSparseStepMeta).
+ */
+export const DEVICE_HISPARSE_STEP_META = extensionKey<DeviceHiSparseStepMeta>("hisparse-device");

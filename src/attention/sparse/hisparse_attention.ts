@@ -5,14 +5,14 @@ import type {
   QkvLayout,
   Tensor,
 } from "../../backends/backend.js";
-import { HISPARSE } from "../../core/hisparse/plan.js";
+import { extensionKey } from "../../core/extension_data.js";
 import type { AttentionBackend } from "../backend.js";
 import type { HotBufferResolver, ResolvedPages } from "./hot_buffer.js";
 import type { Selector, SparseBatch } from "./selector.js";
 
 /**
  * What the HiSparse worker extension prepares once per step for every layer
- * (AttentionMetadata.extensions["hisparse"]).
+ * (AttentionMetadata.extensions under {@link HISPARSE_STEP_META}).
  */
 export interface HiSparseStepMeta {
   /** [T] hostBlock * blockSize + offset of each token (dense layers' KV writes, digests). */
@@ -25,6 +25,9 @@ export interface HiSparseStepMeta {
   /** The requests that decode sparsely this step. */
   batch: SparseBatch;
 }
+
+/** Key of the step metadata in AttentionMetadata.extensions. */
+export const HISPARSE_STEP_META = extensionKey<HiSparseStepMeta>("hisparse");
 
 /** Which layers attend densely, and each sparse layer's index among the sparse ones. */
 export interface LayerPlan {
@@ -57,8 +60,7 @@ export class HiSparseAttention implements AttentionBackend {
   /** @throws Error when the step carries no HiSparse metadata or the backend lacks sparsePagedAttention. */
   forward(layerIdx: number, qkv: Tensor, kvCache: Tensor, meta: AttentionMetadata): Tensor {
     const b = this.backend;
-    const hs = meta.extensions?.get(HISPARSE) as HiSparseStepMeta | undefined;
-    if (hs === undefined) throw new Error("HiSparseAttention needs the step's hisparse metadata");
+    const hs = stepMetaOf(meta);
     const li = this.layers.sparseIndex[layerIdx]!;
     if (li < 0) {
       const dm = hs.denseMeta;
@@ -77,8 +79,7 @@ export class HiSparseAttention implements AttentionBackend {
 
   /** Only the cache side effects of forward: K/V writes (host slots for dense layers) and digests. */
   writeKv(layerIdx: number, qkv: Tensor, kvCache: Tensor, meta: AttentionMetadata): void {
-    const hs = meta.extensions?.get(HISPARSE) as HiSparseStepMeta | undefined;
-    if (hs === undefined) throw new Error("HiSparseAttention needs the step's hisparse metadata");
+    const hs = stepMetaOf(meta);
     const li = this.layers.sparseIndex[layerIdx]!;
     if (li < 0) {
       this.backend.reshapeAndCache(qkv, this.layout, kvCache, hs.denseMeta.slotMapping, this.blockSize);
@@ -128,4 +129,11 @@ export class HiSparseAttention implements AttentionBackend {
       host: { blockTables: tables, seqLens },
     };
   }
+}
+
+/** The step's HiSparse metadata. @throws Error when the step carries none. */
+function stepMetaOf(meta: AttentionMetadata): HiSparseStepMeta {
+  const hs = meta.extensions?.get(HISPARSE_STEP_META);
+  if (hs === undefined) throw new Error("HiSparseAttention needs the step's hisparse metadata");
+  return hs;
 }

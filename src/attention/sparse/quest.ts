@@ -46,7 +46,7 @@ export function questScore(
   return best;
 }
 
-/** Settings of a {@link QuestSelector}; token counts are multiples of blockSize. */
+/** Settings of a {@link QuestSelector} and of its CUDA twin; token counts are multiples of blockSize. */
 export interface QuestSelectorConfig {
   layout: QkvLayout;
   blockSize: number;
@@ -55,6 +55,28 @@ export interface QuestSelectorConfig {
   topk: number;
   sinkTokens: number;
   windowTokens: number;
+}
+
+/** A Quest selection's token counts in pages (see {@link questPageBudget}). */
+export interface QuestPageBudget {
+  /** topk / blockSize: pages selected per (request, kv head) in all. */
+  budgetPages: number;
+  /** sinkTokens / blockSize. */
+  sinkPages: number;
+  /** windowTokens / blockSize (>= 1: the tail page is always in the window). */
+  windowPages: number;
+}
+
+/**
+ * The page counts of a selector's settings (QuestSelector and its CUDA twin CudaQuestSelector).
+ * @throws Error when topk, sinkTokens or windowTokens is not a multiple of the block size, or the
+ *   window is shorter than one block.
+ */
+export function questPageBudget(config: QuestSelectorConfig): QuestPageBudget {
+  const { blockSize: bs, topk, sinkTokens, windowTokens } = config;
+  if (topk % bs !== 0 || sinkTokens % bs !== 0 || windowTokens % bs !== 0 || windowTokens < bs)
+    throw new Error("topk, sink and window tokens must be multiples of the block size (window >= 1 block)");
+  return { budgetPages: topk / bs, sinkPages: sinkTokens / bs, windowPages: windowTokens / bs };
 }
 
 /**
@@ -71,9 +93,7 @@ export interface QuestSelectorConfig {
 export class QuestSelector implements Selector {
   /** Per sparse layer: [numHostBlocks, 2, Hkv, D]. */
   readonly digests: Float32Array[];
-  private readonly budgetPages: number;
-  private readonly sinkPages: number;
-  private readonly windowPages: number;
+  private readonly budget: QuestPageBudget;
 
   /**
    * @param view host view of a tensor's f32 elements (Backend.hostView).
@@ -83,12 +103,7 @@ export class QuestSelector implements Selector {
     readonly config: QuestSelectorConfig,
     private readonly view: (t: Tensor) => Float32Array,
   ) {
-    const { blockSize: bs, topk, sinkTokens, windowTokens } = config;
-    if (topk % bs !== 0 || sinkTokens % bs !== 0 || windowTokens % bs !== 0 || windowTokens < bs)
-      throw new Error("topk, sink and window tokens must be multiples of the block size (window >= 1 block)");
-    this.budgetPages = topk / bs;
-    this.sinkPages = sinkTokens / bs;
-    this.windowPages = windowTokens / bs;
+    this.budget = questPageBudget(config);
     const { numKvHeads: Hkv, headDim: D } = config.layout;
     this.digests = Array.from(
       { length: config.numSparseLayers },
@@ -151,11 +166,13 @@ export class QuestSelector implements Selector {
     const bs = this.config.blockSize;
     const numPages = Math.ceil(batch.numTokens[s]! / bs);
     const all = Array.from({ length: numPages }, (_, p) => p);
-    if (numPages <= this.budgetPages) return all;
+    if (numPages <= this.budget.budgetPages) return all;
     const p0 = batch.pageStart[s]!;
-    const windowStart = numPages - this.windowPages;
-    const forced = all.filter((p) => p < this.sinkPages || p >= windowStart || batch.pinned[p0 + p] === 1);
-    const k = this.budgetPages - forced.length;
+    const windowStart = numPages - this.budget.windowPages;
+    const forced = all.filter(
+      (p) => p < this.budget.sinkPages || p >= windowStart || batch.pinned[p0 + p] === 1,
+    );
+    const k = this.budget.budgetPages - forced.length;
     if (k <= 0) return forced;
     const q = this.groupQuery(x, batch.tokenIdx[s]!, g, Hq, Hkv);
     const D = this.config.layout.headDim;

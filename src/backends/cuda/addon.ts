@@ -8,10 +8,14 @@
  * sampling), addon_hisparse.ts (HiSparse kernels).
  *
  * Conventions of the flat functions:
- * - Device (and UVA host) addresses, byte counts and handles are JS numbers (user addresses are
- *   below 2^48, so a double holds them exactly); 0 is the null address / the legacy stream.
- * - `stream` is `Stream.handle`. Launches are asynchronous on that stream; a launch error throws
- *   an Error naming the launcher and the CUDA error.
+ * - Device (and UVA host) addresses are `DevicePtr` (device_ptr.ts: branded JS numbers; user
+ *   addresses are below 2^48, so a double holds them exactly; NULL_PTR = 0); byte counts and
+ *   handles are plain numbers (stream 0 = the legacy stream).
+ * - `stream` is `Stream.handle`, the first argument. Launches are asynchronous on that stream; a
+ *   launch error throws an Error naming the launcher and the CUDA error.
+ * - The widest launchers take one named parameter object whose fields are their C struct's
+ *   (addon_params.ts, the single field list of both sides); the others positional arguments in
+ *   the C launcher's order.
  * - Dtype arguments are DTYPE_CODE values.
  */
 import { existsSync } from "node:fs";
@@ -24,7 +28,7 @@ import type { NativeHiSparseApi } from "./addon_hisparse.js";
 import type { NativeMemoryApi } from "./addon_memory.js";
 import type { NativeOpsApi } from "./addon_ops.js";
 
-export type { NativeAttentionApi, PagedAttentionArgs } from "./addon_attention.js";
+export type { NativeAttentionApi } from "./addon_attention.js";
 export type { NativeHiSparseApi } from "./addon_hisparse.js";
 export type {
   AllocatorStats,
@@ -39,9 +43,24 @@ export type {
   NativeWorkspace,
 } from "./addon_memory.js";
 export type { NativeBlas, NativeOpsApi } from "./addon_ops.js";
+export {
+  NATIVE_PARAM_STRUCTS,
+  PAGED_ATTENTION_PARAMS,
+  type PagedAttentionParams,
+  type ParamKind,
+  type ParamStruct,
+  type ParamsOf,
+  QUEST_SELECT_PARAMS,
+  type QuestSelectParams,
+  RESOLVE_PARAMS,
+  type ResolveParams,
+  SPARSE_DECODE_PARAMS,
+  type SparseDecodeParams,
+} from "./addon_params.js";
+export { asDevicePtr, type DevicePtr, NULL_PTR, offsetPtr } from "./device_ptr.js";
 
 /** Version of the JS-visible surface this file describes (native/addon/module.cc kAbiVersion). */
-export const ADDON_ABI_VERSION = 2;
+export const ADDON_ABI_VERSION = 3;
 
 /** Element type codes shared with native/kernels/kernels.h (HsDtype). */
 export const DTYPE_CODE: Record<DType, number> = { f32: 0, bf16: 1, f16: 2, i32: 3 };

@@ -3,36 +3,8 @@
  * sampler (sampling.h). Part of the addon's typed surface: import these through addon.ts, the
  * only loader (DESIGN.md §1).
  */
-
-/**
- * The arguments every paged attention launcher starts with: the stream, then the fields of
- * HsPagedAttentionParams (native/kernels/attention.h) in their order. Addresses and byte counts
- * as numbers (0 = NULL); qkv bf16 [numTokens, qkvRowStride], kvCache bf16 [numBlocks, 2,
- * blockSize, numKvHeads, headDim], out bf16 [numTokens, numHeads * headDim], queryStartLoc i32
- * [numReqs + 1], seqLens i32 [numReqs], blockTables i32 [numReqs, maxBlocksPerReq]; maxModelLen
- * in tokens; workspace / workspaceBytes: decode split scratch (unused by prefill).
- */
-export type PagedAttentionArgs = [
-  stream: number,
-  qkv: number,
-  qkvRowStride: number,
-  kvCache: number,
-  out: number,
-  queryStartLoc: number,
-  seqLens: number,
-  blockTables: number,
-  maxBlocksPerReq: number,
-  numReqs: number,
-  numTokens: number,
-  numHeads: number,
-  numKvHeads: number,
-  headDim: number,
-  blockSize: number,
-  scale: number,
-  maxModelLen: number,
-  workspace: number,
-  workspaceBytes: number,
-];
+import type { PagedAttentionParams } from "./addon_params.js";
+import type { DevicePtr } from "./device_ptr.js";
 
 /** The attention and sampling part of the module object (HisparseNative in addon.ts). */
 export interface NativeAttentionApi {
@@ -45,23 +17,29 @@ export interface NativeAttentionApi {
     maxModelLen: number,
     blockSize: number,
   ): number;
-  /** Split-KV decode, one query token per request (hsPagedDecodeAttention). */
-  pagedDecodeAttention(...args: PagedAttentionArgs): void;
-  /** Causal prefill / mixed batches (hsPagedPrefillAttention); maxQueryLen in tokens. */
-  pagedPrefillAttention(...args: [...PagedAttentionArgs, maxQueryLen: number]): void;
+  /**
+   * Split-KV decode, one query token per request (hsPagedDecodeAttention): the fields of
+   * HsPagedAttentionParams (addon_params.ts) by name. qkv bf16 [numTokens, qkvRowStride], kvCache
+   * bf16 [numBlocks, 2, blockSize, numKvHeads, headDim], out bf16 [numTokens, numHeads * headDim],
+   * queryStartLoc i32 [numReqs + 1], seqLens i32 [numReqs], blockTables i32 [numReqs,
+   * maxBlocksPerReq]; maxModelLen in tokens; workspace / workspaceBytes: decode split scratch.
+   */
+  pagedDecodeAttention(stream: number, params: PagedAttentionParams): void;
+  /** Causal prefill / mixed batches (hsPagedPrefillAttention); maxQueryLen in tokens; no workspace. */
+  pagedPrefillAttention(stream: number, params: PagedAttentionParams, maxQueryLen: number): void;
   sampleWorkspaceBytes(B: number, V: number): number;
   sample(
     stream: number,
-    logits: number,
+    logits: DevicePtr,
     B: number,
     V: number,
-    temperature: number,
-    topK: number,
-    topP: number,
-    minP: number,
-    uniform: number,
-    outIds: number,
-    workspace: number,
+    temperature: DevicePtr,
+    topK: DevicePtr,
+    topP: DevicePtr,
+    minP: DevicePtr,
+    uniform: DevicePtr,
+    outIds: DevicePtr,
+    workspace: DevicePtr,
     workspaceBytes: number,
   ): void;
 }

@@ -3,6 +3,7 @@
  * step workspace), streams, events and CUDA graphs (native/addon/*.cc). Part of the addon's
  * typed surface: import these through addon.ts, the only loader (DESIGN.md §1).
  */
+import type { DevicePtr } from "./device_ptr.js";
 
 /** Result of `probe()`: whether the CUDA runtime sees a device. Never throws. */
 export interface CudaProbe {
@@ -56,9 +57,9 @@ export interface AllocatorStats {
 /** Caching device allocator. `caching: false` maps every call to cudaMalloc/cudaFree (sanitizer runs). */
 export interface NativeDeviceAllocator {
   /** @throws Error "out of device memory: ..." when even an emptied cache leaves no room. */
-  malloc(bytes: number): number;
+  malloc(bytes: number): DevicePtr;
   /** @throws Error for an address this allocator did not hand out. */
-  free(ptr: number): void;
+  free(ptr: DevicePtr): void;
   emptyCache(): void;
   stats(): AllocatorStats;
   /** Frees every block, live or cached. */
@@ -68,7 +69,7 @@ export interface NativeDeviceAllocator {
 /** Page-locked, device-mapped host memory (cudaHostAlloc Mapped|Portable) seen as an ArrayBuffer. */
 export interface NativePinnedBuffer {
   /** Device-visible address of the buffer (UVA: the host address). 0 once disposed. */
-  readonly ptr: number;
+  readonly ptr: DevicePtr;
   readonly byteLength: number;
   /**
    * The memory as an external ArrayBuffer, created on first read; views made before dispose()
@@ -102,12 +103,12 @@ export interface NativeEvent {
 
 /** Step workspace: bump allocator over one device buffer (bytes; addresses 256-byte aligned by default). */
 export interface NativeWorkspace {
-  readonly base: number;
+  readonly base: DevicePtr;
   readonly capacity: number;
   readonly used: number;
   readonly peak: number;
   /** @throws RangeError "step workspace exhausted: ..." when the buffer is full. */
-  alloc(bytes: number, align?: number): number;
+  alloc(bytes: number, align?: number): DevicePtr;
   reset(): void;
   /** Marks [0, bytes) as taken (after a graph replay, whose outputs sit there). */
   setUsed(bytes: number): void;
@@ -137,8 +138,8 @@ export interface NativeMemoryApi {
   memGetInfo(): { free: number; total: number };
   deviceSynchronize(): void;
   /** cudaMemcpyAsync with cudaMemcpyDefault (direction from UVA). */
-  memcpyAsync(dst: number, src: number, bytes: number, stream: number): void;
-  memsetAsync(dst: number, byteValue: number, bytes: number, stream: number): void;
+  memcpyAsync(dst: DevicePtr, src: DevicePtr, bytes: number, stream: number): void;
+  memsetAsync(dst: DevicePtr, byteValue: number, bytes: number, stream: number): void;
 
   // ---- classes ---------------------------------------------------------------------------------
   DeviceAllocator: new (options?: {

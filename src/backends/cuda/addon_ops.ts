@@ -3,16 +3,17 @@
  * native/kernels/kernels.h. Part of the addon's typed surface: import these through addon.ts,
  * the only loader (DESIGN.md §1).
  */
+import type { DevicePtr } from "./device_ptr.js";
 
 /** cuBLAS(Lt) GEMM: y [T, N] = x [T, K] @ w[N, K]^T (+ bias [N]); fp32 accumulation. */
 export interface NativeBlas {
-  /** bias = 0 for none (biasDtype then ignored). inDtype is that of x and w. */
+  /** bias = NULL_PTR for none (biasDtype then ignored). inDtype is that of x and w. */
   linear(
     stream: number,
-    y: number,
-    x: number,
-    w: number,
-    bias: number,
+    y: DevicePtr,
+    x: DevicePtr,
+    w: DevicePtr,
+    bias: DevicePtr,
     T: number,
     N: number,
     K: number,
@@ -42,18 +43,18 @@ export interface NativeOpsApi {
   /** out[r] = src[indices[r]] (rowBytes per row); out-of-range index -> zero row. */
   gatherRows(
     stream: number,
-    out: number,
-    src: number,
-    indices: number,
+    out: DevicePtr,
+    src: DevicePtr,
+    indices: DevicePtr,
     numRows: number,
     numSrcRows: number,
     rowBytes: number,
   ): void;
   rmsNorm(
     stream: number,
-    out: number,
-    x: number,
-    weight: number,
+    out: DevicePtr,
+    x: DevicePtr,
+    weight: DevicePtr,
     numTokens: number,
     hidden: number,
     eps: number,
@@ -62,9 +63,9 @@ export interface NativeOpsApi {
   ): void;
   fusedAddRmsNorm(
     stream: number,
-    x: number,
-    residual: number,
-    weight: number,
+    x: DevicePtr,
+    residual: DevicePtr,
+    weight: DevicePtr,
     numTokens: number,
     hidden: number,
     eps: number,
@@ -73,9 +74,9 @@ export interface NativeOpsApi {
   ): void;
   qkNorm(
     stream: number,
-    qkv: number,
-    qWeight: number,
-    kWeight: number,
+    qkv: DevicePtr,
+    qWeight: DevicePtr,
+    kWeight: DevicePtr,
     numTokens: number,
     rowStride: number,
     numHeads: number,
@@ -87,9 +88,9 @@ export interface NativeOpsApi {
   ): void;
   rotaryEmbedding(
     stream: number,
-    qkv: number,
-    positions: number,
-    cosSin: number,
+    qkv: DevicePtr,
+    positions: DevicePtr,
+    cosSin: DevicePtr,
     numTokens: number,
     rowStride: number,
     numRotHeads: number,
@@ -99,17 +100,17 @@ export interface NativeOpsApi {
   ): void;
   siluAndMul(
     stream: number,
-    out: number,
-    x: number,
+    out: DevicePtr,
+    x: DevicePtr,
     numTokens: number,
     intermediate: number,
     dtype: number,
   ): void;
   reshapeAndCache(
     stream: number,
-    qkv: number,
-    kvCache: number,
-    slotMapping: number,
+    qkv: DevicePtr,
+    kvCache: DevicePtr,
+    slotMapping: DevicePtr,
     numTokens: number,
     rowStride: number,
     numHeads: number,
@@ -121,12 +122,19 @@ export interface NativeOpsApi {
   ): void;
   biasAdd(
     stream: number,
-    y: number,
-    bias: number,
+    y: DevicePtr,
+    bias: DevicePtr,
     rows: number,
     cols: number,
     yDtype: number,
     biasDtype: number,
   ): void;
-  cast(stream: number, dst: number, dstDtype: number, src: number, srcDtype: number, count: number): void;
+  cast(
+    stream: number,
+    dst: DevicePtr,
+    dstDtype: number,
+    src: DevicePtr,
+    srcDtype: number,
+    count: number,
+  ): void;
 }

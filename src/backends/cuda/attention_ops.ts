@@ -4,18 +4,18 @@
  * and DeviceSamplingRows in ../backend.ts.
  */
 import type { AttentionMetadata, DeviceSamplingRows, QkvLayout, Tensor } from "../backend.js";
-import type { PagedAttentionArgs } from "./addon.js";
+import { type DevicePtr, NULL_PTR, offsetPtr, type PagedAttentionParams } from "./addon.js";
 import type { CudaOpsContext } from "./ops.js";
 import { expectDtype, expectShape } from "./tensor.js";
 
 /** The ops context plus raw host transfers on the backend's stream. */
 export interface CudaAttentionContext extends CudaOpsContext {
   /** Queues an async copy of host bytes to a device address. */
-  uploadBytes(dst: number, data: ArrayBufferView): void;
+  uploadBytes(dst: DevicePtr, data: ArrayBufferView): void;
   /** Copies device bytes into `dst`; returns when done. */
-  downloadBytes(dst: ArrayBufferView, src: number): void;
+  downloadBytes(dst: ArrayBufferView, src: DevicePtr): void;
   /** Workspace scratch shared by the launches of one step (StepWorkspace.sharedScratch). */
-  sharedScratch(bytes: number): number;
+  sharedScratch(bytes: number): DevicePtr;
 }
 
 /**
@@ -64,36 +64,35 @@ export function pagedAttention(
   const a = ctx.addon;
   const scale = 1 / Math.sqrt(D);
   const isDecode = meta.maxQueryLen <= 1 && T === numReqs;
-  // The argument list both launchers start with (HsPagedAttentionParams), given the workspace.
-  const args = (ws: number, wsBytes: number): PagedAttentionArgs => [
-    ctx.stream,
-    q.ptr,
-    W,
-    cache.ptr,
-    out.ptr,
-    qsl.ptr,
-    seq.ptr,
-    bt.ptr,
+  // The fields both launchers take (HsPagedAttentionParams), given the workspace.
+  const params = (workspace: DevicePtr, workspaceBytes: number): PagedAttentionParams => ({
+    qkv: q.ptr,
+    qkvRowStride: W,
+    kvCache: cache.ptr,
+    out: out.ptr,
+    queryStartLoc: qsl.ptr,
+    seqLens: seq.ptr,
+    blockTables: bt.ptr,
     maxBlocksPerReq,
     numReqs,
-    T,
-    Hq,
-    Hkv,
-    D,
+    numTokens: T,
+    numHeads: Hq,
+    numKvHeads: Hkv,
+    headDim: D,
     blockSize,
     scale,
     maxModelLen,
-    ws,
-    wsBytes,
-  ];
+    workspace,
+    workspaceBytes,
+  });
   if (isDecode) {
     // Split-KV partials; every layer's decode reuses the same region (stream order).
     const wsBytes = a.pagedAttentionWorkspaceBytes(numReqs, T, Hq, D, maxModelLen, blockSize);
-    const ws = wsBytes > 0 ? ctx.sharedScratch(wsBytes) : 0;
-    a.pagedDecodeAttention(...args(ws, wsBytes));
+    const ws = wsBytes > 0 ? ctx.sharedScratch(wsBytes) : NULL_PTR;
+    a.pagedDecodeAttention(ctx.stream, params(ws, wsBytes));
   } else {
     // The prefill kernel needs no workspace (attention.h).
-    a.pagedPrefillAttention(...args(0, 0), meta.maxQueryLen);
+    a.pagedPrefillAttention(ctx.stream, params(NULL_PTR, 0), meta.maxQueryLen);
   }
   return out;
 }
@@ -133,17 +132,17 @@ export function sampleOnDevice(
   ctx.uploadBytes(params, new Uint8Array(packed));
   const outIds = ctx.scratch(B * 4);
   const wsBytes = ctx.addon.sampleWorkspaceBytes(B, V);
-  const ws = wsBytes > 0 ? ctx.scratch(wsBytes) : 0;
+  const ws = wsBytes > 0 ? ctx.scratch(wsBytes) : NULL_PTR;
   ctx.addon.sample(
     ctx.stream,
     lg.ptr,
     B,
     V,
     params,
-    params + 4 * B,
-    params + 8 * B,
-    params + 12 * B,
-    params + 16 * B,
+    offsetPtr(params, 4 * B),
+    offsetPtr(params, 8 * B),
+    offsetPtr(params, 12 * B),
+    offsetPtr(params, 16 * B),
     outIds,
     ws,
     wsBytes,

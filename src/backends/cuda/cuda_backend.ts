@@ -13,11 +13,13 @@ import {
 } from "../backend.js";
 import {
   type DeviceProperties,
+  type DevicePtr,
   type HisparseNative,
   loadAddon,
   type NativeBlas,
   type NativeDeviceAllocator,
   type NativeStream,
+  offsetPtr,
 } from "./addon.js";
 import * as attn from "./attention_ops.js";
 import {
@@ -236,7 +238,7 @@ export class CudaBackend implements Backend {
     if (!Number.isInteger(offset) || offset < 0 || offset + data.length > d.numel)
       throw new Error(`writeRange: [${offset}, ${offset + data.length}) is outside a tensor of ${d.numel}`);
     if (data.length === 0) return;
-    this.uploadBytes(d.ptr + offset * 4, data);
+    this.uploadBytes(offsetPtr(d.ptr, offset * 4), data);
   }
 
   /** Asynchronously sets `count` elements of a tensor from element `offset` on to the byte `value` repeated. */
@@ -245,7 +247,7 @@ export class CudaBackend implements Backend {
     if (!Number.isInteger(offset) || offset < 0 || count < 0 || offset + count > d.numel)
       throw new Error(`fillRange: [${offset}, ${offset + count}) is outside a tensor of ${d.numel}`);
     const eb = DTYPE_BYTES[t.dtype];
-    if (count > 0) this.addon.memsetAsync(d.ptr + offset * eb, value, count * eb, this.stream);
+    if (count > 0) this.addon.memsetAsync(offsetPtr(d.ptr, offset * eb), value, count * eb, this.stream);
   }
 
   /** Releases everything; every step is attempted even if one fails (the first error is rethrown). */
@@ -344,25 +346,25 @@ export class CudaBackend implements Backend {
   }
 
   /** Raw workspace bytes (256-byte aligned address), valid until resetWorkspace(). */
-  scratch(bytes: number): number {
+  scratch(bytes: number): DevicePtr {
     if (this.workspace.exact) this.notCapturing("exactWorkspace mode");
     return this.workspace.scratch(bytes);
   }
 
   /** Scratch shared by the launches of one step (CudaAttentionContext; StepWorkspace.sharedScratch). */
-  sharedScratch(bytes: number): number {
+  sharedScratch(bytes: number): DevicePtr {
     if (this.workspace.exact) this.notCapturing("exactWorkspace mode");
     return this.workspace.sharedScratch(bytes);
   }
 
   /** Queues an async copy of host bytes to a device address (CudaAttentionContext). */
-  uploadBytes(dst: number, data: ArrayBufferView): void {
+  uploadBytes(dst: DevicePtr, data: ArrayBufferView): void {
     this.notCapturing("a host upload");
     this.staging.toDevice(dst, data);
   }
 
   /** Copies device bytes into dst; returns when done (CudaAttentionContext). */
-  downloadBytes(dst: ArrayBufferView, src: number): void {
+  downloadBytes(dst: ArrayBufferView, src: DevicePtr): void {
     this.notCapturing("a device read");
     this.staging.toHost(dst, src);
   }
@@ -378,7 +380,7 @@ export class CudaBackend implements Backend {
 
   /** Writes host values to the device, converted (host_io.ts writeConverted); not during capture. */
   private writeConverted(
-    dst: number,
+    dst: DevicePtr,
     dstDtype: DType,
     data: ArrayBufferView,
     srcDtype: DType,

@@ -4,11 +4,12 @@
  */
 import type { Tensor } from "../backend.js";
 import type { CudaAttentionContext } from "./attention_ops.js";
+import { type DevicePtr, NULL_PTR } from "./device_ptr.js";
 import { type CudaTensor, expectDtype, expectShape } from "./tensor.js";
 
-/** Device address of an optional tensor (0 = NULL). */
-export function ptrOf(ctx: CudaAttentionContext, t: Tensor | null | undefined, what: string): number {
-  return t === null || t === undefined ? 0 : ctx.dev(t, what).ptr;
+/** Device address of an optional tensor (NULL_PTR when absent). */
+export function ptrOf(ctx: CudaAttentionContext, t: Tensor | null | undefined, what: string): DevicePtr {
+  return t === null || t === undefined ? NULL_PTR : ctx.dev(t, what).ptr;
 }
 
 /** Checks an i32 tensor of the given shape and returns it. */

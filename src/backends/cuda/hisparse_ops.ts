@@ -1,19 +1,21 @@
 /**
  * The HiSparse ops of the CUDA backend (DESIGN.md §4), over the launchers of
- * native/kernels/hisparse.h and hsSparseDecodeAttention (attention.h; in sparse_attention_ops.ts,
- * re-exported here): shape and dtype checks in TS, then one launcher call each. Every op is asynchronous on the backend's stream and
- * graph-capturable (grids from static sizes; counts read from device memory). The CPU oracles of
- * the kernels are src/attention/sparse/quest.ts and hot_buffer.ts.
+ * native/kernels/hisparse.h: shape and dtype checks in TS, then one launcher call each (the
+ * widest take their C struct's fields as one named object, addon_params.ts). Every op is
+ * asynchronous on the backend's stream and graph-capturable (grids from static sizes; counts read
+ * from device memory). The decode attention over the resolver's per-head tables is
+ * sparse_attention_ops.ts (it imports this file's ResolvedTensors; nothing here imports it). The
+ * CPU oracles of the kernels are src/attention/sparse/quest.ts and hot_buffer.ts, their CUDA
+ * callers src/attention/sparse/cuda/.
  *
  * Per-request tables live in persistent i32 tensors with one row per request slot (`reqSlot[r]`
  * names the row of batch row r); see worker/hisparse/cuda/slot_tables.ts.
  */
 import type { QkvLayout, Tensor } from "../backend.js";
 import type { CudaAttentionContext } from "./attention_ops.js";
+import type { DevicePtr } from "./device_ptr.js";
 import { dim, i32, ptrOf } from "./hisparse_args.js";
 import { expectDtype, expectShape } from "./tensor.js";
-
-export { type SparseDecodeOptions, sparseDecodeAttention } from "./sparse_attention_ops.js";
 
 /**
  * reshape_and_cache fused with the Quest digest update (hsReshapeAndCacheDigest): writes K/V of
@@ -124,33 +126,32 @@ export function questSelect(ctx: CudaAttentionContext, a: QuestSelectInputs): Pa
   if (R === 0) return { selPages, selCount };
   const scratchBytes = ctx.addon.questSelectScratchBytes(R, Hkv, W);
   const scratch = ctx.scratch(scratchBytes);
-  ctx.addon.questSelect(
-    ctx.stream,
-    q.ptr,
-    qkvW,
-    ptrOf(ctx, a.tokenRow, "questSelect tokenRow"),
-    dg.ptr,
-    dim(a.digests, 0),
-    seq.ptr,
-    ptrOf(ctx, a.rowFlags, "questSelect rowFlags"),
-    slot.ptr,
-    host.ptr,
-    ptrOf(ctx, a.pinnedTable, "questSelect pinnedTable"),
-    W,
-    S,
-    ctx.dev(selPages, "selPages").ptr,
-    ctx.dev(selCount, "selCount").ptr,
+  ctx.addon.questSelect(ctx.stream, {
+    qkv: q.ptr,
+    qkvRowStride: qkvW,
+    tokenRow: ptrOf(ctx, a.tokenRow, "questSelect tokenRow"),
+    digests: dg.ptr,
+    numHostBlocks: dim(a.digests, 0),
+    seqLens: seq.ptr,
+    rowFlags: ptrOf(ctx, a.rowFlags, "questSelect rowFlags"),
+    reqSlot: slot.ptr,
+    hostBlockTable: host.ptr,
+    pinnedTable: ptrOf(ctx, a.pinnedTable, "questSelect pinnedTable"),
+    tableStride: W,
+    numSlots: S,
+    selPages: ctx.dev(selPages, "selPages").ptr,
+    selCount: ctx.dev(selCount, "selCount").ptr,
     scratch,
     scratchBytes,
-    R,
-    Hq,
-    Hkv,
-    D,
-    a.blockSize,
-    a.budgetPages,
-    a.sinkPages,
-    a.windowPages,
-  );
+    numReqs: R,
+    numHeads: Hq,
+    numKvHeads: Hkv,
+    headDim: D,
+    blockSize: a.blockSize,
+    budgetPages: a.budgetPages,
+    sinkPages: a.sinkPages,
+    windowPages: a.windowPages,
+  });
   return { selPages, selCount };
 }
 
@@ -189,7 +190,7 @@ export interface ResolveInputs {
   /** bf16 [numBlocks, 2, bs, Hkv, D] the layer's cache. */
   kvCache: Tensor;
   /** Device-visible address of the layer's host tier ([numHostBlocks, Hkv, 2, bs, D] bf16). */
-  hostTierPtr: number;
+  hostTierPtr: DevicePtr;
   numHostBlocks: number;
   blockSize: number;
 }
@@ -232,39 +233,38 @@ export function resolve(ctx: CudaAttentionContext, a: ResolveInputs): ResolvedTe
   const headBlockTables = ctx.out([R, Hkv, W], "i32");
   const headSeqLens = ctx.out([R, Hkv], "i32");
   if (R === 0) return { headBlockTables, headSeqLens };
-  ctx.addon.resolve(
-    ctx.stream,
-    sel.ptr,
-    cnt.ptr,
-    W,
-    ptrOf(ctx, a.rowFlags, "resolve rowFlags"),
-    seq.ptr,
-    slot.ptr,
-    tables.block.ptr,
-    tables.host.ptr,
-    W,
-    S,
-    tables.hot.ptr,
+  ctx.addon.resolve(ctx.stream, {
+    selPages: sel.ptr,
+    selCount: cnt.ptr,
+    selStride: W,
+    rowFlags: ptrOf(ctx, a.rowFlags, "resolve rowFlags"),
+    seqLens: seq.ptr,
+    reqSlot: slot.ptr,
+    blockTable: tables.block.ptr,
+    hostBlockTable: tables.host.ptr,
+    tableStride: W,
+    numSlots: S,
+    hotBlocks: tables.hot.ptr,
     numHot,
-    tables.page.ptr,
-    tables.last.ptr,
-    tables.tick.ptr,
-    a.layer,
+    lruPage: tables.page.ptr,
+    lruLastUse: tables.last.ptr,
+    lruTick: tables.tick.ptr,
+    layer: a.layer,
     numLayers,
-    tables.held.ptr,
-    tables.heldPages.ptr,
-    ctx.dev(headBlockTables, "headBlockTables").ptr,
-    ctx.dev(headSeqLens, "headSeqLens").ptr,
-    tables.counters.ptr,
-    cache.ptr,
-    dim(a.kvCache, 0),
-    a.hostTierPtr,
-    a.numHostBlocks,
-    R,
-    Hkv,
-    D,
-    a.blockSize,
-  );
+    heldCount: tables.held.ptr,
+    heldPages: tables.heldPages.ptr,
+    headBlockTables: ctx.dev(headBlockTables, "headBlockTables").ptr,
+    headSeqLens: ctx.dev(headSeqLens, "headSeqLens").ptr,
+    counters: tables.counters.ptr,
+    kvCache: cache.ptr,
+    numBlocks: dim(a.kvCache, 0),
+    hostKv: a.hostTierPtr,
+    numHostBlocks: a.numHostBlocks,
+    numReqs: R,
+    numKvHeads: Hkv,
+    headDim: D,
+    blockSize: a.blockSize,
+  });
   return { headBlockTables, headSeqLens };
 }
 

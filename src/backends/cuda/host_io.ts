@@ -1,5 +1,6 @@
 import { DTYPE_BYTES, type DType } from "../backend.js";
 import { DTYPE_CODE, type HisparseNative, type NativeEvent, type NativePinnedBuffer } from "./addon.js";
+import { type DevicePtr, offsetPtr } from "./device_ptr.js";
 import { bf16ArrayToF32, f16ArrayToF32 } from "./half.js";
 
 /** Alignment of each staged chunk inside the pinned buffer (bytes). */
@@ -47,7 +48,7 @@ export class HostStaging {
   }
 
   /** Queues an async copy of `src` (all its bytes) to device address `dst` on the stream. */
-  toDevice(dst: number, src: ArrayBufferView): void {
+  toDevice(dst: DevicePtr, src: ArrayBufferView): void {
     const bytes = new Uint8Array(src.buffer, src.byteOffset, src.byteLength);
     const cap = this.uploadBytes.length;
     let pos = 0;
@@ -55,7 +56,7 @@ export class HostStaging {
       if (this.offset >= cap) this.drain();
       const n = Math.min(bytes.length - pos, cap - this.offset);
       this.uploadBytes.set(bytes.subarray(pos, pos + n), this.offset);
-      this.addon.memcpyAsync(dst + pos, this.upload.ptr + this.offset, n, this.stream);
+      this.addon.memcpyAsync(offsetPtr(dst, pos), offsetPtr(this.upload.ptr, this.offset), n, this.stream);
       this.offset = Math.ceil((this.offset + n) / CHUNK_ALIGN) * CHUNK_ALIGN;
       pos += n;
     }
@@ -66,12 +67,12 @@ export class HostStaging {
   }
 
   /** Copies `dst.byteLength` bytes from device address `src` into `dst`; returns when done. */
-  toHost(dst: ArrayBufferView, src: number): void {
+  toHost(dst: ArrayBufferView, src: DevicePtr): void {
     const out = new Uint8Array(dst.buffer, dst.byteOffset, dst.byteLength);
     const cap = this.readbackBytes.length;
     for (let pos = 0; pos < out.length; pos += cap) {
       const n = Math.min(cap, out.length - pos);
-      this.addon.memcpyAsync(this.readback.ptr, src + pos, n, this.stream);
+      this.addon.memcpyAsync(this.readback.ptr, offsetPtr(src, pos), n, this.stream);
       this.syncStream();
       out.set(this.readbackBytes.subarray(0, n), pos);
     }
@@ -114,7 +115,7 @@ export interface UploadConversion {
   /** Stream handle the copies and casts are queued on. */
   stream: number;
   /** Device scratch address (receives the source dtype) and its size in bytes. */
-  scratch: number;
+  scratch: DevicePtr;
   scratchBytes: number;
 }
 
@@ -124,7 +125,7 @@ export interface UploadConversion {
  */
 export function writeConverted(
   u: UploadConversion,
-  dst: number,
+  dst: DevicePtr,
   dstDtype: DType,
   data: ArrayBufferView,
   srcDtype: DType,
@@ -142,7 +143,7 @@ export function writeConverted(
     u.staging.toDevice(u.scratch, bytes.subarray(i * srcBytes, (i + n) * srcBytes));
     u.addon.cast(
       u.stream,
-      dst + i * DTYPE_BYTES[dstDtype],
+      offsetPtr(dst, i * DTYPE_BYTES[dstDtype]),
       DTYPE_CODE[dstDtype],
       u.scratch,
       DTYPE_CODE[srcDtype],
@@ -157,7 +158,7 @@ export function writeConverted(
  */
 export function readConverted(
   staging: HostStaging,
-  src: number,
+  src: DevicePtr,
   dtype: DType,
   n: number,
 ): Float32Array | Int32Array {

@@ -5,7 +5,7 @@
  * documented per kernel in kernels.h.
  */
 import { DTYPE_BYTES, type DType, type QkvLayout, type Tensor } from "../backend.js";
-import { DTYPE_CODE, type HisparseNative, type NativeBlas } from "./addon.js";
+import { type DevicePtr, DTYPE_CODE, type HisparseNative, type NativeBlas, NULL_PTR } from "./addon.js";
 import { type CudaTensor, describe, expectDtype, expectShape } from "./tensor.js";
 
 /** What the ops need from the backend. */
@@ -19,7 +19,7 @@ export interface CudaOpsContext {
   /** A new workspace tensor (valid until resetWorkspace()). */
   out(shape: readonly number[], dtype: DType): CudaTensor;
   /** Raw workspace bytes; returns a 256-byte aligned address. */
-  scratch(bytes: number): number;
+  scratch(bytes: number): DevicePtr;
 }
 
 const FLOAT_DTYPES: readonly DType[] = ["f32", "bf16", "f16"];
@@ -139,7 +139,7 @@ export function linear(
   if (outDtype !== x.dtype && outDtype !== "f32") {
     throw new Error(`linear: output dtype must be ${x.dtype} or f32, got ${outDtype}`);
   }
-  let biasPtr = 0;
+  let biasPtr = NULL_PTR;
   let biasCode = 0;
   if (bias !== null) {
     biasPtr = ctx.dev(bias, "linear bias").ptr;

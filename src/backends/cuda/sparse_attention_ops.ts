@@ -1,10 +1,11 @@
 /**
  * HiSparse decode attention of the CUDA backend: hsSparseDecodeAttention (native/kernels/
  * attention.h), where rows read per-(request, kv head) block tables made by the resolver
- * (hisparse_ops.ts resolve), and the Backend.sparsePagedAttention adapter over it.
- * sparseDecodeAttention is re-exported from hisparse_ops.ts.
+ * (hisparse_ops.ts resolve), and the Backend.sparsePagedAttention adapter over it. Imports the
+ * resolver's output type from hisparse_ops.ts (one direction: that file imports nothing here).
  */
 import type { AttentionMetadata, PerHeadBlockTables, QkvLayout, Tensor } from "../backend.js";
+import { NULL_PTR } from "./addon.js";
 import type { CudaAttentionContext } from "./attention_ops.js";
 import { dim, i32, ptrOf } from "./hisparse_args.js";
 import type { ResolvedTensors } from "./hisparse_ops.js";
@@ -66,34 +67,33 @@ export function sparseDecodeAttention(
   const maxModelLen = Math.max(denseW, headW) * blockSize;
   const a = ctx.addon;
   const wsBytes = a.pagedAttentionWorkspaceBytes(R, T, Hq, D, maxModelLen, blockSize);
-  const ws = wsBytes > 0 ? ctx.sharedScratch(wsBytes) : 0;
-  a.sparseDecodeAttention(
-    ctx.stream,
-    q.ptr,
-    W,
-    cache.ptr,
-    ctx.dev(out, "sparseDecodeAttention out").ptr,
-    qsl.ptr,
-    seq.ptr,
-    bt.ptr,
-    denseW,
-    R,
-    T,
-    Hq,
-    Hkv,
-    D,
+  const ws = wsBytes > 0 ? ctx.sharedScratch(wsBytes) : NULL_PTR;
+  a.sparseDecodeAttention(ctx.stream, {
+    qkv: q.ptr,
+    qkvRowStride: W,
+    kvCache: cache.ptr,
+    out: ctx.dev(out, "sparseDecodeAttention out").ptr,
+    queryStartLoc: qsl.ptr,
+    seqLens: seq.ptr,
+    blockTables: bt.ptr,
+    maxBlocksPerReq: denseW,
+    numReqs: R,
+    numTokens: T,
+    numHeads: Hq,
+    numKvHeads: Hkv,
+    headDim: D,
     blockSize,
-    1 / Math.sqrt(D),
+    scale: 1 / Math.sqrt(D),
     maxModelLen,
-    ws,
-    wsBytes,
-    headT.ptr,
-    headS.ptr,
-    headW,
-    ptrOf(ctx, opts.rowFlags, "sparseDecodeAttention rowFlags"),
-    ptrOf(ctx, opts.tokenRow, "sparseDecodeAttention tokenRow"),
-    opts.onlyFlaggedRows === true ? 1 : 0,
-  );
+    workspace: ws,
+    workspaceBytes: wsBytes,
+    headBlockTables: headT.ptr,
+    headSeqLens: headS.ptr,
+    headTableStride: headW,
+    rowFlags: ptrOf(ctx, opts.rowFlags, "sparseDecodeAttention rowFlags"),
+    tokenRow: ptrOf(ctx, opts.tokenRow, "sparseDecodeAttention tokenRow"),
+    onlyFlaggedRows: opts.onlyFlaggedRows === true ? 1 : 0,
+  });
   return out;
 }
 

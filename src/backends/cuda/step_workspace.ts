@@ -1,5 +1,6 @@
 import { DTYPE_BYTES, type DType } from "../backend.js";
 import type { HisparseNative, NativeDeviceAllocator, NativeWorkspace } from "./addon.js";
+import { type DevicePtr, NULL_PTR, offsetPtr } from "./device_ptr.js";
 import { CudaTensor, numelOf } from "./tensor.js";
 
 /** Alignment of every workspace tensor (bytes; cudaMalloc's, what cuBLASLt wants). */
@@ -19,9 +20,9 @@ export class StepWorkspace {
   private tensors: CudaTensor[] = [];
   /** When set, every new tensor is also appended here (graph capture). */
   private captureLog: CudaTensor[] | null = null;
-  private exactBlocks: number[] = [];
-  /** The step's shared scratch (see sharedScratch); ptr 0 = none. */
-  private shared = { ptr: 0, bytes: 0 };
+  private exactBlocks: DevicePtr[] = [];
+  /** The step's shared scratch (see sharedScratch); NULL_PTR = none. */
+  private shared = { ptr: NULL_PTR, bytes: 0 };
 
   /**
    * @param bytes capacity of the bump buffer (unused in exact mode beyond a minimal buffer)
@@ -63,7 +64,7 @@ export class StepWorkspace {
   }
 
   /** Raw bytes (256-byte aligned address) valid until reset(). */
-  scratch(bytes: number): number {
+  scratch(bytes: number): DevicePtr {
     if (!this.exact) return this.native.alloc(bytes, ALIGN);
     const p = this.allocator.malloc(bytes);
     this.exactBlocks.push(p);
@@ -76,15 +77,16 @@ export class StepWorkspace {
    * Grows (a new region) when a launch needs more. Valid until reset(), the end of a scope that
    * created it, or the start of a graph capture (which gets its own, inside the graph's region).
    */
-  sharedScratch(bytes: number): number {
+  sharedScratch(bytes: number): DevicePtr {
     if (this.exact) return this.scratch(bytes);
-    if (this.shared.ptr === 0 || this.shared.bytes < bytes) this.shared = { ptr: this.scratch(bytes), bytes };
+    if (this.shared.ptr === NULL_PTR || this.shared.bytes < bytes)
+      this.shared = { ptr: this.scratch(bytes), bytes };
     return this.shared.ptr;
   }
 
   /** Recycles everything: the bump pointer returns to 0 and a new generation starts. */
   reset(): void {
-    this.shared = { ptr: 0, bytes: 0 };
+    this.shared = { ptr: NULL_PTR, bytes: 0 };
     this.native.reset();
     this.generation++;
     this.tensors = [];
@@ -101,7 +103,7 @@ export class StepWorkspace {
   }
 
   setCaptureLog(log: CudaTensor[] | null): void {
-    if (log !== null) this.shared = { ptr: 0, bytes: 0 }; // a graph allocates its own scratch
+    if (log !== null) this.shared = { ptr: NULL_PTR, bytes: 0 }; // a graph allocates its own scratch
     this.captureLog = log;
   }
 
@@ -118,12 +120,12 @@ export class StepWorkspace {
     for (const t of this.tensors.slice(first)) if (t !== r) t.released = true;
     this.tensors.length = first;
     const base = this.native.base;
-    if (this.shared.ptr >= base + mark) this.shared = { ptr: 0, bytes: 0 }; // released with the scope
+    if (this.shared.ptr >= base + mark) this.shared = { ptr: NULL_PTR, bytes: 0 }; // released with the scope
     if (r.kind !== "workspace" || r.ptr < base + mark) {
       this.native.setUsed(mark); // the result predates the scope: everything inside goes
       return r;
     }
-    const dst = base + Math.ceil(mark / ALIGN) * ALIGN;
+    const dst = offsetPtr(base, Math.ceil(mark / ALIGN) * ALIGN);
     if (dst === r.ptr) {
       this.native.setUsed(r.ptr - base + r.bytes);
       this.tensors.push(r);
@@ -148,7 +150,7 @@ export class StepWorkspace {
     if (this.exact) return;
     const used = Math.ceil(this.native.used / ALIGN) * ALIGN;
     const free = this.native.capacity - used;
-    if (free > 0) this.addon.memsetAsync(this.native.base + used, byteValue, free, stream);
+    if (free > 0) this.addon.memsetAsync(offsetPtr(this.native.base, used), byteValue, free, stream);
   }
 
   dispose(): void {

@@ -1,4 +1,5 @@
 import { DTYPE_BYTES, type DType, type Tensor } from "../backend.js";
+import type { DevicePtr } from "./device_ptr.js";
 
 /** Where a CudaTensor's memory comes from. */
 export type CudaTensorKind =
@@ -20,7 +21,7 @@ export class CudaTensor implements Tensor {
     readonly shape: readonly number[],
     readonly dtype: DType,
     /** Device address (256-byte aligned for allocator and workspace tensors). */
-    readonly ptr: number,
+    readonly ptr: DevicePtr,
     readonly kind: CudaTensorKind,
     /** Workspace generation for kind "workspace"; -1 otherwise. Updated by graph replays. */
     public generation: number,

@@ -1,10 +1,10 @@
 import type { BlockId, HostBlockId, RequestId } from "../ids.js";
 import type { Request } from "../request.js";
 import type { SchedulerExtension, SchedulerView } from "../sched/extensions.js";
-import type { SchedulerOutput } from "../sched/output.js";
+import type { ModelRunnerOutput, SchedulerOutput } from "../sched/output.js";
 import type { HybridKVCacheManager } from "./hybrid_kv_cache_manager.js";
 import type { HybridPolicy } from "./hybrid_policy.js";
-import { HISPARSE, type HiSparseStats, type HiSparseStepPlan, type HiSparseStepResult } from "./plan.js";
+import { HISPARSE, HISPARSE_PLAN, HISPARSE_RESULT, type HiSparseStats } from "./plan.js";
 
 /**
  * The "hisparse" scheduler extension: turns each scheduled step into a {@link HiSparseStepPlan}
@@ -17,10 +17,10 @@ import { HISPARSE, type HiSparseStats, type HiSparseStepPlan, type HiSparseStepR
  *    (HybridPolicy.offloadLongRequest);
  * 3. pages the step fills are recorded as mirrored in this step (the worker copies them after
  *    the forward; they become spillable once this step's output came back);
- * 4. the plan: changed page tables, the mirror copies, and the requests that decode sparsely
- *    (HybridPolicy.decodesSparsely: those holding an INACTIVE page, which have their hot buffer,
- *    and in `on` mode with residency `hybrid` every long decoding request; each computes one
- *    token).
+ * 4. the plan (under HISPARSE_PLAN): the page-table deltas, the mirror copies, and the requests
+ *    that decode sparsely (HybridPolicy.decodesSparsely: those holding an INACTIVE page, which
+ *    have their hot buffer, and in `on` mode with residency `hybrid` every long decoding request;
+ *    each computes one token).
  */
 export class HiSparseExtension implements SchedulerExtension {
   readonly name = HISPARSE;
@@ -41,7 +41,7 @@ export class HiSparseExtension implements SchedulerExtension {
   ) {}
 
   /** @throws Error when a request with INACTIVE pages lacks its hot buffer or computes more than one token (an internal bug). */
-  onScheduled(output: SchedulerOutput, scheduler: SchedulerView): HiSparseStepPlan {
+  onScheduled(output: SchedulerOutput, scheduler: SchedulerView): void {
     this.step++;
     const scheduled: Array<[Request, number]> = [];
     for (const [reqId, n] of output.numScheduledTokens) scheduled.push([scheduler.getRequest(reqId)!, n]);
@@ -63,13 +63,18 @@ export class HiSparseExtension implements SchedulerExtension {
       sparseReqIds.push(r.requestId);
     }
     this.totals.sparseDecodes += sparseReqIds.length;
-    return { step: this.step, pageTables: this.kv.takeDirtyRows(), mirror, sparseReqIds };
+    output.extensions.set(HISPARSE_PLAN, {
+      step: this.step,
+      pageTableDeltas: this.kv.takePageTableDeltas(),
+      mirror,
+      sparseReqIds,
+    });
   }
 
-  /** Marks the step's mirrors complete and adds its counters. */
-  onModelRunnerOutput(data: unknown): void {
-    if (data === undefined) return;
-    const d = data as HiSparseStepResult;
+  /** Marks the step's mirrors complete and adds its counters (a step without an answer changes nothing). */
+  onModelRunnerOutput(modelRunnerOutput: ModelRunnerOutput): void {
+    const d = modelRunnerOutput.extensions.get(HISPARSE_RESULT);
+    if (d === undefined) return;
     this.kv.completedStep = Math.max(this.kv.completedStep, d.step);
     this.totals.hits += d.hits;
     this.totals.misses += d.misses;

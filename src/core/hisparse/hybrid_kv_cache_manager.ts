@@ -4,7 +4,7 @@ import type { KVCacheBlock } from "../kv/kv_cache_block.js";
 import { KVCacheManager, NULL_BLOCK_ID } from "../kv/kv_cache_manager.js";
 import type { Request } from "../request.js";
 import type { HostBlockPool } from "./host_block_pool.js";
-import type { PageTableRow } from "./plan.js";
+import type { PageTableDelta } from "./plan.js";
 import { NOT_MIRRORED, RequestPages } from "./residency.js";
 
 /** Settings of a {@link HybridKVCacheManager}. */
@@ -108,7 +108,6 @@ export class HybridKVCacheManager extends KVCacheManager {
       pages.mirroredStep.push(NOT_MIRRORED);
     }
     if (numHot > 0) pages.hotBlocks = this.blockPool.getNewBlocks(numHot);
-    if (numNewPages > 0 || numHot > 0) pages.dirty = true;
     return fresh;
   }
 
@@ -164,7 +163,7 @@ export class HybridKVCacheManager extends KVCacheManager {
         throw new Error(`page ${p} of request ${reqId} cannot be spilled before its host mirror completes`);
     const released = this.releaseBlocks(reqId, pages);
     rp.numInactive += released.length;
-    rp.dirty = true;
+    for (const p of pages) if (p < rp.numPagesSent) rp.unsentSpills.push(p);
     return released;
   }
 
@@ -179,7 +178,6 @@ export class HybridKVCacheManager extends KVCacheManager {
     if (rp.hotBlocks.length > 0) return true;
     if (this.blockPool.numFreeBlocks < this.numHotBlocks) return false;
     rp.hotBlocks = this.blockPool.getNewBlocks(this.numHotBlocks);
-    rp.dirty = true;
     return true;
   }
 
@@ -215,34 +213,38 @@ export class HybridKVCacheManager extends KVCacheManager {
       const page = Math.floor(i / this.blockSize);
       if (this.whitelist.has(request.allTokenIds[i]!) && !rp.pinned.has(page)) {
         rp.pinned.add(page);
-        rp.dirty = true;
+        rp.unsentPins.push(page);
       }
     }
     rp.numPinScanned = Math.max(rp.numPinScanned, end);
   }
 
-  /** The request's page table as sent to the worker. @throws Error for a request holding no pages. */
-  pageTableRow(reqId: RequestId): PageTableRow {
-    const rp = this.reqToPages.get(reqId);
-    if (rp === undefined) throw new Error(`request ${reqId} holds no pages`);
-    return {
-      reqId,
-      hostBlockIds: [...rp.hostBlockIds],
-      blockIds: this.getBlockIds(reqId),
-      pinnedPages: [...rp.pinned].sort((a, b) => a - b),
-      hotBlockIds: rp.hotBlocks.map((b) => b.blockId),
-    };
-  }
-
-  /** Page tables of the requests whose table changed since the last call (marks them sent). */
-  takeDirtyRows(): PageTableRow[] {
-    const rows: PageTableRow[] = [];
+  /**
+   * What changed in each request's page table since the last call (new pages, spills, pins, hot
+   * blocks), in the order the requests first got pages; marks it sent. Requests without changes
+   * get no delta.
+   */
+  takePageTableDeltas(): PageTableDelta[] {
+    const deltas: PageTableDelta[] = [];
     for (const [reqId, rp] of this.reqToPages) {
-      if (!rp.dirty) continue;
-      rows.push(this.pageTableRow(reqId));
-      rp.dirty = false;
+      const from = rp.numPagesSent;
+      const sendHot = !rp.hotBlocksSent && rp.hotBlocks.length > 0;
+      if (from === rp.numPages && rp.unsentSpills.length === 0 && rp.unsentPins.length === 0 && !sendHot)
+        continue;
+      const blocks = this.getBlocks(reqId);
+      deltas.push({
+        reqId,
+        firstNewPage: from,
+        newHostBlockIds: rp.hostBlockIds.slice(from),
+        newBlockIds: blocks.slice(from).map((b) => b.blockId),
+        spilledPages: rp.unsentSpills.splice(0),
+        newPinnedPages: rp.unsentPins.splice(0).sort((a, b) => a - b),
+        newHotBlockIds: sendHot ? rp.hotBlocks.map((b) => b.blockId) : [],
+      });
+      rp.numPagesSent = rp.numPages;
+      rp.hotBlocksSent = rp.hotBlocksSent || sendHot;
     }
-    return rows;
+    return deltas;
   }
 
   /** Pages over all requests: with a device block (ACTIVE) and without (INACTIVE, SPARSE included). */

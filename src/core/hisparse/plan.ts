@@ -1,32 +1,47 @@
 /**
- * What HiSparse sends with each step (SchedulerOutput.extensions["hisparse"]) and what the worker
- * sends back (ModelRunnerOutput.extensions["hisparse"]). Plain, structured-cloneable data: the
- * worker may run on another thread.
+ * What HiSparse sends with each step (SchedulerOutput.extensions under {@link HISPARSE_PLAN}) and
+ * what the worker sends back (ModelRunnerOutput.extensions under {@link HISPARSE_RESULT}). Plain,
+ * structured-cloneable data: the worker may run on another thread.
  */
+import { extensionKey } from "../extension_data.js";
 import type { BlockId, HostBlockId, RequestId } from "../ids.js";
 
-/** Key of HiSparse's entries in SchedulerOutput / ModelRunnerOutput / AttentionMetadata extensions. */
+/** Name of the HiSparse extensions (scheduler and worker halves) and of their step entries. */
 export const HISPARSE = "hisparse";
 
-/** One request's page table, sent whole whenever it changed. */
-export interface PageTableRow {
+/**
+ * What changed in one request's page table since the previous plan (vLLM's CachedRequestData
+ * habit: deltas, not whole rows). The worker applies the fields in order: append the new pages,
+ * drop the spilled pages' device blocks, pin, set the hot buffer. Page p of the table has host
+ * block hostBlockIds[p] (its identity), device block blockIds[p] (NULL_BLOCK_ID = -1 while the
+ * page is INACTIVE), a pin flag, and the request has its hot-buffer blocks.
+ */
+export interface PageTableDelta {
   reqId: RequestId;
-  /** [numPages] host block of each page (its identity; dense layers' KV lives at this index). */
-  hostBlockIds: HostBlockId[];
-  /** [numPages] device block of each page, or NULL_BLOCK_ID (-1) when the page is INACTIVE. */
-  blockIds: BlockId[];
-  /** Pinned page indices (whitelisted tokens), ascending. */
-  pinnedPages: number[];
-  /** The request's hot-buffer blocks, empty until it first needs them. */
-  hotBlockIds: BlockId[];
+  /**
+   * Index of the first appended page: the number of pages the worker holds for the request
+   * before this delta (0 starts a new table: the request's first plan, or its first after a
+   * preemption, whose id was in preemptedReqIds). Pages are only ever appended.
+   */
+  firstNewPage: number;
+  /** Appended pages, in page order from firstNewPage: host block of each. */
+  newHostBlockIds: HostBlockId[];
+  /** Appended pages: device block of each (NULL_BLOCK_ID if spilled before it was sent). */
+  newBlockIds: BlockId[];
+  /** Earlier pages spilled since the previous plan, in spill order: their device block becomes -1. */
+  spilledPages: number[];
+  /** Pages pinned since the previous plan (whitelisted tokens), ascending. */
+  newPinnedPages: number[];
+  /** The request's hot-buffer blocks when it got them since the previous plan (once per table), else empty. */
+  newHotBlockIds: BlockId[];
 }
 
 /** The per-step plan of the "hisparse" scheduler extension. */
 export interface HiSparseStepPlan {
   /** Step number (1, 2, ...); the worker echoes it once the step's mirrors are done. */
   step: number;
-  /** Page tables that changed since the last step (new pages, spills, hot blocks, pins). */
-  pageTables: PageTableRow[];
+  /** Page tables that changed since the last step, as deltas (new pages, spills, pins, hot blocks). */
+  pageTableDeltas: PageTableDelta[];
   /**
    * Pages filled in this step: after the forward, copy device block `blockIds[i]` (every sparse
    * layer) to host block `hostBlockIds[i]` (eager mirror).
@@ -51,6 +66,11 @@ export interface HiSparseStepResult {
   /** INACTIVE pages currently held in some hot-buffer slot (SPARSE), over all requests. */
   numSparsePages: number;
 }
+
+/** Key of the plan in SchedulerOutput.extensions. */
+export const HISPARSE_PLAN = extensionKey<HiSparseStepPlan>(HISPARSE);
+/** Key of the worker's answer in ModelRunnerOutput.extensions. */
+export const HISPARSE_RESULT = extensionKey<HiSparseStepResult>(HISPARSE);
 
 /** Counters (totals since start) and gauges of HiSparse, for metrics and the periodic log line. */
 export interface HiSparseStats {

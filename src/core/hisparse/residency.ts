@@ -70,8 +70,15 @@ export class RequestPages {
   numInactive = 0;
   /** The request's hot-buffer blocks (empty until it first needs them). */
   hotBlocks: KVCacheBlock[] = [];
-  /** The page table changed since it was last sent to the worker. */
-  dirty = true;
+  /**
+   * What the worker's copy of the page table lacks (HybridKVCacheManager.takePageTableDeltas):
+   * pages [0, numPagesSent) were sent; earlier pages spilled and pinned since the last delta; the
+   * hot blocks, once sent.
+   */
+  numPagesSent = 0;
+  readonly unsentSpills: number[] = [];
+  readonly unsentPins: number[] = [];
+  hotBlocksSent = false;
 
   get numPages(): number {
     return this.hostBlockIds.length;

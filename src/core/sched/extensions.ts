@@ -6,9 +6,10 @@
  *   back to preemption (running requests) or to leaving the request waiting (waiting requests).
  *   HiSparse spills pages of other requests to host memory, frees their device blocks and
  *   returns true; the scheduler then retries the allocation.
- * - {@link SchedulerExtension}: per-step data riding on `SchedulerOutput.extensions[name]`,
- *   the matching `ModelRunnerOutput.extensions[name]` coming back, and a notice whenever a
- *   request's blocks are about to be freed (finished or preempted).
+ * - {@link SchedulerExtension}: per-step data the feature adds to `SchedulerOutput.extensions`
+ *   under its ExtensionKey (core/extension_data.ts), its entry of `ModelRunnerOutput.extensions`
+ *   coming back, and a notice whenever a request's blocks are about to be freed (finished or
+ *   preempted).
  */
 import type { RequestId } from "../ids.js";
 import type { KVCacheManager } from "../kv/kv_cache_manager.js";
@@ -69,22 +70,23 @@ export interface KVPressureHandler {
 export type FreeReason = "finished" | "preempted";
 
 /**
- * An optional feature riding on each step. Every method is optional; `name` keys its entries in
- * `SchedulerOutput.extensions` and `ModelRunnerOutput.extensions`.
+ * An optional feature riding on each step. Every method is optional; the feature reads and writes
+ * its entries of `SchedulerOutput.extensions` and `ModelRunnerOutput.extensions` through its own
+ * ExtensionKeys (typed, no casts), and its worker half (worker/extension.ts) has the same `name`.
  */
 export interface SchedulerExtension {
   readonly name: string;
   /**
    * Called at the end of `schedule()`, once the batch is fixed and before `numComputedTokens`
-   * advances (so `request.numComputedTokens` still equals the output's start-of-step values).
-   * @returns data stored as `output.extensions.get(name)`; undefined stores nothing.
+   * advances (so `request.numComputedTokens` still equals the output's start-of-step values):
+   * adds the feature's entry to `output.extensions` (nothing when the step needs none).
    */
-  onScheduled?(output: SchedulerOutput, scheduler: SchedulerView): unknown;
+  onScheduled?(output: SchedulerOutput, scheduler: SchedulerView): void;
   /**
-   * Called at the start of `updateFromOutput()` with `modelRunnerOutput.extensions.get(name)`
-   * (undefined when the worker sent nothing under that name).
+   * Called at the start of `updateFromOutput()`; the feature reads its entry of
+   * `modelRunnerOutput.extensions` (absent when the worker sent none).
    */
-  onModelRunnerOutput?(data: unknown, modelRunnerOutput: ModelRunnerOutput, scheduler: SchedulerView): void;
+  onModelRunnerOutput?(modelRunnerOutput: ModelRunnerOutput, scheduler: SchedulerView): void;
   /**
    * Called just before a request's blocks return to the pool, so
    * `kvCacheManager.getBlockIds(request.requestId)` still lists them.

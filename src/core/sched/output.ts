@@ -1,3 +1,4 @@
+import type { ExtensionData } from "../extension_data.js";
 import type { BlockId, RequestId } from "../ids.js";
 import type { FinishReason } from "../request.js";
 import type { SamplingParams } from "../sampling_params.js";
@@ -44,8 +45,11 @@ export interface SchedulerOutput {
   preemptedReqIds: Set<RequestId>;
   /** Requests finished since the last step: the worker frees their state. */
   finishedReqIds: Set<RequestId>;
-  /** Extra per-step work for optional features (HiSparse transfers, ...). Keyed by feature. */
-  extensions: Map<string, unknown>;
+  /**
+   * Extra per-step work of optional features (HiSparse: page-table deltas, mirrors), one typed
+   * entry per feature (SchedulerExtension.onScheduled writes it).
+   */
+  extensions: ExtensionData;
 }
 
 /** Top log-probabilities of one sampled token. */
@@ -69,8 +73,8 @@ export interface ModelRunnerOutput {
   sampledTokenIds: number[][];
   /** Log-probabilities of each sampled token when the request asked for them. */
   logprobs: (TokenLogprobs[] | null)[];
-  /** Extra per-step results of optional features, keyed by feature (HiSparse counters, ...). */
-  extensions: Map<string, unknown>;
+  /** Extra per-step results of optional features (HiSparse counters), one typed entry per feature. */
+  extensions: ExtensionData;
 }
 
 /** One request's progress after a step (vllm EngineCoreOutput). */

@@ -167,10 +167,7 @@ export class Scheduler implements SchedulerView {
     if (st.preempted.length === 0) this.scheduleWaiting(st);
     const output = buildSchedulerOutput(st, this.kvCacheManager, this.finishedReqIds);
     this.finishedReqIds = new Set();
-    for (const ext of this.extensions) {
-      const data = ext.onScheduled?.(output, this);
-      if (data !== undefined) output.extensions.set(ext.name, data);
-    }
+    for (const ext of this.extensions) ext.onScheduled?.(output, this);
     for (const [reqId, n] of st.numScheduledTokens) this.requests.get(reqId)!.numComputedTokens += n;
     return output;
   }
@@ -296,8 +293,7 @@ export class Scheduler implements SchedulerView {
   ): EngineCoreOutput[] {
     const outputs = this.pendingOutputs;
     this.pendingOutputs = [];
-    for (const ext of this.extensions)
-      ext.onModelRunnerOutput?.(modelRunnerOutput.extensions.get(ext.name), modelRunnerOutput, this);
+    for (const ext of this.extensions) ext.onModelRunnerOutput?.(modelRunnerOutput, this);
     const indexOf = new Map<RequestId, number>();
     for (const [i, id] of modelRunnerOutput.reqIds.entries()) indexOf.set(id, i);
     const stopped = new Set<Request>();

@@ -1,3 +1,4 @@
+import { newExtensionData } from "../extension_data.js";
 import type { BlockId, RequestId } from "../ids.js";
 import type { KVCacheManager } from "../kv/kv_cache_manager.js";
 import { finishReasonOf, type Request } from "../request.js";
@@ -72,7 +73,7 @@ export function buildSchedulerOutput(
     totalNumScheduledTokens: total,
     preemptedReqIds: new Set(st.preempted.map((r) => r.requestId)),
     finishedReqIds,
-    extensions: new Map(),
+    extensions: newExtensionData(),
   };
 }
 

@@ -1,27 +1,57 @@
-import type { HiSparseStepMeta } from "../../attention/sparse/hisparse_attention.js";
+import { HISPARSE_STEP_META } from "../../attention/sparse/hisparse_attention.js";
 import type { HotBufferResolver } from "../../attention/sparse/hot_buffer.js";
 import type { SparseBatch } from "../../attention/sparse/selector.js";
 import type { AttentionMetadata, Backend, Tensor } from "../../backends/backend.js";
-import { HISPARSE, type HiSparseStepPlan, type HiSparseStepResult } from "../../core/hisparse/plan.js";
+import type { ExtensionData } from "../../core/extension_data.js";
+import {
+  HISPARSE,
+  HISPARSE_PLAN,
+  HISPARSE_RESULT,
+  type HiSparseStepPlan,
+  type PageTableDelta,
+} from "../../core/hisparse/plan.js";
 import type { RequestId } from "../../core/ids.js";
 import type { SchedulerOutput } from "../../core/sched/output.js";
 import type { WorkerExtension } from "../extension.js";
 import type { PreparedInputs } from "../input_batch.js";
 import type { CpuHostKvCache } from "./host_kv_cache.js";
 
-/** The worker's copy of one request's page table (from the plans' PageTableRows). */
+/** The worker's copy of one request's page table, built from the plans' PageTableDeltas. */
 interface WorkerPageTable {
-  hostBlockIds: Int32Array;
-  /** -1 for INACTIVE pages. */
-  blockIds: Int32Array;
+  /** [numPages] host block of each page. */
+  hostBlockIds: number[];
+  /** [numPages] device block of each page, -1 (NULL_BLOCK_ID) for INACTIVE pages. */
+  blockIds: number[];
   /** [numPages] 1 for pinned pages. */
-  pinned: Uint8Array;
-  hotBlockIds: Int32Array;
+  pinned: number[];
+  hotBlockIds: number[];
+}
+
+/**
+ * Applies one delta to a request's table (a new table for a request the worker does not hold:
+ * its first plan, or its first after a preemption dropped the old table).
+ * @throws Error when the delta does not start at the table's page count.
+ */
+function applyDelta(tables: Map<RequestId, WorkerPageTable>, d: PageTableDelta): void {
+  const t = tables.get(d.reqId) ?? { hostBlockIds: [], blockIds: [], pinned: [], hotBlockIds: [] };
+  if (d.firstNewPage !== t.hostBlockIds.length)
+    throw new Error(
+      `the page-table delta of request ${d.reqId} starts at page ${d.firstNewPage}, the worker holds ${t.hostBlockIds.length}`,
+    );
+  tables.set(d.reqId, t);
+  d.newHostBlockIds.forEach((h, i) => {
+    t.hostBlockIds.push(h);
+    t.blockIds.push(d.newBlockIds[i]!);
+    t.pinned.push(0);
+  });
+  for (const p of d.spilledPages) t.blockIds[p] = -1;
+  for (const p of d.newPinnedPages) t.pinned[p] = 1;
+  if (d.newHotBlockIds.length > 0) t.hotBlockIds = [...d.newHotBlockIds];
 }
 
 /**
  * The worker half of HiSparse ("hisparse" WorkerExtension). Keeps each request's page table from
- * the plans; before each forward builds the step's {@link HiSparseStepMeta} (host slot mapping,
+ * the plans' deltas; before each forward builds the step's {@link HiSparseStepMeta} (host slot mapping,
  * the dense layers' host block tables, the sparse batch); after it, performs the eager mirrors
  * (device -> host tier, every sparse layer) and reports the step's counters.
  */
@@ -53,24 +83,19 @@ export class HiSparseWorker implements WorkerExtension {
       this.tables.delete(id);
       this.resolver.forget(id);
     }
-    const plan = so.extensions.get(HISPARSE) as HiSparseStepPlan | undefined;
+    const plan = so.extensions.get(HISPARSE_PLAN);
     if (plan === undefined) return;
-    for (const row of plan.pageTables) {
-      const pinned = new Uint8Array(row.hostBlockIds.length);
-      for (const p of row.pinnedPages) pinned[p] = 1;
-      this.tables.set(row.reqId, {
-        hostBlockIds: Int32Array.from(row.hostBlockIds),
-        blockIds: Int32Array.from(row.blockIds),
-        pinned,
-        hotBlockIds: Int32Array.from(row.hotBlockIds),
-      });
-    }
+    for (const d of plan.pageTableDeltas) applyDelta(this.tables, d);
   }
 
   /** @throws Error when the step has no plan or a scheduled request has no page table. */
-  prepareForward(so: SchedulerOutput, inputs: PreparedInputs, meta: AttentionMetadata): HiSparseStepMeta {
-    const plan = so.extensions.get(HISPARSE) as HiSparseStepPlan | undefined;
-    if (plan === undefined) throw new Error("the step carries no hisparse plan");
+  prepareForward(
+    so: SchedulerOutput,
+    inputs: PreparedInputs,
+    meta: AttentionMetadata,
+    out: ExtensionData,
+  ): void {
+    const plan = planOf(so);
     const bs = this.blockSize;
     const R = inputs.reqIds.length;
     const rows = inputs.reqIds.map((id) => {
@@ -103,7 +128,11 @@ export class HiSparseWorker implements WorkerExtension {
         slotMapping: hostSlotMapping,
       },
     };
-    return { hostSlotMapping, denseMeta, batch: this.sparseBatch(plan.sparseReqIds, inputs) };
+    out.set(HISPARSE_STEP_META, {
+      hostSlotMapping,
+      denseMeta,
+      batch: this.sparseBatch(plan.sparseReqIds, inputs),
+    });
   }
 
   /** The sparse requests of the step, flattened (SparseBatch). */
@@ -132,9 +161,11 @@ export class HiSparseWorker implements WorkerExtension {
     const hotBlockIds = new Int32Array(hotStart[S]!);
     tables.forEach((t, s) => {
       const [p0, n] = [pageStart[s]!, pageStart[s + 1]! - pageStart[s]!];
-      hostBlockIds.set(t.hostBlockIds.subarray(0, n), p0);
-      blockIds.set(t.blockIds.subarray(0, n), p0);
-      pinned.set(t.pinned.subarray(0, n), p0);
+      for (let i = 0; i < n; i++) {
+        hostBlockIds[p0 + i] = t.hostBlockIds[i]!;
+        blockIds[p0 + i] = t.blockIds[i]!;
+        pinned[p0 + i] = t.pinned[i]!;
+      }
       hotBlockIds.set(t.hotBlockIds, hotStart[s]!);
     });
     return {
@@ -153,9 +184,9 @@ export class HiSparseWorker implements WorkerExtension {
   }
 
   /** Mirrors the pages the step filled (every sparse layer) and reports the step's counters. */
-  afterForward(so: SchedulerOutput): HiSparseStepResult | undefined {
-    const plan = so.extensions.get(HISPARSE) as HiSparseStepPlan | undefined;
-    if (plan === undefined) return undefined;
+  afterForward(so: SchedulerOutput, out: ExtensionData): void {
+    const plan = so.extensions.get(HISPARSE_PLAN);
+    if (plan === undefined) return;
     const { blockIds, hostBlockIds } = plan.mirror;
     if (blockIds.length > 0) {
       this.sparseLayers.forEach((layer, li) => {
@@ -164,13 +195,20 @@ export class HiSparseWorker implements WorkerExtension {
       this.deviceToHostBytes = blockIds.length * this.hostTier.pageBytes;
     } else this.deviceToHostBytes = 0;
     const c = this.resolver.takeCounters();
-    return {
+    out.set(HISPARSE_RESULT, {
       step: plan.step,
       hits: c.hits,
       misses: c.misses,
       hostToDeviceBytes: c.hostToDeviceBytes,
       deviceToHostBytes: this.deviceToHostBytes,
       numSparsePages: this.resolver.numSparsePages,
-    };
+    });
   }
+}
+
+/** The step's plan. @throws Error when the step carries none. */
+function planOf(so: SchedulerOutput): HiSparseStepPlan {
+  const plan = so.extensions.get(HISPARSE_PLAN);
+  if (plan === undefined) throw new Error("the step carries no hisparse plan");
+  return plan;
 }

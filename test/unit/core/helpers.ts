@@ -2,7 +2,9 @@
  * Test helpers for the core scheduler tests: request factories, configs, and a fake worker
  * that "runs" a SchedulerOutput (samples a token for every request whose prefill is complete).
  */
+
 import type { CacheConfig, SchedulerConfig } from "../../../src/config/configs.js";
+import { type ExtensionData, newExtensionData } from "../../../src/core/extension_data.js";
 import { asRequestId, type BlockId, type RequestId } from "../../../src/core/ids.js";
 import { Request } from "../../../src/core/request.js";
 import { makeSamplingParams, type SamplingParams } from "../../../src/core/sampling_params.js";
@@ -60,7 +62,7 @@ export function fakeRunnerOutput(
   sched: Scheduler,
   so: SchedulerOutput,
   sample: (reqId: RequestId) => number = () => DEFAULT_SAMPLED,
-  extensions: Map<string, unknown> = new Map(),
+  extensions: ExtensionData = newExtensionData(),
 ): ModelRunnerOutput {
   const reqIds: RequestId[] = [];
   const sampledTokenIds: number[][] = [];

@@ -1,7 +1,16 @@
-import type { DeviceHiSparseStepMeta } from "../../../attention/sparse/device_sparse.js";
+import {
+  DEVICE_HISPARSE_STEP_META,
+  type DeviceHiSparseStepMeta,
+} from "../../../attention/sparse/device_sparse.js";
 import type { AttentionMetadata, Tensor } from "../../../backends/backend.js";
 import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
-import { HISPARSE, type HiSparseStepPlan, type HiSparseStepResult } from "../../../core/hisparse/plan.js";
+import type { ExtensionData } from "../../../core/extension_data.js";
+import {
+  HISPARSE,
+  HISPARSE_PLAN,
+  HISPARSE_RESULT,
+  type HiSparseStepPlan,
+} from "../../../core/hisparse/plan.js";
 import type { SchedulerOutput } from "../../../core/sched/output.js";
 import type { ExtensionGraphBucket, ExtensionGraphHooks, WorkerExtension } from "../../extension.js";
 import type { PreparedInputs } from "../../input_batch.js";
@@ -13,15 +22,16 @@ import { buildStepArrays, denseHostTables } from "./step_inputs.js";
 export const GRAPH_VARIANT_DENSE = "dense";
 export const GRAPH_VARIANT_SPARSE = "sparse";
 
+/** The step's plan. @throws Error when the step carries none. */
 function planOf(so: SchedulerOutput): HiSparseStepPlan {
-  const plan = so.extensions.get(HISPARSE) as HiSparseStepPlan | undefined;
+  const plan = so.extensions.get(HISPARSE_PLAN);
   if (plan === undefined) throw new Error("the step carries no hisparse plan");
   return plan;
 }
 
 /**
  * The worker half of HiSparse on CUDA ("hisparse" WorkerExtension), the device twin of
- * HiSparseWorker. Host work per step is what the plan requires: page-table rows that changed are
+ * HiSparseWorker. Host work per step is what the plan requires: the page-table deltas are
  * uploaded into the persistent slot tables (changed entries only), and each step writes three
  * small arrays (request slot, sparse flag, host slot per token). Everything else (dense-layer
  * tables, selection, resolution, swap-in) happens on the device, so decode steps replay from CUDA
@@ -44,7 +54,7 @@ export class CudaHiSparseWorker implements WorkerExtension {
   ) {
     this.graph = {
       variant: (so) => {
-        const plan = so.extensions.get(HISPARSE) as HiSparseStepPlan | undefined;
+        const plan = so.extensions.get(HISPARSE_PLAN);
         if (plan === undefined) return null;
         return plan.sparseReqIds.length > 0 ? GRAPH_VARIANT_SPARSE : GRAPH_VARIANT_DENSE;
       },
@@ -59,9 +69,9 @@ export class CudaHiSparseWorker implements WorkerExtension {
 
   applySchedulerOutput(so: SchedulerOutput): void {
     for (const id of [...so.finishedReqIds, ...so.preemptedReqIds]) this.tables.release(id);
-    const plan = so.extensions.get(HISPARSE) as HiSparseStepPlan | undefined;
+    const plan = so.extensions.get(HISPARSE_PLAN);
     if (plan === undefined) return;
-    for (const row of plan.pageTables) this.tables.applyRow(row);
+    for (const d of plan.pageTableDeltas) this.tables.applyDelta(d);
   }
 
   /** Eager steps: the step's device metadata from staged arrays. @throws Error without a plan. */
@@ -69,7 +79,8 @@ export class CudaHiSparseWorker implements WorkerExtension {
     so: SchedulerOutput,
     inputs: PreparedInputs,
     meta: AttentionMetadata,
-  ): DeviceHiSparseStepMeta {
+    out: ExtensionData,
+  ): void {
     const plan = planOf(so);
     this.hostTier.beforeForward();
     const R = inputs.reqIds.length;
@@ -94,7 +105,7 @@ export class CudaHiSparseWorker implements WorkerExtension {
       slotMapping: hostSlotMapping,
       host: { ...meta.host, blockTables: dense, maxBlocksPerReq: width, slotMapping: a.hostSlotMapping },
     };
-    return {
+    out.set(DEVICE_HISPARSE_STEP_META, {
       rows: {
         reqSlot: b.stage(a.reqSlot, [R], "i32"),
         rowFlags: b.stage(a.rowFlags, [R], "i32"),
@@ -105,13 +116,13 @@ export class CudaHiSparseWorker implements WorkerExtension {
       denseMeta,
       hasSparse: a.numSparse > 0,
       maskedSeqLens: mixed ? b.stage(a.maskedSeqLens, [R], "i32") : null,
-    };
+    });
   }
 
   /** Mirrors the pages the step filled and reports the step's counters. @throws Error when the resolver reported an error. */
-  afterForward(so: SchedulerOutput): HiSparseStepResult | undefined {
-    const plan = so.extensions.get(HISPARSE) as HiSparseStepPlan | undefined;
-    if (plan === undefined) return undefined;
+  afterForward(so: SchedulerOutput, out: ExtensionData): void {
+    const plan = so.extensions.get(HISPARSE_PLAN);
+    if (plan === undefined) return;
     const { blockIds, hostBlockIds } = plan.mirror;
     this.hostTier.mirror(blockIds, hostBlockIds);
     const resolved = this.lastHadSparse;
@@ -121,14 +132,14 @@ export class CudaHiSparseWorker implements WorkerExtension {
       throw new Error(
         `the HiSparse resolver failed for ${c.errors} (request, layer, kv head) selections (more INACTIVE pages than hot-buffer slots, or no tail page)`,
       );
-    return {
+    out.set(HISPARSE_RESULT, {
       step: plan.step,
       hits: c.hits,
       misses: c.misses,
       hostToDeviceBytes: c.misses * this.hostTier.sliceBytes,
       deviceToHostBytes: blockIds.length * this.hostTier.pageBytes,
       numSparsePages: this.tables.numSparsePages(resolved),
-    };
+    });
   }
 
   /** Frees the slot tables, the host tier (after the mirrors finished) and what it owns. */
@@ -167,7 +178,7 @@ const MUTABLE_STATE = ["lruPage", "lruLastUse", "lruTick", "heldCount", "heldPag
  * graph (beginForward), so a replay needs only the three small writes.
  */
 class HiSparseGraphBucket implements ExtensionGraphBucket {
-  readonly meta: DeviceHiSparseStepMeta;
+  private readonly meta: DeviceHiSparseStepMeta;
   private readonly reqSlot: Tensor;
   private readonly rowFlags: Tensor;
   private readonly hostSlotMapping: Tensor;
@@ -194,6 +205,10 @@ class HiSparseGraphBucket implements ExtensionGraphBucket {
 
   private get backend(): CudaBackend {
     return this.worker.backend;
+  }
+
+  addTo(out: ExtensionData): void {
+    out.set(DEVICE_HISPARSE_STEP_META, this.meta);
   }
 
   write(so: SchedulerOutput, inputs: PreparedInputs): void {

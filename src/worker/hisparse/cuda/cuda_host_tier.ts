@@ -1,5 +1,7 @@
+import type { DeviceHostTier } from "../../../attention/sparse/cuda/cuda_hot_buffer.js";
 import type { Tensor } from "../../../backends/backend.js";
 import type { CudaBackend, PinnedHostMemory } from "../../../backends/cuda/cuda_backend.js";
+import type { DevicePtr } from "../../../backends/cuda/device_ptr.js";
 import { mirrorPages } from "../../../backends/cuda/hisparse_ops.js";
 import type { SideStream } from "../../../backends/cuda/side_stream.js";
 import type { CudaTensor } from "../../../backends/cuda/tensor.js";
@@ -26,7 +28,7 @@ const BF16_BYTES = 2;
  * rewritten while its mirror still reads it. Spills copy nothing: the scheduler only drops
  * device blocks of mirrored pages.
  */
-export class CudaHostKvTier {
+export class CudaHostKvTier implements DeviceHostTier {
   /** Per sparse layer, the pinned memory. */
   readonly layers: PinnedHostMemory[] = [];
   /** Bytes of one (page, sparse layer, kv head) slice: K and V of blockSize tokens. */
@@ -77,8 +79,13 @@ export class CudaHostKvTier {
     this.side = backend.createSideStream();
   }
 
+  /** Host blocks per sparse layer. */
+  get numHostBlocks(): number {
+    return this.spec.numHostBlocks;
+  }
+
   /** Device-visible address of a sparse layer's host tier. */
-  layerPtr(sparseLayer: number): number {
+  layerPtr(sparseLayer: number): DevicePtr {
     return this.layers[sparseLayer]!.ptr;
   }
 

@@ -1,5 +1,7 @@
 import { totalmem } from "node:os";
-import { CudaHiSparseAttention } from "../../../attention/sparse/cuda_hisparse_attention.js";
+import { CudaHiSparseAttention } from "../../../attention/sparse/cuda/cuda_hisparse_attention.js";
+import { CudaLruResolver } from "../../../attention/sparse/cuda/cuda_hot_buffer.js";
+import { CudaQuestSelector } from "../../../attention/sparse/cuda/cuda_quest.js";
 import type { DType, QkvLayout } from "../../../backends/backend.js";
 import { DTYPE_BYTES } from "../../../backends/backend.js";
 import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
@@ -10,7 +12,6 @@ import { planHiSparseMemory } from "../memory_plan.js";
 import { allocateKvCaches, type HiSparseSetup, modelReasons } from "../setup.js";
 import { CudaHiSparseWorker } from "./cuda_hisparse_worker.js";
 import { CudaHostKvTier } from "./cuda_host_tier.js";
-import { CudaLruResolver, CudaQuestSelector } from "./cuda_selector.js";
 import { HiSparseSlotTables, type SlotTablesConfig } from "./slot_tables.js";
 
 /** Bytes of a bf16 digest element (CudaQuestSelector). */

@@ -1,7 +1,7 @@
 import type { Tensor } from "../../../backends/backend.js";
 import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
 import type { ResolverState } from "../../../backends/cuda/hisparse_ops.js";
-import type { PageTableRow } from "../../../core/hisparse/plan.js";
+import type { PageTableDelta } from "../../../core/hisparse/plan.js";
 import type { RequestId } from "../../../core/ids.js";
 
 /** Sizes of the slot tables. */
@@ -16,11 +16,10 @@ export interface SlotTablesConfig {
   numKvHeads: number;
 }
 
-/** Host copy of one slot's rows (what the device holds), to upload only what changed. */
-interface SlotRows {
+/** What the host knows of one slot: its host-block row (read by the step arrays), its page count, its hot blocks. */
+interface SlotRow {
+  /** [W] host block of each page, -1 past the request's pages. */
   host: Int32Array;
-  block: Int32Array;
-  pinned: Int32Array;
   numPages: number;
   hot: Int32Array;
 }
@@ -32,11 +31,12 @@ const MINUS_ONE_BYTE = 0xff;
  * The HiSparse page tables of the running requests on the device, one row per request slot (as
  * vLLM's persistent input batch keeps per-request rows): host block, device block (-1 when
  * INACTIVE) and pin of every page, the hot blocks, and the resolver's LRU state and held-page
- * counts (hisparse_ops.ts ResolverState). Rows are updated from the plan's PageTableRows by
- * uploading only the entries that changed (the plan sends a request's whole row whenever it
- * changed); a request keeps its slot until it finishes or is preempted. When a request's hot
- * blocks change (a new hot buffer) its LRU state starts over, as LruHotBufferResolver.forget does.
- * All uploads are asynchronous on the backend's stream, before the step's forward.
+ * counts (hisparse_ops.ts ResolverState). The plan's PageTableDeltas are uploaded as they come:
+ * appended pages as one range per table, spilled pages' -1 and pins as runs of consecutive
+ * pages, the hot blocks once; nothing is diffed. A request keeps its slot until it finishes or
+ * is preempted (its rows are cleared then, on the device). When a request's hot blocks change
+ * (a new hot buffer) its LRU state starts over, as LruHotBufferResolver.forget does. All uploads
+ * are asynchronous on the backend's stream, before the step's forward.
  */
 export class HiSparseSlotTables {
   readonly config: SlotTablesConfig;
@@ -50,7 +50,7 @@ export class HiSparseSlotTables {
   readonly state: ResolverState;
   private readonly slotByReq = new Map<RequestId, number>();
   private readonly freeSlots: number[];
-  private readonly rows: SlotRows[];
+  private readonly rows: SlotRow[];
   /** Set when a slot's held pages were reset since the last read (numSparsePages changes). */
   private heldDirty = false;
   private lastSparsePages = 0;
@@ -82,8 +82,6 @@ export class HiSparseSlotTables {
     this.freeSlots = Array.from({ length: S }, (_, i) => S - 1 - i);
     this.rows = Array.from({ length: S }, () => ({
       host: new Int32Array(W).fill(-1),
-      block: new Int32Array(W).fill(-1),
-      pinned: new Int32Array(W),
       numPages: 0,
       hot: new Int32Array(0),
     }));
@@ -111,52 +109,90 @@ export class HiSparseSlotTables {
   }
 
   /**
-   * Applies one page-table row of the plan: gives the request a slot on first sight, uploads the
-   * changed entries, and starts the LRU state over when the hot blocks changed.
-   * @throws Error when every slot is taken or the row is longer than the tables.
+   * Applies one page-table delta of the plan: gives the request a slot on first sight
+   * (firstNewPage 0), uploads the appended pages, the spilled pages' -1, the pins and new hot
+   * blocks, and starts the LRU state over when the hot blocks changed.
+   * @throws Error when every slot is taken, the delta does not start at the slot's page count,
+   *   or the table would outgrow the slot's width.
    */
-  applyRow(row: PageTableRow): void {
+  applyDelta(d: PageTableDelta): void {
     const W = this.config.maxPages;
-    const n = row.hostBlockIds.length;
-    if (n > W || row.blockIds.length !== n)
-      throw new Error(
-        `the page table of request ${row.reqId} has ${n} pages, more than the ${W} a slot holds`,
-      );
-    let slot = this.slotByReq.get(row.reqId);
-    if (slot === undefined) {
-      slot = this.freeSlots.pop();
-      if (slot === undefined) throw new Error(`no HiSparse request slot is free for request ${row.reqId}`);
-      this.slotByReq.set(row.reqId, slot);
-      this.resetLru(slot);
-    }
+    const slot = this.slotFor(d);
     const cur = this.rows[slot]!;
-    const pinned = new Int32Array(W);
-    for (const p of row.pinnedPages) if (p < W) pinned[p] = 1;
-    const upTo = Math.max(n, cur.numPages);
-    this.syncRange(this.hostBlockTable, slot, cur.host, Int32Array.from(row.hostBlockIds), upTo, -1);
-    this.syncRange(this.blockTable, slot, cur.block, Int32Array.from(row.blockIds), upTo, -1);
-    this.syncRange(this.pinnedTable, slot, cur.pinned, pinned, W, 0);
-    cur.numPages = n;
-    const hot = Int32Array.from(row.hotBlockIds);
-    if (!sameIds(hot, cur.hot)) {
-      const numHot = this.config.numHot;
-      if (hot.length !== 0 && hot.length !== numHot)
-        throw new Error(`request ${row.reqId} has ${hot.length} hot blocks, expected ${numHot}`);
-      const full = new Int32Array(numHot).fill(-1);
-      full.set(hot);
-      this.backend.writeRange(this.hotBlocks, slot * numHot, full);
-      if (cur.hot.length > 0) this.resetLru(slot);
-      cur.hot = hot;
+    if (d.firstNewPage !== cur.numPages)
+      throw new Error(
+        `the page-table delta of request ${d.reqId} starts at page ${d.firstNewPage}, its slot holds ${cur.numPages}`,
+      );
+    const n = d.newHostBlockIds.length;
+    if (cur.numPages + n > W || d.newBlockIds.length !== n)
+      throw new Error(
+        `the page table of request ${d.reqId} has ${cur.numPages + n} pages, more than the ${W} a slot holds`,
+      );
+    const b = this.backend;
+    const at = slot * W + cur.numPages;
+    if (n > 0) {
+      const host = Int32Array.from(d.newHostBlockIds);
+      cur.host.set(host, cur.numPages);
+      b.writeRange(this.hostBlockTable, at, host);
+      b.writeRange(this.blockTable, at, Int32Array.from(d.newBlockIds));
+      cur.numPages += n;
     }
+    for (const [p, len] of runs(d.spilledPages)) this.fillRow(this.blockTable, slot, p, len, -1);
+    for (const [p, len] of runs(d.newPinnedPages)) this.fillRow(this.pinnedTable, slot, p, len, 1);
+    if (d.newHotBlockIds.length > 0) this.setHot(slot, d);
   }
 
-  /** Frees the slot of a finished or preempted request (its LRU state is reset now). */
+  /** The request's slot, a free one on first sight. @throws Error when none is free. */
+  private slotFor(d: PageTableDelta): number {
+    const known = this.slotByReq.get(d.reqId);
+    if (known !== undefined) return known;
+    const slot = this.freeSlots.pop();
+    if (slot === undefined) throw new Error(`no HiSparse request slot is free for request ${d.reqId}`);
+    this.slotByReq.set(d.reqId, slot);
+    this.resetLru(slot);
+    return slot;
+  }
+
+  /** Uploads new hot blocks; the LRU starts over when the request had others. @throws Error for a wrong count. */
+  private setHot(slot: number, d: PageTableDelta): void {
+    const numHot = this.config.numHot;
+    const hot = Int32Array.from(d.newHotBlockIds);
+    const cur = this.rows[slot]!;
+    if (sameIds(hot, cur.hot)) return;
+    if (hot.length !== numHot)
+      throw new Error(`request ${d.reqId} has ${hot.length} hot blocks, expected ${numHot}`);
+    this.backend.writeRange(this.hotBlocks, slot * numHot, hot);
+    if (cur.hot.length > 0) this.resetLru(slot);
+    cur.hot = hot;
+  }
+
+  /** Sets entries [page, page + len) of row `slot` of an i32 table to `value` (-1, 0 or 1). */
+  private fillRow(t: Tensor, slot: number, page: number, len: number, value: -1 | 0 | 1): void {
+    const W = this.config.maxPages;
+    if (page < 0 || page + len > W)
+      throw new Error(`page ${page + len - 1} is outside a table of ${W} pages`);
+    if (value === 1) this.backend.writeRange(t, slot * W + page, new Int32Array(len).fill(1));
+    else this.backend.fillRange(t, slot * W + page, len, value === -1 ? MINUS_ONE_BYTE : 0);
+  }
+
+  /**
+   * Frees the slot of a finished or preempted request: its LRU state is reset and its rows are
+   * cleared on the device (host blocks and device blocks -1, pins 0, hot blocks -1), so the next
+   * occupant starts from empty rows.
+   */
   release(reqId: RequestId): void {
     const slot = this.slotByReq.get(reqId);
     if (slot === undefined) return;
     this.slotByReq.delete(reqId);
     this.resetLru(slot);
     const cur = this.rows[slot]!;
+    const { maxPages: W, numHot } = this.config;
+    this.fillRow(this.hostBlockTable, slot, 0, cur.numPages, -1);
+    this.fillRow(this.blockTable, slot, 0, cur.numPages, -1);
+    this.fillRow(this.pinnedTable, slot, 0, W, 0);
+    this.backend.fillRange(this.hotBlocks, slot * numHot, numHot, MINUS_ONE_BYTE);
+    cur.host.fill(-1, 0, cur.numPages);
+    cur.numPages = 0;
     cur.hot = new Int32Array(0);
     this.freeSlots.push(slot);
   }
@@ -204,29 +240,6 @@ export class HiSparseSlotTables {
       this.backend.free(t);
   }
 
-  /** Uploads entries [first, last] of row `slot` that differ between `cur` and `next` (padded with `pad` past next.length). */
-  private syncRange(
-    t: Tensor,
-    slot: number,
-    cur: Int32Array,
-    next: Int32Array,
-    upTo: number,
-    pad: number,
-  ): void {
-    let first = -1;
-    let last = -1;
-    for (let i = 0; i < upTo; i++) {
-      const v = i < next.length ? next[i]! : pad;
-      if (v !== cur[i]) {
-        if (first < 0) first = i;
-        last = i;
-        cur[i] = v;
-      }
-    }
-    if (first < 0) return;
-    this.backend.writeRange(t, slot * this.config.maxPages + first, cur.slice(first, last + 1));
-  }
-
   /** Empty LRU (page -1, last use -1), tick 0, no held page, for one slot. */
   private resetLru(slot: number): void {
     const { maxPages: W, numHot, numSparseLayers: L, numKvHeads: Hkv } = this.config;
@@ -239,6 +252,17 @@ export class HiSparseSlotTables {
     b.fillRange(s.heldPages, slot, 1, 0);
     this.heldDirty = true;
   }
+}
+
+/** Runs of consecutive page indices of an ascending (or spill-ordered) list: [first page, length]. */
+function runs(pages: readonly number[]): Array<[number, number]> {
+  const out: Array<[number, number]> = [];
+  for (const p of pages) {
+    const last = out.at(-1);
+    if (last !== undefined && last[0] + last[1] === p) last[1]++;
+    else out.push([p, 1]);
+  }
+  return out;
 }
 
 function sameIds(a: Int32Array, b: Int32Array): boolean {

@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
 import { DensePagedAttention } from "../../../../src/attention/backend.js";
 import {
+  HISPARSE_STEP_META,
   HiSparseAttention,
   type HiSparseStepMeta,
 } from "../../../../src/attention/sparse/hisparse_attention.js";
@@ -14,7 +15,7 @@ import { LruHotBufferResolver } from "../../../../src/attention/sparse/hot_buffe
 import { QuestSelector } from "../../../../src/attention/sparse/quest.js";
 import type { PerHeadBlockTables, QkvLayout, Tensor } from "../../../../src/backends/backend.js";
 import { CpuBackend } from "../../../../src/backends/cpu/index.js";
-import { HISPARSE } from "../../../../src/core/hisparse/plan.js";
+import { newExtensionData } from "../../../../src/core/extension_data.js";
 import { CpuHostKvCache } from "../../../../src/worker/hisparse/host_kv_cache.js";
 import {
   buildMetadata,
@@ -188,7 +189,10 @@ describe("HiSparseAttention", () => {
     const hostSlotMapping = Int32Array.from([15 * BS + 1]);
     const stepMeta: HiSparseStepMeta = { hostSlotMapping, denseMeta: meta, batch };
     const out = b.toHost(
-      attention.forward(0, qkv, kv, { ...meta, extensions: new Map([[HISPARSE, stepMeta]]) }),
+      attention.forward(0, qkv, kv, {
+        ...meta,
+        extensions: newExtensionData().set(HISPARSE_STEP_META, stepMeta),
+      }),
     );
     assert.deepEqual(out, dense);
     assert.deepEqual(resolver.takeCounters(), { hits: 0, misses: 8, hostToDeviceBytes: 8 * tier.sliceBytes });

@@ -270,34 +270,41 @@ describe("CudaBackend op marshalling (fake addon)", () => {
     const d = fake.calls.at(-1)!;
     assert.equal(d.fn, "pagedDecodeAttention");
     const c = (t: Tensor) => (t as CudaTensor).ptr;
-    // stream, qkv, rowStride, cache, out, qsl, seqLens, blockTables, maxBlocksPerReq, numReqs, T, Hq, Hkv, D, block, scale, maxModelLen, ws, wsBytes
-    assert.deepEqual(d.args.slice(1, 17), [
-      c(qkv),
-      W,
-      c(cache),
-      out.ptr,
-      c(m.queryStartLoc),
-      c(m.seqLens),
-      c(m.blockTables),
-      4,
-      3,
-      3,
-      4,
-      2,
-      8,
-      16,
-      1 / Math.sqrt(8),
-      64,
-    ]);
-    assert.equal(d.args[18], 3 * 4 * 4 * 2 + 3 * 8, "workspace bytes from pagedAttentionWorkspaceBytes");
+    // The stream, then HsPagedAttentionParams by name (addon_params.ts).
+    assert.deepEqual(d.args, [be.stream]);
+    const { workspace, ...fields } = d.params!;
+    assert.ok(workspace! > 0, "the decode split scratch");
+    assert.deepEqual(fields, {
+      qkv: c(qkv),
+      qkvRowStride: W,
+      kvCache: c(cache),
+      out: out.ptr,
+      queryStartLoc: c(m.queryStartLoc),
+      seqLens: c(m.seqLens),
+      blockTables: c(m.blockTables),
+      maxBlocksPerReq: 4,
+      numReqs: 3,
+      numTokens: 3,
+      numHeads: 4,
+      numKvHeads: 2,
+      headDim: 8,
+      blockSize: 16,
+      scale: 1 / Math.sqrt(8),
+      maxModelLen: 64,
+      workspaceBytes: 3 * 4 * 4 * 2 + 3 * 8, // from pagedAttentionWorkspaceBytes
+    });
 
     const p = meta(be, [5, 1], [9, 30], 4);
     const qkv2 = be.stage(new Float32Array(6 * W), [6, W], "bf16");
     be.pagedAttention(qkv2, layout, cache, p, 16);
     const pre = fake.calls.at(-1)!;
     assert.equal(pre.fn, "pagedPrefillAttention");
-    assert.equal(pre.args.length, 20);
-    assert.deepEqual(pre.args.slice(17), [0, 0, 5], "no workspace for prefill; maxQueryLen 5");
+    assert.deepEqual(pre.args, [be.stream, 5], "maxQueryLen 5 after the params");
+    assert.deepEqual(
+      [pre.params!.workspace, pre.params!.workspaceBytes, pre.params!.numTokens],
+      [0, 0, 6],
+      "no workspace for prefill",
+    );
     assert.throws(() => be.pagedAttention(qkv2, layout, cache, m, 16), /expected shape \[3, 64\]/);
   });
 
@@ -315,7 +322,7 @@ describe("CudaBackend op marshalling (fake addon)", () => {
     const qkv = () => be.stage(new Float32Array(2 * W), [2, W], "bf16");
     const decode = () => {
       be.pagedAttention(qkv(), layout, cache, m(), 16);
-      return fake.calls.at(-1)!.args[17]!;
+      return fake.calls.at(-1)!.params!.workspace!;
     };
     const first = decode();
     assert.equal(decode(), first, "a second layer reuses the region");

@@ -4,21 +4,31 @@
  * tested by `npm test` on machines without a GPU. "Device memory" is host memory at fake
  * addresses; copies, memsets, casts and row gathers really move bytes; a captured graph records
  * those operations and replays them. Launchers that have no host version here record their
- * arguments in `calls` (the tests check the marshalling) and touch no memory.
+ * arguments in `calls` (the tests check the marshalling) and touch no memory; those that take a
+ * named parameter object check it against its field list (addon_params.ts) as the addon's
+ * params.gen.h readers do: every field present, of its kind, and no other.
  */
 import type { DType } from "../../../../src/backends/backend.js";
-import type {
-  AllocatorStats,
-  HisparseNative,
-  NativeBlas,
-  NativeCudaGraph,
-  NativeDeviceAllocator,
-  NativeEvent,
-  NativePinnedBuffer,
-  NativeStream,
-  NativeWorkspace,
+import {
+  type AllocatorStats,
+  asDevicePtr,
+  type DevicePtr,
+  type HisparseNative,
+  type NativeBlas,
+  type NativeCudaGraph,
+  type NativeDeviceAllocator,
+  type NativeEvent,
+  type NativePinnedBuffer,
+  type NativeStream,
+  type NativeWorkspace,
+  PAGED_ATTENTION_PARAMS,
+  type ParamStruct,
+  QUEST_SELECT_PARAMS,
+  RESOLVE_PARAMS,
+  SPARSE_DECODE_PARAMS,
 } from "../../../../src/backends/cuda/addon.js";
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits } from "../../../../src/backends/cuda/half.js";
+import { checkParams } from "./fake_params.js";
 
 const CODE_DTYPE: Record<number, DType> = { 0: "f32", 1: "bf16", 2: "f16", 3: "i32" };
 
@@ -27,8 +37,8 @@ export class AddressSpace {
   private next = 0x1_0000_0000;
   private readonly regions: { base: number; bytes: Uint8Array }[] = [];
 
-  add(bytes: Uint8Array): number {
-    const base = this.next;
+  add(bytes: Uint8Array): DevicePtr {
+    const base = asDevicePtr(this.next);
     this.regions.push({ base, bytes });
     this.next = Math.ceil((base + bytes.length + 4096) / 256) * 256;
     return base;
@@ -48,10 +58,14 @@ export class AddressSpace {
   }
 }
 
-/** One recorded argument list of a launcher without a host implementation. */
+/**
+ * One recorded call of a launcher without a host implementation: its positional arguments
+ * (stream first) and, for the launchers that take one, the named parameter object.
+ */
 export interface FakeCall {
   fn: string;
   args: number[];
+  params?: Readonly<Record<string, number>>;
 }
 
 /** The fake addon plus its inspection hooks. */
@@ -107,14 +121,14 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
   class DeviceAllocator implements NativeDeviceAllocator {
     private live = new Map<number, number>();
     private s = { numAllocs: 0, numFrees: 0, peak: 0 };
-    malloc(bytes: number): number {
+    malloc(bytes: number): DevicePtr {
       const p = mem.add(new Uint8Array(Math.max(1, bytes)));
       this.live.set(p, bytes);
       this.s.numAllocs++;
       this.s.peak = Math.max(this.s.peak, this.inUse());
       return p;
     }
-    free(ptr: number): void {
+    free(ptr: DevicePtr): void {
       if (!this.live.delete(ptr)) throw new Error("DeviceAllocator.free: the address was not allocated here");
       mem.remove(ptr);
       this.s.numFrees++;
@@ -151,14 +165,14 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
 
   class PinnedBuffer implements NativePinnedBuffer {
     buffer: ArrayBuffer;
-    ptr: number;
+    ptr: DevicePtr;
     constructor(readonly byteLength: number) {
       this.buffer = new ArrayBuffer(byteLength);
       this.ptr = mem.add(new Uint8Array(this.buffer));
     }
     dispose(): void {
       mem.remove(this.ptr);
-      this.ptr = 0;
+      this.ptr = asDevicePtr(0);
     }
   }
 
@@ -186,19 +200,19 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
   }
 
   class Workspace implements NativeWorkspace {
-    readonly base: number;
+    readonly base: DevicePtr;
     used = 0;
     peak = 0;
     constructor(readonly capacity: number) {
       this.base = mem.add(new Uint8Array(capacity));
     }
-    alloc(bytes: number, align = 256): number {
+    alloc(bytes: number, align = 256): DevicePtr {
       const start = Math.ceil(this.used / align) * align;
       if (start + bytes > this.capacity)
         throw new RangeError("step workspace exhausted: raise the backend's workspaceBytes option");
       this.used = start + bytes;
       this.peak = Math.max(this.peak, this.used);
-      return this.base + start;
+      return asDevicePtr(this.base + start);
     }
     reset(): void {
       this.used = 0;
@@ -250,13 +264,18 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     (fn: string) =>
     (...args: number[]) =>
       void calls.push({ fn, args });
+  /** A launcher taking (stream, params[, extra numbers]): checks params against its struct, records both. */
+  const recordParams =
+    (fn: string, spec: ParamStruct) =>
+    (stream: number, params: object, ...rest: number[]) =>
+      void calls.push({ fn, args: [stream, ...rest], params: checkParams(fn, spec, params) });
 
   const fake: FakeAddon = {
     calls,
     memory: mem,
     sampleResult: [],
     lastSampleRows: null,
-    abiVersion: 2,
+    abiVersion: 3,
     buildInfo: {
       cudaRuntimeVersion: 13000,
       hasAttention: options.hasAttention ?? true,
@@ -324,16 +343,16 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     biasAdd: record("biasAdd"),
     pagedAttentionWorkspaceBytes: (maxNumReqs, maxNumTokens, numHeads, headDim) =>
       maxNumReqs * numHeads * 4 * 2 + maxNumTokens * headDim,
-    pagedDecodeAttention: record("pagedDecodeAttention"),
-    pagedPrefillAttention: record("pagedPrefillAttention"),
+    pagedDecodeAttention: recordParams("pagedDecodeAttention", PAGED_ATTENTION_PARAMS),
+    pagedPrefillAttention: recordParams("pagedPrefillAttention", PAGED_ATTENTION_PARAMS),
     sampleWorkspaceBytes: (B, V) => B * V,
     swapInPages: record("swapInPages"),
     reshapeAndCacheDigest: record("reshapeAndCacheDigest"),
     questSelectScratchBytes: (numReqs, numKvHeads, tableStride) => numReqs * numKvHeads * tableStride * 8,
-    questSelect: record("questSelect"),
-    resolve: record("resolve"),
+    questSelect: recordParams("questSelect", QUEST_SELECT_PARAMS),
+    resolve: recordParams("resolve", RESOLVE_PARAMS),
     mirrorPages: record("mirrorPages"),
-    sparseDecodeAttention: record("sparseDecodeAttention"),
+    sparseDecodeAttention: recordParams("sparseDecodeAttention", SPARSE_DECODE_PARAMS),
     sample: (
       stream,
       logits,

@@ -1,15 +1,19 @@
 /**
- * Argument marshalling of the HiSparse launchers (src/backends/cuda/hisparse_ops.ts) on the
- * host-memory double of the addon: each op passes its tensors and sizes in the order of the C
- * parameter structs (native/kernels/hisparse.h, attention.h HsSparseDecodeParams), NULL (0) for
- * absent optional tensors, and refuses wrong shapes. The kernels themselves are tested by
- * native/tests/hisparse_test.cu (CPU emulator and GPU) and test/native/hisparse*.test.ts.
+ * Argument marshalling of the HiSparse launchers (src/backends/cuda/hisparse_ops.ts,
+ * sparse_attention_ops.ts) on the host-memory double of the addon: the widest pass one named
+ * object with every field of their C parameter struct (native/kernels/hisparse.h, attention.h
+ * HsSparseDecodeParams; the double checks it against addon_params.ts as the addon does), NULL
+ * (0) for absent optional tensors; the others their arguments in the C launcher's order; wrong
+ * shapes are refused. The kernels themselves are tested by native/tests/hisparse_test.cu (CPU
+ * emulator and GPU) and test/native/hisparse*.test.ts.
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { AttentionMetadata, QkvLayout, Tensor } from "../../../../src/backends/backend.js";
+import { asDevicePtr } from "../../../../src/backends/cuda/addon.js";
 import { CudaBackend } from "../../../../src/backends/cuda/cuda_backend.js";
 import * as hs from "../../../../src/backends/cuda/hisparse_ops.js";
+import { sparseDecodeAttention } from "../../../../src/backends/cuda/sparse_attention_ops.js";
 import type { CudaTensor } from "../../../../src/backends/cuda/tensor.js";
 import { createFakeAddon } from "./fake_addon.js";
 
@@ -66,7 +70,7 @@ describe("HiSparse ops marshalling (fake addon)", () => {
     );
   });
 
-  it("questSelect and resolve follow the fields of their C structs; outputs are [R, Hkv, W] and [R, Hkv]", () => {
+  it("questSelect and resolve pass every field of their C structs by name; outputs are [R, Hkv, W] and [R, Hkv]", () => {
     const { fake, be, i32 } = setup();
     const R = 3;
     const S = 5;
@@ -100,24 +104,34 @@ describe("HiSparse ops marshalling (fake addon)", () => {
     );
     const q = fake.calls.at(-1)!;
     assert.equal(q.fn, "questSelect");
-    assert.equal(q.args.length, 25);
-    assert.deepEqual(q.args.slice(1, 15), [
-      ptr(qkv),
-      W,
-      ptr(tokenRow),
-      ptr(digests),
-      100,
-      ptr(seqLens),
-      ptr(flags),
-      ptr(reqSlot),
-      ptr(hostT),
-      0, // no pinned table
-      Wp,
-      S,
-      ptr(sel.selPages),
-      ptr(sel.selCount),
-    ]);
-    assert.deepEqual(q.args.slice(16), [R * 2 * Wp * 8, R, 4, 2, 16, 8, 6, 1, 2]);
+    assert.deepEqual(q.args, [be.stream]);
+    const { scratch, ...fields } = q.params!;
+    assert.ok(scratch! > 0, "scratch from the step workspace");
+    assert.deepEqual(fields, {
+      qkv: ptr(qkv),
+      qkvRowStride: W,
+      tokenRow: ptr(tokenRow),
+      digests: ptr(digests),
+      numHostBlocks: 100,
+      seqLens: ptr(seqLens),
+      rowFlags: ptr(flags),
+      reqSlot: ptr(reqSlot),
+      hostBlockTable: ptr(hostT),
+      pinnedTable: 0, // no pinned table
+      tableStride: Wp,
+      numSlots: S,
+      selPages: ptr(sel.selPages),
+      selCount: ptr(sel.selCount),
+      scratchBytes: R * 2 * Wp * 8,
+      numReqs: R,
+      numHeads: 4,
+      numKvHeads: 2,
+      headDim: 16,
+      blockSize: 8,
+      budgetPages: 6,
+      sinkPages: 1,
+      windowPages: 2,
+    });
 
     const state: hs.ResolverState = {
       blockTable: blockT,
@@ -139,48 +153,49 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       state,
       layer: 1,
       kvCache: cache,
-      hostTierPtr: 0x7000_0000_0000,
+      hostTierPtr: asDevicePtr(0x7000_0000_0000),
       numHostBlocks: 100,
       blockSize: 8,
     });
     const r = fake.calls.at(-1)!;
     assert.equal(r.fn, "resolve");
-    assert.deepEqual(r.args.slice(1), [
-      ptr(sel.selPages),
-      ptr(sel.selCount),
-      Wp,
-      ptr(flags),
-      ptr(seqLens),
-      ptr(reqSlot),
-      ptr(blockT),
-      ptr(hostT),
-      Wp,
-      S,
-      ptr(state.hotBlocks),
+    assert.deepEqual(r.args, [be.stream]);
+    assert.deepEqual(r.params, {
+      selPages: ptr(sel.selPages),
+      selCount: ptr(sel.selCount),
+      selStride: Wp,
+      rowFlags: ptr(flags),
+      seqLens: ptr(seqLens),
+      reqSlot: ptr(reqSlot),
+      blockTable: ptr(blockT),
+      hostBlockTable: ptr(hostT),
+      tableStride: Wp,
+      numSlots: S,
+      hotBlocks: ptr(state.hotBlocks),
       numHot,
-      ptr(state.lruPage),
-      ptr(state.lruLastUse),
-      ptr(state.lruTick),
-      1,
-      3,
-      ptr(state.heldCount),
-      ptr(state.heldPages),
-      ptr(res.headBlockTables),
-      ptr(res.headSeqLens),
-      ptr(state.counters),
-      ptr(cache),
-      50,
-      0x7000_0000_0000,
-      100,
-      R,
-      2,
-      16,
-      8,
-    ]);
+      lruPage: ptr(state.lruPage),
+      lruLastUse: ptr(state.lruLastUse),
+      lruTick: ptr(state.lruTick),
+      layer: 1,
+      numLayers: 3,
+      heldCount: ptr(state.heldCount),
+      heldPages: ptr(state.heldPages),
+      headBlockTables: ptr(res.headBlockTables),
+      headSeqLens: ptr(res.headSeqLens),
+      counters: ptr(state.counters),
+      kvCache: ptr(cache),
+      numBlocks: 50,
+      hostKv: 0x7000_0000_0000,
+      numHostBlocks: 100,
+      numReqs: R,
+      numKvHeads: 2,
+      headDim: 16,
+      blockSize: 8,
+    });
     void pinT;
   });
 
-  it("sparseDecodeAttention: the decode arguments, then the per-head tables, flags, token rows and mode", () => {
+  it("sparseDecodeAttention: the paged attention fields, then the per-head tables, flags, token rows and mode", () => {
     const { fake, be, i32 } = setup();
     const R = 2;
     const qkv = be.allocateFilled([R, W], "bf16");
@@ -205,36 +220,36 @@ describe("HiSparse ops marshalling (fake addon)", () => {
     };
     const tables = { headBlockTables: i32([R, 2, 6]), headSeqLens: i32([R, 2]) };
     const flags = i32([R]);
-    const out = hs.sparseDecodeAttention(be, qkv, layout, cache, meta, tables, 8, { rowFlags: flags });
+    const out = sparseDecodeAttention(be, qkv, layout, cache, meta, tables, 8, { rowFlags: flags });
     const c = fake.calls.at(-1)!;
     assert.equal(c.fn, "sparseDecodeAttention");
-    assert.equal(c.args.length, 25);
-    assert.deepEqual(c.args.slice(1, 17), [
-      ptr(qkv),
-      W,
-      ptr(cache),
-      ptr(out),
-      ptr(meta.queryStartLoc),
-      ptr(meta.seqLens),
-      ptr(meta.blockTables),
-      4,
-      R,
-      R,
-      4,
-      2,
-      16,
-      8,
-      1 / 4,
-      6 * 8, // max(dense width 4, per-head width 6) * blockSize
-    ]);
-    assert.deepEqual(c.args.slice(19), [
-      ptr(tables.headBlockTables),
-      ptr(tables.headSeqLens),
-      6,
-      ptr(flags),
-      0,
-      0,
-    ]);
+    assert.deepEqual(c.args, [be.stream]);
+    const { workspace, workspaceBytes, ...fields } = c.params!;
+    assert.ok(workspace! > 0 && workspaceBytes! > 0, "decode split scratch");
+    assert.deepEqual(fields, {
+      qkv: ptr(qkv),
+      qkvRowStride: W,
+      kvCache: ptr(cache),
+      out: ptr(out),
+      queryStartLoc: ptr(meta.queryStartLoc),
+      seqLens: ptr(meta.seqLens),
+      blockTables: ptr(meta.blockTables),
+      maxBlocksPerReq: 4,
+      numReqs: R,
+      numTokens: R,
+      numHeads: 4,
+      numKvHeads: 2,
+      headDim: 16,
+      blockSize: 8,
+      scale: 1 / 4,
+      maxModelLen: 6 * 8, // max(dense width 4, per-head width 6) * blockSize
+      headBlockTables: ptr(tables.headBlockTables),
+      headSeqLens: ptr(tables.headSeqLens),
+      headTableStride: 6,
+      rowFlags: ptr(flags),
+      tokenRow: 0,
+      onlyFlaggedRows: 0,
+    });
     // The Backend method: every row per head, decode batches only.
     be.sparsePagedAttention(
       qkv,
@@ -249,8 +264,9 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       },
       8,
     );
+    const all = fake.calls.at(-1)!.params!;
     assert.deepEqual(
-      fake.calls.at(-1)!.args.slice(22),
+      [all.rowFlags, all.tokenRow, all.onlyFlaggedRows],
       [0, 0, 0],
       "no flags: every row reads per-head tables",
     );

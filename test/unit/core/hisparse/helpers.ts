@@ -1,20 +1,22 @@
 /**
  * Helpers of the HiSparse core tests: a Scheduler wired with HiSparse scheduling (tiny pools,
- * block size 4) and a fake worker that answers each step's plan (echoing its step, so the
- * step's mirrors count as complete) with counters the test chooses.
+ * block size 4), a fake worker that answers each step's plan (echoing its step, so the step's
+ * mirrors count as complete) with counters the test chooses, and the plan's page-table deltas
+ * in the tests' narration form.
  */
 
 import type { SchedulerConfig } from "../../../../src/config/configs.js";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../../../../src/config/hisparse_config.js";
+import { newExtensionData } from "../../../../src/core/extension_data.js";
 import {
   createHiSparseScheduling,
   type HiSparseScheduling,
 } from "../../../../src/core/hisparse/hisparse_scheduling.js";
 import {
-  HISPARSE,
+  HISPARSE_PLAN,
+  HISPARSE_RESULT,
   type HiSparseStepPlan,
   type HiSparseStepResult,
-  type PageTableRow,
 } from "../../../../src/core/hisparse/plan.js";
 import { PageState } from "../../../../src/core/hisparse/residency.js";
 import { asRequestId } from "../../../../src/core/ids.js";
@@ -56,7 +58,7 @@ export function hsStep(
   result: Partial<HiSparseStepResult> = {},
 ): { so: SchedulerOutput; plan: HiSparseStepPlan; outs: EngineCoreOutput[] } {
   const so = s.schedule();
-  const plan = so.extensions.get(HISPARSE) as HiSparseStepPlan;
+  const plan = so.extensions.get(HISPARSE_PLAN)!;
   const answer: HiSparseStepResult = {
     step: plan.step,
     hits: 0,
@@ -66,17 +68,37 @@ export function hsStep(
     numSparsePages: 0,
     ...result,
   };
-  const outs = s.updateFromOutput(so, fakeRunnerOutput(s, so, undefined, new Map([[HISPARSE, answer]])));
+  const outs = s.updateFromOutput(
+    so,
+    fakeRunnerOutput(s, so, undefined, newExtensionData().set(HISPARSE_RESULT, answer)),
+  );
   return { so, plan, outs };
 }
 
-/** Page tables of a plan as {reqId: [hostBlockIds, blockIds, pinnedPages, hotBlockIds]}. */
-export function rows(plan: HiSparseStepPlan): Record<string, [number[], number[], number[], number[]]> {
+/**
+ * One request's page-table delta as the tests narrate it: the appended pages as [page, host
+ * block, device block] (device block -1 = INACTIVE), the earlier pages spilled and pinned, the
+ * hot blocks given; changes that did not happen are left out.
+ */
+export interface NarratedDelta {
+  pages?: Array<[number, number, number]>;
+  spilled?: number[];
+  pinned?: number[];
+  hot?: number[];
+}
+
+/** The plan's page-table deltas by request id, in narration form. */
+export function deltas(plan: HiSparseStepPlan): Record<string, NarratedDelta> {
   return Object.fromEntries(
-    plan.pageTables.map((r: PageTableRow) => [
-      r.reqId,
-      [r.hostBlockIds, r.blockIds, r.pinnedPages, r.hotBlockIds],
-    ]),
+    plan.pageTableDeltas.map((d) => {
+      const n: NarratedDelta = {};
+      if (d.newHostBlockIds.length > 0)
+        n.pages = d.newHostBlockIds.map((h, i) => [d.firstNewPage + i, h, d.newBlockIds[i]!]);
+      if (d.spilledPages.length > 0) n.spilled = d.spilledPages;
+      if (d.newPinnedPages.length > 0) n.pinned = d.newPinnedPages;
+      if (d.newHotBlockIds.length > 0) n.hot = d.newHotBlockIds;
+      return [d.reqId, n];
+    }),
   );
 }
 

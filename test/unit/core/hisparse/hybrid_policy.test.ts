@@ -1,6 +1,8 @@
 /**
  * Hybrid HiSparse residency, narrated step by step with exact block ids, host block ids and page
- * states (block size 4; sink = page 0; window = the tail page; hot buffer = 2 blocks).
+ * states (block size 4; sink = page 0; window = the tail page; hot buffer = 2 blocks). Each plan
+ * carries page-table deltas: the pages appended as [page, host block, device block], the earlier
+ * pages spilled and pinned, the hot blocks given (helpers.ts deltas).
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -8,7 +10,7 @@ import { PageState } from "../../../../src/core/hisparse/residency.js";
 import { asRequestId } from "../../../../src/core/ids.js";
 import { RequestStatus } from "../../../../src/core/request.js";
 import { fakeRunnerOutput, req, tokens } from "../helpers.js";
-import { hisparseScheduler, hsStep, mirrors, pageStates, rows } from "./helpers.js";
+import { deltas, hisparseScheduler, hsStep, mirrors, pageStates } from "./helpers.js";
 
 const { ACTIVE: A_, INACTIVE: I_ } = PageState;
 
@@ -16,26 +18,36 @@ test("eager mirror: a page is copied to its host block in the step that fills it
   const { s, hs } = hisparseScheduler({}, 10, 32);
   s.addRequest(req("A", tokens(100, 10), { maxTokens: 8 }));
 
-  // Step 1: A's 10-token prefill takes pages 0-2 = device blocks 0-2 = host blocks 0-2. Pages 0
-  // and 1 are full: mirror 0->0, 1->1. Page 2 holds 2 tokens: not yet.
+  // Step 1: A's 10-token prefill takes pages 0-2 = device blocks 0-2 = host blocks 0-2 (A's
+  // first delta: its whole table). Pages 0 and 1 are full: mirror 0->0, 1->1. Page 2 holds 2
+  // tokens: not yet.
   let { plan } = hsStep(s);
-  assert.deepEqual(rows(plan), { A: [[0, 1, 2], [0, 1, 2], [], []] });
+  assert.deepEqual(deltas(plan), {
+    A: {
+      pages: [
+        [0, 0, 0],
+        [1, 1, 1],
+        [2, 2, 2],
+      ],
+    },
+  });
   assert.deepEqual(mirrors(plan), [
     [0, 0],
     [1, 1],
   ]);
   assert.deepEqual(plan.sparseReqIds, []);
 
-  // Step 2: token 10 goes to page 2, offset 2: nothing changes, nothing to mirror.
+  // Step 2: token 10 goes to page 2, offset 2: no delta, nothing to mirror.
   ({ plan } = hsStep(s));
-  assert.deepEqual(rows(plan), {});
+  assert.deepEqual(deltas(plan), {});
   assert.deepEqual(mirrors(plan), []);
 
-  // Step 3: token 11 fills page 2: mirror 2->2. Step 4: token 12 opens page 3 = block 3 = host 3.
+  // Step 3: token 11 fills page 2: mirror 2->2. Step 4: token 12 opens page 3 = block 3 = host 3:
+  // the delta carries page 3 alone.
   ({ plan } = hsStep(s));
   assert.deepEqual(mirrors(plan), [[2, 2]]);
   ({ plan } = hsStep(s));
-  assert.deepEqual(rows(plan), { A: [[0, 1, 2, 3], [0, 1, 2, 3], [], []] });
+  assert.deepEqual(deltas(plan), { A: { pages: [[3, 3, 3]] } });
   assert.deepEqual(hs.stats().mirroredPagesTotal, 3);
   // With no pressure nothing is spilled: every page is ACTIVE.
   assert.equal(hs.stats().spilledPagesTotal, 0);
@@ -48,12 +60,28 @@ test("auto: a failed allocation spills the best victim's pages (never sink, wind
   s.addRequest(req("A", tokens(100, 24), { maxTokens: 8 }));
   s.addRequest(req("B", tokens(200, 12), { maxTokens: 8 }));
 
-  // Step 1: A's prefill takes pages 0-5 (blocks 0-5, host 0-5), B's pages 0-2 (blocks 6-8, host
-  // 6-8). All full pages are mirrored; block 9 stays free.
+  // Step 1: A's prefill takes pages 0-5 (blocks 0-5, host 0-5), page 1 pinned; B's pages 0-2
+  // (blocks 6-8, host 6-8). All full pages are mirrored; block 9 stays free.
   let { plan } = hsStep(s);
-  assert.deepEqual(rows(plan), {
-    A: [[0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5], [1], []],
-    B: [[6, 7, 8], [6, 7, 8], [], []],
+  assert.deepEqual(deltas(plan), {
+    A: {
+      pages: [
+        [0, 0, 0],
+        [1, 1, 1],
+        [2, 2, 2],
+        [3, 3, 3],
+        [4, 4, 4],
+        [5, 5, 5],
+      ],
+      pinned: [1],
+    },
+    B: {
+      pages: [
+        [0, 6, 6],
+        [1, 7, 7],
+        [2, 8, 8],
+      ],
+    },
   });
   assert.deepEqual(mirrors(plan).length, 9);
 
@@ -62,11 +90,12 @@ test("auto: a failed allocation spills the best victim's pages (never sink, wind
   // 4 pages - 2 hot blocks = gain 2; B has pages 1-2 (page 3 is its window): gain 0. A spills
   // pages 2-5 (blocks 2, 3, 4, 5 return to the pool in that order); A runs in this step, so it
   // takes its hot buffer at once: blocks 2 and 3. B gets block 4 (host 10). Nobody is preempted.
+  // A's delta: page 6 (host 9, block 9), pages 2-5 spilled (their device block becomes -1), hot
+  // blocks 2, 3; B's: page 3 (host 10, block 4).
   ({ plan } = hsStep(s));
-  const NULL = -1;
-  assert.deepEqual(rows(plan), {
-    A: [[0, 1, 2, 3, 4, 5, 9], [0, 1, NULL, NULL, NULL, NULL, 9], [1], [2, 3]],
-    B: [[6, 7, 8, 10], [6, 7, 8, 4], [], []],
+  assert.deepEqual(deltas(plan), {
+    A: { pages: [[6, 9, 9]], spilled: [2, 3, 4, 5], hot: [2, 3] },
+    B: { pages: [[3, 10, 4]] },
   });
   assert.deepEqual(plan.sparseReqIds, ["A"]);
   assert.deepEqual(s.kvCacheManager.blockPool.freeBlockIds(), [5]);
@@ -80,9 +109,9 @@ test("auto: a failed allocation spills the best victim's pages (never sink, wind
   assert.deepEqual(pageStates(hs, "B"), [A_, A_, A_, A_]);
 
   // Step 3: the worker recalled A's pages 2 and 5 into its hot buffer (it reports 2 SPARSE
-  // pages): of A's 4 INACTIVE pages, 2 are SPARSE now. Nothing else changes.
+  // pages): of A's 4 INACTIVE pages, 2 are SPARSE now. No table changes: no delta.
   ({ plan } = hsStep(s, { numSparsePages: 2, hits: 4, misses: 8, hostToDeviceBytes: 8 * 64 }));
-  assert.deepEqual(rows(plan), {});
+  assert.deepEqual(deltas(plan), {});
   const st3 = hs.stats();
   assert.deepEqual(
     [st3.numActivePages, st3.numSparsePages, st3.numInactivePages, st3.hitsTotal, st3.missesTotal],
@@ -99,12 +128,12 @@ test("auto: a victim that does not run yet takes its hot buffer with its own nex
   // Step 2: A (oldest, served first) opens page 3: block 8. B opens page 5: none free. Victims:
   // B has pages 1-4 spillable (its window is page 5; gain 4 - 2 = 2), A pages 1-2 (gain 0): B
   // spills pages 1-4 (blocks 4-7 freed). B is the requester itself and not scheduled yet: its retried
-  // allocation takes its new page (block 4) and its hot buffer (blocks 5, 6) together.
+  // allocation takes its new page (block 4, host 9) and its hot buffer (blocks 5, 6) together.
+  // A's page 3 is host 8, block 8.
   const { plan } = hsStep(s);
-  const NULL = -1;
-  assert.deepEqual(rows(plan), {
-    A: [[0, 1, 2, 8], [0, 1, 2, 8], [], []],
-    B: [[3, 4, 5, 6, 7, 9], [3, NULL, NULL, NULL, NULL, 4], [], [5, 6]],
+  assert.deepEqual(deltas(plan), {
+    A: { pages: [[3, 8, 8]] },
+    B: { pages: [[5, 9, 4]], spilled: [1, 2, 3, 4], hot: [5, 6] },
   });
   assert.deepEqual(s.kvCacheManager.blockPool.freeBlockIds(), [7]);
   assert.deepEqual(plan.sparseReqIds, ["B"]);
@@ -134,11 +163,12 @@ test("auto: a victim whose pages do not outnumber its hot buffer is never spille
   hsStep(s);
   // Step 2: A opens page 3, none free. A and B both have pages 1-2 spillable, 2 pages for a
   // 2-block hot buffer: a spill would free nothing, so there is no victim. B, the newest, is
-  // preempted (blocks 3-5 return, tail first) and A's page 3 gets block 5.
+  // preempted (blocks 3-5 and host blocks 5, 4, 3 return, tail first) and A's page 3 gets block 5
+  // and host block 6. B, freed, sends no delta.
   const { so, plan } = hsStep(s);
   assert.deepEqual([...so.preemptedReqIds], ["B"]);
   assert.equal(hs.stats().spilledPagesTotal, 0);
-  assert.deepEqual(rows(plan).A, [[0, 1, 2, 6], [0, 1, 2, 5], [], []]);
+  assert.deepEqual(deltas(plan), { A: { pages: [[3, 6, 5]] } });
   assert.deepEqual(plan.sparseReqIds, []);
 });
 
@@ -158,7 +188,7 @@ test("host pool exhausted: spilling cannot make host room, so the newest request
   assert.deepEqual([...so.preemptedReqIds], ["B"]);
   assert.equal(b.status, RequestStatus.PREEMPTED);
   assert.equal(hs.stats().spilledPagesTotal, 0);
-  assert.deepEqual(rows(plan), { A: [[0, 1, 2, 3, 7], [0, 1, 2, 3, 8], [], []] });
+  assert.deepEqual(deltas(plan), { A: { pages: [[4, 7, 8]] } }, "A's page 4: host 7, block 8");
   assert.deepEqual(hs.kvCacheManager.hostBlockPool.freeBlockIds(), [6, 5, 4]);
 });
 
@@ -188,12 +218,11 @@ test("on: a request longer than min_sparse_tokens goes host-resident at its firs
   assert.deepEqual(plan.sparseReqIds, []);
   // Step 2: A (25 tokens > 16) opens page 6 (block 8), then spills pages 1-5 (blocks 1-5 freed)
   // and takes its hot buffer from the front of the free queue: blocks 10 and 11 (the freed ones
-  // are queued behind 9-31). B (9 tokens) stays dense.
+  // are queued behind 9-31). B (9 tokens) stays dense: its page 2 gets block 9 (host 9).
   ({ plan } = hsStep(s));
-  const NULL = -1;
-  assert.deepEqual(rows(plan), {
-    A: [[0, 1, 2, 3, 4, 5, 8], [0, NULL, NULL, NULL, NULL, NULL, 8], [], [10, 11]],
-    B: [[6, 7, 9], [6, 7, 9], [], []],
+  assert.deepEqual(deltas(plan), {
+    A: { pages: [[6, 8, 8]], spilled: [1, 2, 3, 4, 5], hot: [10, 11] },
+    B: { pages: [[2, 9, 9]] },
   });
   assert.deepEqual(plan.sparseReqIds, ["A"]);
   // Later steps: each page that leaves A's window is spilled once mirrored.
@@ -223,27 +252,23 @@ test("on, residency hybrid: a long request attends sparsely with its pages resid
   // Step 2: A (25 tokens > 16) decodes sparsely but keeps every page on the device and takes no
   // hot buffer: page 6 -> block 8. B (9 tokens) stays dense: page 2 -> block 9. The pool is full.
   ({ plan } = hsStep(s));
-  assert.deepEqual(rows(plan), {
-    A: [[0, 1, 2, 3, 4, 5, 8], [0, 1, 2, 3, 4, 5, 8], [], []],
-    B: [[6, 7, 9], [6, 7, 9], [], []],
-  });
+  assert.deepEqual(deltas(plan), { A: { pages: [[6, 8, 8]] }, B: { pages: [[2, 9, 9]] } });
   assert.deepEqual(plan.sparseReqIds, ["A"]);
   // Steps 3-5 fill the open pages: nothing moves, A keeps decoding sparsely.
   for (let i = 0; i < 3; i++) {
     ({ plan } = hsStep(s));
-    assert.deepEqual([rows(plan), plan.sparseReqIds], [{}, ["A"]]);
+    assert.deepEqual([deltas(plan), plan.sparseReqIds], [{}, ["A"]]);
   }
   assert.deepEqual([hs.stats().spilledPagesTotal, hs.stats().sparseDecodesTotal], [0, 4]);
   assert.deepEqual(pageStates(hs, "A"), [A_, A_, A_, A_, A_, A_, A_]);
   // Step 6: A's token 28 opens page 7 and the pool is empty: pressure. A spills pages 1-6 (gain
   // 6 - 2 hot blocks; page 0 is a sink, page 7 the window: blocks 1-5 and 8 return to the pool in
   // that order); A's retried allocation takes block 1 for page 7, then its hot buffer (blocks 2,
-  // 3); B's page 3 gets block 4. Nobody is preempted.
+  // 3); B's page 3 gets block 4. Nobody is preempted. A's page 7 is host 10, B's page 3 host 11.
   ({ plan } = hsStep(s));
-  const NULL = -1;
-  assert.deepEqual(rows(plan), {
-    A: [[0, 1, 2, 3, 4, 5, 8, 10], [0, NULL, NULL, NULL, NULL, NULL, NULL, 1], [], [2, 3]],
-    B: [[6, 7, 9, 11], [6, 7, 9, 4], [], []],
+  assert.deepEqual(deltas(plan), {
+    A: { pages: [[7, 10, 1]], spilled: [1, 2, 3, 4, 5, 6], hot: [2, 3] },
+    B: { pages: [[3, 11, 4]] },
   });
   assert.deepEqual(plan.sparseReqIds, ["A"]);
   assert.deepEqual([hs.stats().spilledPagesTotal, s.makeStats().numPreemptions], [6, 0]);
@@ -303,4 +328,57 @@ test("a prompt's one-token last chunk is no spill victim (auto) and goes host-re
     assert.deepEqual([plan.sparseReqIds, hs.stats().spilledPagesTotal], [[], 0], JSON.stringify(cfg));
     assert.deepEqual(pageStates(hs, "A"), [A_, A_, A_, A_, A_, A_], JSON.stringify(cfg));
   }
+});
+
+test("page-table deltas: a pin found later names its page alone; a request resumed after preemption sends its table anew from page 0", () => {
+  // Token 7 is whitelisted: every output token (the fake worker samples 7) pins its page.
+  const pins = hisparseScheduler({ whitelistTokenIds: [7] }, 10, 32);
+  pins.s.addRequest(req("A", tokens(100, 6), { maxTokens: 8 }));
+  // Step 1: A's 6-token prefill: pages 0-1 (host 0-1, blocks 0-1), nothing whitelisted yet.
+  // Step 2: token 6 (a 7) lands in page 1, sent already: the delta pins page 1 and nothing else.
+  // Step 3: token 7 (a 7) is in page 1 too: pinned already, no delta. Step 4: token 8 opens page
+  // 2 (host 2, block 2) and pins it: one delta carries both.
+  const pinDeltas = [1, 2, 3, 4].map(() => deltas(hsStep(pins.s).plan));
+  assert.deepEqual(pinDeltas, [
+    {
+      A: {
+        pages: [
+          [0, 0, 0],
+          [1, 1, 1],
+        ],
+      },
+    },
+    { A: { pinned: [1] } },
+    {},
+    { A: { pages: [[2, 2, 2]], pinned: [2] } },
+  ]);
+
+  const { s } = hisparseScheduler({}, 6, 32);
+  s.addRequest(req("A", tokens(100, 12), { maxTokens: 3 }));
+  s.addRequest(req("B", tokens(200, 12), { maxTokens: 3 }));
+  // Step 1 (mirrors left unconfirmed): A blocks 0-2 = host 0-2, B blocks 3-5 = host 3-5.
+  const so1 = s.schedule();
+  s.updateFromOutput(so1, fakeRunnerOutput(s, so1));
+  // Step 2: A opens page 3 with no block free and nothing spillable: B is preempted (blocks 5,
+  // 4, 3 and host blocks 5, 4, 3 return, tail first); A's page 3 takes block 5 and host block 6.
+  let step = hsStep(s);
+  assert.deepEqual([[...step.so.preemptedReqIds], deltas(step.plan)], [["B"], { A: { pages: [[3, 6, 5]] } }]);
+  // Step 3: A decodes its third token: no delta. Step 4: A has finished (blocks 5, 2, 1, 0
+  // return); B resumes, recomputing 13 tokens: its first delta since the preemption starts at
+  // page 0 (the worker dropped B's table when it was preempted): pages 0-3 = host 7-10 (FIFO
+  // reuse), blocks 4, 3, 5, 2 (the free queue's order).
+  assert.deepEqual(deltas(hsStep(s).plan), {});
+  step = hsStep(s);
+  assert.deepEqual([...step.so.finishedReqIds], ["A"]);
+  assert.deepEqual(deltas(step.plan), {
+    B: {
+      pages: [
+        [0, 7, 4],
+        [1, 8, 3],
+        [2, 9, 5],
+        [3, 10, 2],
+      ],
+    },
+  });
+  assert.equal(step.plan.pageTableDeltas[0]!.firstNewPage, 0);
 });

@@ -2,8 +2,10 @@
  * The optional-feature hooks: a KV pressure handler consulted before preemption (HiSparse-style
  * "make room by moving pages elsewhere"), and extensions riding on each step.
  */
+
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { extensionKey, newExtensionData } from "../../../../src/core/extension_data.js";
 import type { RequestId } from "../../../../src/core/ids.js";
 import { BlockPool } from "../../../../src/core/kv/block_pool.js";
 import type { KVCacheBlock } from "../../../../src/core/kv/kv_cache_block.js";
@@ -152,18 +154,25 @@ test("pressure handler: maxBlocksPerRequest raises the admission limit", () => {
   assert.equal(r.status, RequestStatus.WAITING);
 });
 
+/** The fake feature's entries: what it sends per step, and what its worker half answers. */
+const FAKE_PLAN = extensionKey<{ total: number; computed: Array<[string, number]> }>("fake");
+const FAKE_RESULT = extensionKey<{ hits: number }>("fake");
+
 test("extensions: per-step data out, worker data back, and freed-request notices with block ids", () => {
-  const seen: unknown[] = [];
+  const seen: Array<{ hits: number } | undefined> = [];
   const freed: Array<[string, FreeReason, number[]]> = [];
   const ext: SchedulerExtension = {
     name: "fake",
     onScheduled(output: SchedulerOutput, view: SchedulerView) {
       // numComputedTokens has not advanced yet when the hook runs.
-      const computed = view.runningRequests.map((r: Request) => [r.requestId, r.numComputedTokens]);
-      return { total: output.totalNumScheduledTokens, computed };
+      const computed = view.runningRequests.map((r: Request): [string, number] => [
+        r.requestId,
+        r.numComputedTokens,
+      ]);
+      output.extensions.set(FAKE_PLAN, { total: output.totalNumScheduledTokens, computed });
     },
-    onModelRunnerOutput(data: unknown, _mro: ModelRunnerOutput) {
-      seen.push(data);
+    onModelRunnerOutput(mro: ModelRunnerOutput) {
+      seen.push(mro.extensions.get(FAKE_RESULT));
     },
     onRequestFreed(r: Request, reason: FreeReason, view: SchedulerView) {
       freed.push([r.requestId, reason, view.kvCacheManager.getBlockIds(r.requestId)]);
@@ -175,14 +184,17 @@ test("extensions: per-step data out, worker data back, and freed-request notices
 
   // Step 1: A [0] (its decode fits slot 3), B [1, 2]; the worker answers with data under "fake".
   const so = s.schedule();
-  assert.deepEqual(so.extensions.get("fake"), {
+  assert.deepEqual(so.extensions.get(FAKE_PLAN), {
     total: 11,
     computed: [
       ["A", 0],
       ["B", 0],
     ],
   });
-  s.updateFromOutput(so, fakeRunnerOutput(s, so, undefined, new Map([["fake", { hits: 3 }]])));
+  s.updateFromOutput(
+    so,
+    fakeRunnerOutput(s, so, undefined, newExtensionData().set(FAKE_RESULT, { hits: 3 })),
+  );
   assert.deepEqual(seen, [{ hits: 3 }]);
 
   // Step 2: B's token 8 needs a block, none free -> B (newest) preempts itself: notice first,

@@ -3,6 +3,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { newExtensionData } from "../../../../src/core/extension_data.js";
 import { RequestStatus } from "../../../../src/core/request.js";
 import { appendOutputTokens, checkStop } from "../../../../src/core/sched/stop.js";
 import { EOS, fakeRunnerOutput, makeScheduler, req, rid, scheduled, step, tokens } from "../helpers.js";
@@ -118,7 +119,12 @@ test("updateFromOutput: a token for a request still in its prefill is a worker b
   const s = makeScheduler({ maxNumBatchedTokens: 4 });
   s.addRequest(req("A", tokens(100, 6)));
   const so = s.schedule(); // 4 of 6 prompt tokens
-  const bad = { reqIds: [rid("A")], sampledTokenIds: [[5]], logprobs: [null], extensions: new Map() };
+  const bad = {
+    reqIds: [rid("A")],
+    sampledTokenIds: [[5]],
+    logprobs: [null],
+    extensions: newExtensionData(),
+  };
   assert.throws(
     () => s.updateFromOutput(so, bad),
     /returned a token for request A before its prefill completed/,
@@ -136,7 +142,7 @@ test("updateFromOutput: log-probabilities follow their tokens and are cut where 
     reqIds: [rid("A")],
     sampledTokenIds: [[EOS, 5]],
     logprobs: [[lp(EOS), lp(5)]],
-    extensions: new Map(),
+    extensions: newExtensionData(),
   });
   assert.deepEqual(outs[0]!.newTokenIds, [EOS]);
   assert.deepEqual(outs[0]!.newLogprobs, [lp(EOS)]);

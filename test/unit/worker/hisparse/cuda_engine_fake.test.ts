@@ -23,7 +23,7 @@ import { makeEngineArgs } from "../../../../src/config/engine_args.js";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../../../../src/config/hisparse_config.js";
 import type { ModelConfig } from "../../../../src/config/model_config.js";
 import { createHiSparseScheduling } from "../../../../src/core/hisparse/hisparse_scheduling.js";
-import { HISPARSE, type HiSparseStepPlan } from "../../../../src/core/hisparse/plan.js";
+import { HISPARSE_PLAN } from "../../../../src/core/hisparse/plan.js";
 import { Scheduler } from "../../../../src/core/sched/scheduler.js";
 import { LlamaForCausalLM } from "../../../../src/models/llama.js";
 import type { WeightSource } from "../../../../src/models/weights.js";
@@ -195,7 +195,7 @@ function run(
   for (const [i, p] of prompts.entries()) sched.addRequest(req(`r${i}`, p, { maxTokens, ignoreEos: true }));
   for (let i = 0; i < 500 && (sched.hasUnfinishedRequests() || sched.hasFinishedRequests()); i++) {
     const so = sched.schedule();
-    const plan = so.extensions.get(HISPARSE) as HiSparseStepPlan | undefined;
+    const plan = so.extensions.get(HISPARSE_PLAN);
     if (plan !== undefined) {
       stats.mirroredPages += plan.mirror.blockIds.length;
       if (plan.sparseReqIds.length > 0) stats.sparseSteps++;

@@ -1,10 +1,14 @@
-import type { AttentionMetadata, QkvLayout, Tensor } from "../../backends/backend.js";
-import type { CudaBackend } from "../../backends/cuda/cuda_backend.js";
-import { sparseDecodeAttention } from "../../backends/cuda/hisparse_ops.js";
-import { HISPARSE } from "../../core/hisparse/plan.js";
-import type { AttentionBackend } from "../backend.js";
-import type { DeviceHiSparseStepMeta, DeviceHotBufferResolver, DeviceSelector } from "./device_sparse.js";
-import type { LayerPlan } from "./hisparse_attention.js";
+import type { AttentionMetadata, QkvLayout, Tensor } from "../../../backends/backend.js";
+import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
+import { sparseDecodeAttention } from "../../../backends/cuda/sparse_attention_ops.js";
+import type { AttentionBackend } from "../../backend.js";
+import {
+  DEVICE_HISPARSE_STEP_META,
+  type DeviceHiSparseStepMeta,
+  type DeviceHotBufferResolver,
+  type DeviceSelector,
+} from "../device_sparse.js";
+import type { LayerPlan } from "../hisparse_attention.js";
 
 /**
  * HiSparse's AttentionBackend on CUDA (DESIGN.md §4), the device twin of HiSparseAttention:
@@ -34,8 +38,7 @@ export class CudaHiSparseAttention implements AttentionBackend {
   forward(layerIdx: number, qkv: Tensor, kvCache: Tensor, meta: AttentionMetadata): Tensor {
     const b = this.backend;
     const bs = this.blockSize;
-    const hs = meta.extensions?.get(HISPARSE) as DeviceHiSparseStepMeta | undefined;
-    if (hs === undefined) throw new Error("CudaHiSparseAttention needs the step's hisparse metadata");
+    const hs = stepMetaOf(meta);
     const li = this.layers.sparseIndex[layerIdx]!;
     this.writeKv(layerIdx, qkv, kvCache, meta);
     if (li < 0) return b.pagedAttention(qkv, this.layout, kvCache, hs.denseMeta, bs);
@@ -57,11 +60,17 @@ export class CudaHiSparseAttention implements AttentionBackend {
 
   /** Dense layer: K/V at the host slots; sparse layer: K/V into the main pool and the digests. */
   writeKv(layerIdx: number, qkv: Tensor, kvCache: Tensor, meta: AttentionMetadata): void {
-    const hs = meta.extensions?.get(HISPARSE) as DeviceHiSparseStepMeta | undefined;
-    if (hs === undefined) throw new Error("CudaHiSparseAttention needs the step's hisparse metadata");
+    const hs = stepMetaOf(meta);
     const li = this.layers.sparseIndex[layerIdx]!;
     if (li < 0)
       this.backend.reshapeAndCache(qkv, this.layout, kvCache, hs.denseMeta.slotMapping, this.blockSize);
     else this.selector.writeKvAndDigests(li, qkv, kvCache, meta.slotMapping, hs.hostSlotMapping);
   }
+}
+
+/** The step's device HiSparse metadata. @throws Error when the step carries none. */
+function stepMetaOf(meta: AttentionMetadata): DeviceHiSparseStepMeta {
+  const hs = meta.extensions?.get(DEVICE_HISPARSE_STEP_META);
+  if (hs === undefined) throw new Error("CudaHiSparseAttention needs the step's hisparse metadata");
+  return hs;
 }

@@ -1,0 +1,84 @@
+import type { Tensor } from "../../../backends/backend.js";
+import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
+import { questSelect, reshapeAndCacheDigest } from "../../../backends/cuda/hisparse_ops.js";
+import type { DevicePageSelection, DeviceSelector, DeviceSparseRows } from "../device_sparse.js";
+import { type QuestPageBudget, type QuestSelectorConfig, questPageBudget } from "../quest.js";
+
+/**
+ * The per-request page tables the device selector reads: one row per request slot
+ * (`DeviceSparseRows.reqSlot`), kept by the worker (worker/hisparse/cuda/slot_tables.ts).
+ */
+export interface DeviceSelectorTables {
+  /** i32 [numSlots, W] host block of each page (the index of its digest). */
+  readonly hostBlockTable: Tensor;
+  /** i32 [numSlots, W] nonzero for pinned pages. */
+  readonly pinnedTable: Tensor;
+}
+
+/**
+ * Quest selection on CUDA (the device twin of QuestSelector, quest.ts, its oracle): per sparse
+ * layer bf16 digests [numHostBlocks, 2, Hkv, D] (min, max of the page's post-RoPE keys),
+ * updated by the KV write kernel; selection per (row, kv head) by hsQuestSelect, page for page
+ * the oracle's (float64 scores, same tie rule). bf16 digests are exact on CUDA: the keys are
+ * bf16 in the cache, and min / max of bf16 values are bf16 values; they take half the device
+ * memory of f32 ones (at Llama-3.1-8B shape, 120 KiB instead of 240 KiB per page).
+ */
+export class CudaQuestSelector implements DeviceSelector {
+  /** Per sparse layer: bf16 [numHostBlocks, 2, Hkv, D]. */
+  readonly digests: Tensor[];
+  private readonly budget: QuestPageBudget;
+
+  /** @throws Error when a token count is not a multiple of the block size (questPageBudget). */
+  constructor(
+    private readonly backend: CudaBackend,
+    readonly config: QuestSelectorConfig,
+    private readonly tables: DeviceSelectorTables,
+  ) {
+    this.budget = questPageBudget(config);
+    const { numKvHeads: Hkv, headDim: D } = config.layout;
+    const shape = [Math.max(1, config.numHostBlocks), 2, Hkv, D];
+    this.digests = Array.from({ length: config.numSparseLayers }, () =>
+      backend.allocateFilled(shape, "bf16"),
+    );
+  }
+
+  writeKvAndDigests(
+    sparseLayer: number,
+    qkv: Tensor,
+    kvCache: Tensor,
+    slotMapping: Tensor,
+    hostSlotMapping: Tensor,
+  ): void {
+    reshapeAndCacheDigest(
+      this.backend,
+      qkv,
+      this.config.layout,
+      kvCache,
+      slotMapping,
+      this.digests[sparseLayer]!,
+      hostSlotMapping,
+      this.config.blockSize,
+    );
+  }
+
+  select(sparseLayer: number, qkv: Tensor, rows: DeviceSparseRows): DevicePageSelection {
+    return questSelect(this.backend, {
+      qkv,
+      layout: this.config.layout,
+      tokenRow: rows.tokenRow,
+      digests: this.digests[sparseLayer]!,
+      seqLens: rows.seqLens,
+      rowFlags: rows.rowFlags,
+      reqSlot: rows.reqSlot,
+      hostBlockTable: this.tables.hostBlockTable,
+      pinnedTable: this.tables.pinnedTable,
+      blockSize: this.config.blockSize,
+      ...this.budget,
+    });
+  }
+
+  /** Frees the digests. */
+  dispose(): void {
+    for (const t of this.digests) this.backend.free(t);
+  }
+}
