@@ -1,5 +1,5 @@
+import type { ModelFamily } from "./architectures.js";
 import type { MlaFamily } from "./mla_config.js";
-import type { ModelFamily } from "./model_config.js";
 import { ModelConfigError } from "./model_config_error.js";
 import type { MoeFamily } from "./moe_config.js";
 

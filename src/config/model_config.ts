@@ -1,32 +1,16 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { type ModelFamily, SUPPORTED_ARCHITECTURES } from "./architectures.js";
 import { FAMILY_TRAITS, parseRotaryDim, parseSlidingWindow } from "./family_traits.js";
 import { type MlaConfig, mlaKvBytesPerToken, parseMlaConfig } from "./mla_config.js";
 import { ModelConfigError } from "./model_config_error.js";
 import { type MoeConfig, mlpKindOf, parseMoeConfig } from "./moe_config.js";
 
+export { type ModelFamily, SUPPORTED_ARCHITECTURES } from "./architectures.js";
 export type { DsaIndexerConfig, IndexerType, MlaConfig } from "./mla_config.js";
 export { ModelConfigError } from "./model_config_error.js";
 export type { MlpKind, MoeConfig, MoeRoutingRule } from "./moe_config.js";
 export { mlpKindOf } from "./moe_config.js";
-
-/**
- * Model families the engine runs. They share one decoder (models/decoder.ts): GQA or MLA
- * attention with a dense or mixture-of-experts MLP per layer; family_traits.ts says how each
- * reads its config.
- */
-export const SUPPORTED_ARCHITECTURES = {
-  LlamaForCausalLM: "llama",
-  MistralForCausalLM: "mistral",
-  Qwen2ForCausalLM: "qwen2",
-  Qwen3ForCausalLM: "qwen3",
-  Qwen3MoeForCausalLM: "qwen3_moe",
-  Glm4MoeForCausalLM: "glm4_moe",
-  DeepseekV3ForCausalLM: "deepseek_v3",
-  DeepseekV32ForCausalLM: "deepseek_v32",
-  GlmMoeDsaForCausalLM: "glm_moe_dsa",
-} as const;
-export type ModelFamily = (typeof SUPPORTED_ARCHITECTURES)[keyof typeof SUPPORTED_ARCHITECTURES];
 
 /** Architectures known but not runnable yet: the one-sentence reason they are refused. */
 const PENDING_ARCHITECTURES: Readonly<Record<string, string>> = {};

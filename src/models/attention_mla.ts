@@ -3,9 +3,9 @@ import { indexerSourceLayer } from "../config/mla_config.js";
 import { type MlaConfig, type ModelConfig, ModelConfigError } from "../config/model_config.js";
 import type { AttentionKind, AttentionLayer, ForwardContext } from "./blocks.js";
 import { DsaIndexer, indexerWeightSpecs } from "./dsa_indexer.js";
-import type { WeightSpec } from "./dummy.js";
 import { buildCosSinCache, computeInvFreq, ropeAttentionFactor } from "./rope.js";
 import type { WeightLoader } from "./weight_loader.js";
+import type { WeightSpec } from "./weight_spec.js";
 import { concatRows } from "./weights.js";
 
 /** eps of q_a_layernorm and kv_a_layernorm (HF DeepseekV3RMSNorm(rank) keeps its 1e-6 default). */

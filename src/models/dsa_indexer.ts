@@ -1,8 +1,8 @@
 import type { Backend, BackendMlaOps, Tensor } from "../backends/backend.js";
 import type { DsaIndexerConfig, MlaConfig, ModelConfig } from "../config/model_config.js";
 import type { ForwardContext } from "./blocks.js";
-import type { WeightSpec } from "./dummy.js";
 import type { WeightLoader } from "./weight_loader.js";
+import type { WeightSpec } from "./weight_spec.js";
 
 /** eps of the indexer's k_norm (HF: nn.LayerNorm(index_head_dim, eps=1e-6)). */
 const INDEXER_K_NORM_EPS = 1e-6;

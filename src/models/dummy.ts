@@ -2,6 +2,7 @@ import type { HostTensorData } from "../backends/backend.js";
 import { type ModelConfig, mlpKindOf } from "../config/model_config.js";
 import { mlaAttentionWeightSpecs } from "./attention_mla.js";
 import { moeWeightSpecs } from "./moe_mlp.js";
+import type { DummyTensorKind, WeightSpec } from "./weight_spec.js";
 import { WeightLoadError, type WeightSource } from "./weights.js";
 
 /**
@@ -27,15 +28,7 @@ export const DUMMY_NORM_VALUE = 1.0;
  */
 const NORMAL_LEVELS = 65536;
 
-/** What a tensor is, which decides its values. */
-export type DummyTensorKind = "matrix" | "bias" | "norm";
-
-/** Name, shape and kind of one tensor of the Llama family. */
-export interface WeightSpec {
-  name: string;
-  shape: number[];
-  kind: DummyTensorKind;
-}
+export type { DummyTensorKind, WeightSpec } from "./weight_spec.js";
 
 /**
  * Every HF tensor name and shape of a Llama-family model (transformers modeling_llama.py,

@@ -1,9 +1,9 @@
 import type { Backend, BackendMoeOps, HostTensorData, Tensor } from "../backends/backend.js";
 import type { ModelConfig, MoeConfig, MoeRoutingRule } from "../config/model_config.js";
 import type { MlpLayer } from "./blocks.js";
-import type { WeightSpec } from "./dummy.js";
 import { DenseMlp } from "./mlp.js";
 import type { WeightLoader } from "./weight_loader.js";
+import type { WeightSpec } from "./weight_spec.js";
 import { concatRows } from "./weights.js";
 
 /**
