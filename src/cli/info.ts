@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import type { Command } from "commander";
+import { mlaKvCacheGeometry } from "../config/mla_config.js";
 import {
   countActiveParameters,
   countParameters,
@@ -78,6 +79,7 @@ async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
       rotaryDim: cfg.rotaryDim ?? cfg.headDim,
       moe: cfg.moe ?? null,
       kvBytesPerTokenBf16: bytesPerToken(modelKVCacheGroups(cfg, { elementBytes: 2 })),
+      mla: cfg.mla ?? null,
       tokenizer: Tokenizer.existsIn(dir),
     },
   };
@@ -101,8 +103,33 @@ async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
     `  max positions ${m.maxPositionEmbeddings}, ${m.dtype}, RoPE ${m.rope.type} theta ${m.rope.theta}, ` +
       `KV ${m.kvBytesPerTokenBf16} B/token (bf16), tokenizer: ${m.tokenizer ? "yes" : "no"}`,
   );
+  for (const l of mlaLines(cfg)) console.log(l);
   const moe = moeSummary(cfg);
   if (moe !== null) console.log(`  ${moe}`);
+}
+
+/**
+ * The MLA / DSA summary of an MLA model (empty for GQA models): attention dims and the KV
+ * geometry of both groups in bf16 (config/mla_config.ts mlaKvCacheGeometry).
+ */
+export function mlaLines(cfg: ModelConfig): string[] {
+  const m = cfg.mla;
+  if (m == null) return [];
+  const g = mlaKvCacheGeometry(m, cfg.numHiddenLayers, 2);
+  const layout = (interleaved: boolean) => (interleaved ? "interleaved" : "half-split");
+  const lines = [
+    `  MLA: q_lora_rank ${m.qLoraRank ?? "none"}, kv_lora_rank ${m.kvLoraRank}, qk_nope ${m.qkNopeHeadDim}, ` +
+      `qk_rope ${m.qkRopeHeadDim} (${layout(m.ropeInterleave)}), v ${m.vHeadDim}, softmax scale ${m.softmaxScale.toPrecision(6)}`,
+    `  KV latent: ${g.latent.rowElements} elements = ${g.latent.bytesPerTokenPerLayer} B/token/layer × ${g.latent.layers.length} layers (bf16)`,
+  ];
+  const ix = m.indexer;
+  if (ix !== null && g.indexer !== null) {
+    lines.push(
+      `  DSA indexer: top-${ix.topk}, ${ix.numHeads} heads × ${ix.headDim} (${layout(ix.ropeInterleave)} RoPE); ` +
+        `keys ${g.indexer.bytesPerTokenPerLayer} B/token/layer × ${g.indexer.layers.length} full layers (bf16)`,
+    );
+  }
+  return lines;
 }
 
 /**

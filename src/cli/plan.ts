@@ -15,6 +15,7 @@ import {
 import { resolveModelDir } from "../models/registry.js";
 import { type BudgetSource, budgetLines, denseLines, hisparseLines } from "../plan/format.js";
 import { planHiSparseKnobs } from "../plan/hisparse_knobs.js";
+import { mlaDenseLines, planMlaDense } from "../plan/mla_plan.js";
 import {
   CUDA_DIGEST_ELEMENT_BYTES,
   kvBudgetFromGpu,
@@ -198,6 +199,10 @@ async function runPlan(o: PlanOptions): Promise<void> {
       hostPoolBytes: o.hostPoolGib,
     }),
   };
+  if (config.mla != null) {
+    printMlaPlan(o, config, source, kvBudgetBytes, budget, numParameters);
+    return;
+  }
   refuseWhatTheEngineWould(input, config.maxPositionEmbeddings, config.numHiddenLayers);
   const dense = planDense(input);
   const sparse = planHiSparse(input);
@@ -225,4 +230,43 @@ async function runPlan(o: PlanOptions): Promise<void> {
     ...hisparseLines(input, sparse, dense),
   ])
     console.log(l);
+}
+
+/** `hisparse plan` of an MLA model: its two KV groups (plan/mla_plan.ts), dense-resident only. */
+function printMlaPlan(
+  o: PlanOptions,
+  config: ModelConfig,
+  source: string,
+  kvBudgetBytes: number,
+  budget: BudgetSource,
+  numParameters: number,
+): void {
+  if (o.context > config.maxPositionEmbeddings)
+    throw new PlanError(
+      `the engine would refuse these settings: --context (${o.context}) exceeds the model's max_position_embeddings (${config.maxPositionEmbeddings})`,
+    );
+  const input = {
+    mla: config.mla!,
+    numHiddenLayers: config.numHiddenLayers,
+    kvBudgetBytes,
+    contextTokens: o.context,
+    blockSize: o.blockSize,
+    kvElementBytes: DTYPE_BYTES[o.kvCacheDtype],
+  };
+  const dense = planMlaDense(input);
+  if (o.json) {
+    console.log(
+      JSON.stringify(
+        { model: source, input: { ...input, mla: undefined }, budget, dense, hisparse: null },
+        null,
+        2,
+      ),
+    );
+    return;
+  }
+  console.log(
+    `Model ${source}: ${config.architecture}, ${(numParameters / 1e9).toFixed(2)} B parameters, ${config.numHiddenLayers} layers, ` +
+      `MLA (kv_lora_rank ${config.mla!.kvLoraRank} + qk_rope ${config.mla!.qkRopeHeadDim}); context ${o.context} tokens, blocks of ${o.blockSize}, KV ${o.kvCacheDtype}`,
+  );
+  for (const l of [...budgetLines(kvBudgetBytes, budget), ...mlaDenseLines(input, dense)]) console.log(l);
 }

@@ -1,4 +1,5 @@
 import type { ModelFamily } from "./architectures.js";
+import type { MlaFamily } from "./mla_config.js";
 import { ModelConfigError } from "./model_config_error.js";
 import type { MoeFamily } from "./moe_config.js";
 
@@ -20,6 +21,8 @@ export interface FamilyTraits {
   partialRotaryFactor: number;
   /** The MoE reader of config/moe_config.ts, or null for dense families. */
   moe: MoeFamily | null;
+  /** The MLA reader of config/mla_config.ts; absent for GQA families. */
+  mla?: MlaFamily;
 }
 
 const never = (): boolean => false;
@@ -87,7 +90,28 @@ export const FAMILY_TRAITS: Record<ModelFamily, FamilyTraits> = {
     partialRotaryFactor: 0.5,
     moe: "glm4_moe",
   },
+  deepseek_v3: mlaTraits("deepseek_v3"),
+  deepseek_v32: mlaTraits("deepseek_v32"),
+  glm_moe_dsa: mlaTraits("glm_moe_dsa"),
 };
+
+/**
+ * The MLA families (HF modeling_deepseek_v3, _deepseek_v32, _glm_moe_dsa): `attention_bias`
+ * on q_a_proj, kv_a_proj_with_mqa and o_proj, no q/k norm (their attention is
+ * config/mla_config.ts), no sliding window, full rotary over the rope part, DeepSeek's noaux_tc MoE.
+ */
+function mlaTraits(family: MlaFamily): FamilyTraits {
+  return {
+    qkvBias: attentionBias,
+    oProjBias: attentionBias,
+    mlpBias: (cfg) => cfg.mlp_bias === true,
+    qkNorm: never,
+    slidingWindow: "none",
+    partialRotaryFactor: 1,
+    moe: family,
+    mla: family,
+  };
+}
 
 /** Sliding window in tokens, or null when full attention is used (FamilyTraits.slidingWindow). */
 export function parseSlidingWindow(cfg: Json, traits: FamilyTraits): number | null {

@@ -2,37 +2,53 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { type ModelFamily, SUPPORTED_ARCHITECTURES } from "./architectures.js";
 import { FAMILY_TRAITS, parseRotaryDim, parseSlidingWindow } from "./family_traits.js";
+import { type MlaConfig, parseMlaConfig } from "./mla_config.js";
 import { ModelConfigError } from "./model_config_error.js";
 import { type MoeConfig, mlpKindOf, parseMoeConfig } from "./moe_config.js";
 
 export { type ModelFamily, SUPPORTED_ARCHITECTURES } from "./architectures.js";
+export type { DsaIndexerConfig, IndexerType, MlaConfig } from "./mla_config.js";
 export { ModelConfigError } from "./model_config_error.js";
 export type { MlpKind, MoeConfig, MoeRoutingRule } from "./moe_config.js";
 export { mlpKindOf } from "./moe_config.js";
 
 /** Architectures known but not runnable yet: the one-sentence reason they are refused. */
-const PENDING_ARCHITECTURES: Readonly<Record<string, string>> = {
-  DeepseekV3ForCausalLM:
-    "architecture DeepseekV3ForCausalLM needs multi-head latent attention (MLA), which hisparse does not implement yet",
-};
+const PENDING_ARCHITECTURES: Readonly<Record<string, string>> = {};
 
 /** Storage dtypes of checkpoints that the loader reads. */
 export type CheckpointDtype = "float32" | "bfloat16" | "float16";
 
 /**
  * Rotary position embedding settings, from `rope_parameters` (newer HF files) or top-level
- * `rope_theta` + `rope_scaling` (older files). Types: "default", "linear", "llama3"
+ * `rope_theta` + `rope_scaling` (older files). Types: "default", "linear", "llama3", "yarn"
  * (transformers/modeling_rope_utils.py).
  */
 export interface RopeConfig {
-  type: "default" | "linear" | "llama3";
+  type: "default" | "linear" | "llama3" | "yarn";
   theta: number;
-  /** Scaling factor (linear, llama3). */
+  /** Scaling factor (linear, llama3, yarn). */
   factor: number;
   /** llama3 only. */
   lowFreqFactor: number;
   highFreqFactor: number;
+  /** llama3 and yarn: the pretrained context. */
   originalMaxPositionEmbeddings: number;
+  /** yarn only (HF _compute_yarn_parameters; absent for the other types). */
+  yarn?: YarnParams;
+}
+
+/** YaRN's optional keys (arXiv 2309.00071; HF _compute_yarn_parameters), HF's defaults applied. */
+export interface YarnParams {
+  /** `beta_fast` (32) and `beta_slow` (1): rotation counts bounding the ramp. */
+  betaFast: number;
+  betaSlow: number;
+  /** `mscale`, `mscale_all_dim` (DeepSeek): 0 when absent. */
+  mscale: number;
+  mscaleAllDim: number;
+  /** `attention_factor`: the cos/sin multiplier; null = derived from factor and the mscales. */
+  attentionFactor: number | null;
+  /** `truncate` (true): floor/ceil the correction range. */
+  truncate: boolean;
 }
 
 /** The parts of an HF `config.json` the engine needs, with HF's semantics. */
@@ -66,6 +82,12 @@ export interface ModelConfig {
   rotaryDim?: number;
   /** Mixture-of-experts settings (config/moe_config.ts); null or absent for dense models. */
   moe?: MoeConfig | null;
+  /**
+   * Multi-head latent attention (and DSA indexer) settings (config/mla_config.ts) of the
+   * DeepSeek-V3 / V3.2 and GLM-5 families; null or absent for GQA models, whose attention
+   * fields (numKeyValueHeads, headDim) it replaces (headDim is then qk_rope_head_dim, as HF sets it).
+   */
+  mla?: MlaConfig | null;
   /** Dtype the checkpoint declares (`torch_dtype` / `dtype`). */
   dtype: CheckpointDtype;
   bosTokenId: number | null;
@@ -115,6 +137,7 @@ const ROPE_REQUIRED_FIELDS: Record<RopeConfig["type"], readonly string[]> = {
   default: [],
   linear: ["factor"],
   llama3: ["factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"],
+  yarn: ["factor", "original_max_position_embeddings"],
 };
 
 function parseRope(cfg: Json, maxPos: number): RopeConfig {
@@ -127,9 +150,9 @@ function parseRope(cfg: Json, maxPos: number): RopeConfig {
   const topTheta = typeof cfg.rope_theta === "number" ? cfg.rope_theta : DEFAULT_ROPE_THETA;
   const theta = num(params, "rope_theta", topTheta);
   const type = String(params.rope_type ?? params.type ?? "default");
-  if (type !== "default" && type !== "linear" && type !== "llama3") {
+  if (type !== "default" && type !== "linear" && type !== "llama3" && type !== "yarn") {
     throw new ModelConfigError(
-      `RoPE scaling type "${type}" is not supported (supported: default, linear, llama3)`,
+      `RoPE scaling type "${type}" is not supported (supported: default, linear, llama3, yarn)`,
     );
   }
   // Scaling types need their own fields: a silently defaulted factor would give wrong angles.
@@ -145,6 +168,24 @@ function parseRope(cfg: Json, maxPos: number): RopeConfig {
     lowFreqFactor: num(params, "low_freq_factor", 1),
     highFreqFactor: num(params, "high_freq_factor", 4),
     originalMaxPositionEmbeddings: num(params, "original_max_position_embeddings", maxPos),
+    ...(type === "yarn" ? { yarn: parseYarn(params) } : {}),
+  };
+}
+
+/** YaRN's optional keys with HF's defaults (`beta_fast or 32`, `beta_slow or 1`, truncate true). */
+function parseYarn(params: Json): YarnParams {
+  const truncate = params.truncate ?? true;
+  if (typeof truncate !== "boolean")
+    throw new ModelConfigError(
+      `config.json RoPE "truncate" must be true or false, got ${JSON.stringify(truncate)}`,
+    );
+  return {
+    betaFast: num(params, "beta_fast", 32) || 32,
+    betaSlow: num(params, "beta_slow", 1) || 1,
+    mscale: num(params, "mscale", 0),
+    mscaleAllDim: num(params, "mscale_all_dim", 0),
+    attentionFactor: params.attention_factor == null ? null : num(params, "attention_factor"),
+    truncate,
   };
 }
 
@@ -190,6 +231,17 @@ export function parseModelConfig(cfg: Json, generationConfig: Json | null = null
   const bos = cfg.bos_token_id;
   const maxPositionEmbeddings = posInt(cfg, "max_position_embeddings", 2048);
   const numHiddenLayers = posInt(cfg, "num_hidden_layers");
+  const rope = parseRope(cfg, maxPositionEmbeddings);
+  const mla =
+    traits.mla === undefined
+      ? null
+      : parseMlaConfig(cfg, traits.mla, numHiddenLayers, {
+          type: rope.type,
+          factor: rope.factor,
+          mscaleAllDim: rope.yarn?.mscaleAllDim,
+        });
+  // MLA rotates only the rope part of each head (HF sets head_dim = qk_rope_head_dim).
+  const ropeHeadDim = mla === null ? headDim : mla.qkRopeHeadDim;
   return {
     architecture: arch,
     family,
@@ -198,7 +250,7 @@ export function parseModelConfig(cfg: Json, generationConfig: Json | null = null
     numHiddenLayers,
     numAttentionHeads,
     numKeyValueHeads,
-    headDim,
+    headDim: ropeHeadDim,
     vocabSize: posInt(cfg, "vocab_size"),
     rmsNormEps: num(cfg, "rms_norm_eps", 1e-6),
     maxPositionEmbeddings,
@@ -207,9 +259,10 @@ export function parseModelConfig(cfg: Json, generationConfig: Json | null = null
     oProjBias: traits.oProjBias(cfg),
     mlpBias: traits.mlpBias(cfg),
     qkNorm: traits.qkNorm(cfg),
-    rope: parseRope(cfg, maxPositionEmbeddings),
-    rotaryDim: parseRotaryDim(cfg, headDim, traits.partialRotaryFactor),
+    rope,
+    rotaryDim: parseRotaryDim(cfg, ropeHeadDim, traits.partialRotaryFactor),
     moe: traits.moe === null ? null : parseMoeConfig(cfg, traits.moe, numHiddenLayers),
+    mla,
     dtype: parseDtype(cfg),
     bosTokenId: typeof bos === "number" ? bos : null,
     eosTokenIds: [...new Set(eos)],
@@ -269,12 +322,12 @@ export function countActiveParameters(c: ModelConfig): number {
 function countWeights(c: ModelConfig, routedExperts: number): number {
   const H = c.hiddenSize;
   const D = c.headDim;
-  const attn = H * c.numAttentionHeads * D * 2 + H * c.numKeyValueHeads * D * 2;
+  const gqa = H * c.numAttentionHeads * D * 2 + H * c.numKeyValueHeads * D * 2;
   const attnBias = c.attentionBias ? (c.numAttentionHeads + 2 * c.numKeyValueHeads) * D : 0;
   const norms = 2 * H + (c.qkNorm ? 2 * D : 0);
   let total = 0;
   for (let l = 0; l < c.numHiddenLayers; l++) {
-    total += attn + attnBias + norms;
+    total += (c.mla != null ? mlaAttentionWeights(c, c.mla, l) : gqa + attnBias) + norms;
     const moe = c.moe;
     if (moe === null || moe === undefined || mlpKindOf(moe, l) === "dense") {
       total += 3 * H * c.intermediateSize;
@@ -287,4 +340,27 @@ function countWeights(c: ModelConfig, routedExperts: number): number {
   }
   const embed = c.vocabSize * H;
   return total + embed + H + (c.tieWordEmbeddings ? 0 : embed);
+}
+
+/**
+ * Weights of layer `l`'s MLA attention (HF DeepseekV3Attention, + the DSA indexer of a full
+ * layer): q_a_proj, q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa, kv_a_layernorm,
+ * kv_b_proj, o_proj (+ biases with attention_bias); indexer wq_b, wk, k_norm (weight and bias),
+ * weights_proj.
+ */
+function mlaAttentionWeights(c: ModelConfig, m: MlaConfig, l: number): number {
+  const H = c.hiddenSize;
+  const Hq = c.numAttentionHeads;
+  const qk = m.qkNopeHeadDim + m.qkRopeHeadDim;
+  const q = m.qLoraRank === null ? H * Hq * qk : H * m.qLoraRank + m.qLoraRank + m.qLoraRank * Hq * qk;
+  const kv =
+    H * (m.kvLoraRank + m.qkRopeHeadDim) + m.kvLoraRank + m.kvLoraRank * Hq * (m.qkNopeHeadDim + m.vHeadDim);
+  const o = Hq * m.vHeadDim * H;
+  const bias = c.attentionBias ? (m.qLoraRank ?? 0) + m.kvLoraRank + m.qkRopeHeadDim + H : 0;
+  const ix = m.indexer;
+  const indexer =
+    ix === null || ix.layerTypes[l] !== "full"
+      ? 0
+      : (m.qLoraRank ?? 0) * ix.numHeads * ix.headDim + H * ix.headDim + 2 * ix.headDim + H * ix.numHeads;
+  return q + kv + o + bias + indexer;
 }

@@ -54,15 +54,17 @@ export interface MoeConfig {
 export type MlpKind = "dense" | "moe";
 
 /** Families whose config has MoE keys; see {@link parseMoeConfig}. */
-export type MoeFamily = "qwen3_moe" | "glm4_moe" | "deepseek_v3";
+export type MoeFamily = "qwen3_moe" | "glm4_moe" | "deepseek_v3" | "deepseek_v32" | "glm_moe_dsa";
 
 /**
- * HF's class defaults of the optional noaux_tc keys (Glm4MoeConfig, DeepseekV3Config in
- * transformers 5.17), used when a config.json leaves one out.
+ * HF's class defaults of the optional noaux_tc keys (Glm4MoeConfig, DeepseekV3Config,
+ * DeepseekV32Config, GlmMoeDsaConfig in transformers 5.17), used when a config.json leaves one out.
  */
 const NOAUX_DEFAULTS = {
   glm4_moe: { firstKDense: 1, nGroup: 1, topkGroup: 1, scaling: 1.0 },
   deepseek_v3: { firstKDense: 3, nGroup: 8, topkGroup: 4, scaling: 2.5 },
+  deepseek_v32: { firstKDense: 3, nGroup: 8, topkGroup: 4, scaling: 2.5 },
+  glm_moe_dsa: { firstKDense: 3, nGroup: 1, topkGroup: 1, scaling: 2.5 },
 } as const;
 
 type Json = Record<string, unknown>;
@@ -160,6 +162,26 @@ function firstKDenseLayers(cfg: Json, numLayers: number, fallback: number): numb
 }
 
 /**
+ * DeepSeek-V3.2 / GLM-5 `mlp_layer_types` ("dense" | "sparse" per layer), which HF derives from
+ * `first_k_dense_replace` when absent: null when absent, else the MoE ("sparse") layers.
+ * @throws ModelConfigError for a malformed list, or one that contradicts `first_k_dense_replace`.
+ */
+function mlpLayerTypes(cfg: Json, numLayers: number): number[] | null {
+  const v = cfg.mlp_layer_types;
+  if (v === undefined || v === null) return null;
+  if (!Array.isArray(v) || v.length !== numLayers || !v.every((t) => t === "dense" || t === "sparse"))
+    throw new ModelConfigError(
+      `config.json "mlp_layer_types" must list "dense" or "sparse" for each of the ${numLayers} layers, got ${JSON.stringify(v)}`,
+    );
+  const k = cfg.first_k_dense_replace;
+  if (typeof k === "number" && v.some((t, l) => (t === "dense") !== l < k))
+    throw new ModelConfigError(
+      `config.json "mlp_layer_types" ${JSON.stringify(v)} contradicts "first_k_dense_replace" (${k})`,
+    );
+  return v.flatMap((t, l) => (t === "sparse" ? [l] : []));
+}
+
+/**
  * Checks the routing rule against the expert count.
  * @throws ModelConfigError naming the key when the rule cannot select `topK` experts.
  */
@@ -203,6 +225,8 @@ function checkRouting(r: MoeRoutingRule, numExperts: number): void {
  *   classes do (GLM 1, 1, 1, 1.0; DeepSeek-V3 3, 8, 4, 2.5); noaux_tc routing with the
  *   correction bias. `topk_method`, `scoring_func`, `moe_layer_freq` must be absent or
  *   "noaux_tc", "sigmoid", 1.
+ * - deepseek_v32 / glm_moe_dsa: as deepseek_v3 (defaults 3, 8, 4, 2.5 and 3, 1, 1, 2.5), and
+ *   `mlp_layer_types` ("dense" / "sparse" per layer), when given, names the MoE layers.
  * @throws ModelConfigError for a missing, malformed, unsupported or contradictory key.
  */
 export function parseMoeConfig(cfg: Json, family: MoeFamily, numLayers: number): MoeConfig {
@@ -243,7 +267,7 @@ export function parseMoeConfig(cfg: Json, family: MoeFamily, numLayers: number):
     numExperts,
     moeIntermediateSize: int(cfg, "moe_intermediate_size", { min: 1 }),
     numSharedExperts: int(cfg, "n_shared_experts", { fallback: 1, min: 0 }),
-    moeLayers: firstKDenseLayers(cfg, numLayers, d.firstKDense),
+    moeLayers: mlpLayerTypes(cfg, numLayers) ?? firstKDenseLayers(cfg, numLayers, d.firstKDense),
     routing,
   };
 }

@@ -1,7 +1,7 @@
 import type { Backend, QkvLayout, Tensor } from "../backends/backend.js";
 import type { ModelConfig } from "../config/model_config.js";
 import type { AttentionKind, AttentionLayer, ForwardContext } from "./blocks.js";
-import { buildCosSinCache, computeInvFreq } from "./rope.js";
+import { buildCosSinCache, computeInvFreq, ropeAttentionFactor } from "./rope.js";
 
 /**
  * GQA attention with the HF Llama family's variants: fused q/k/v (+ biases), Qwen3 / GLM q/k
@@ -45,7 +45,11 @@ export const GQA_ATTENTION: AttentionKind = {
 
   loadShared(config, loader, maxPositions) {
     const R = config.rotaryDim ?? config.headDim;
-    const cos = buildCosSinCache(computeInvFreq(config.rope, R), maxPositions);
+    const cos = buildCosSinCache(
+      computeInvFreq(config.rope, R),
+      maxPositions,
+      ropeAttentionFactor(config.rope),
+    );
     return [loader.backend.upload(cos, [maxPositions, R], "f32")];
   },
 

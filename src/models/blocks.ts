@@ -4,6 +4,7 @@
  * (mlp.ts, moe_mlp.ts) implement them; an MLA attention kind implements AttentionKind too.
  */
 import type { AttentionBackend } from "../attention/backend.js";
+import type { MlaAttentionBackend } from "../attention/mla.js";
 import type { AttentionMetadata, QkvLayout, Tensor } from "../backends/backend.js";
 import type { ModelConfig } from "../config/model_config.js";
 import type { WeightLoader } from "./weight_loader.js";
@@ -12,8 +13,20 @@ import type { WeightLoader } from "./weight_loader.js";
 export interface ForwardContext {
   meta: AttentionMetadata;
   attention: AttentionBackend;
-  /** One tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim]. */
+  /**
+   * One tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim]; for MLA models the
+   * latent caches [numBlocks, blockSize, kvLoraRank + qkRopeHeadDim].
+   */
   kvCaches: readonly Tensor[];
+  /** MLA models: how the MLA layers use their caches (attention/mla.ts). */
+  mlaAttention?: MlaAttentionBackend;
+  /** DSA models: per layer, the indexer key cache [numBlocks, blockSize, indexHeadDim] of a full layer, else null. */
+  indexerKeyCaches?: readonly (Tensor | null)[];
+  /**
+   * DSA models, set by the decoder for one forward: the top-k (i32 [T, index_topk]) each full
+   * layer computed, read by the "shared" layers after it.
+   */
+  dsaTopk?: Map<number, Tensor>;
 }
 
 /** One decoder layer's attention block: normed hidden states in, the o_proj output out. */

@@ -142,8 +142,12 @@ export class DecoderForCausalLM {
    * each fused "residual += x; x = norm(residual)". Each layer runs in a workspace scope when the
    * backend has one, so a step's workspace holds about one layer's activations.
    */
-  private forwardHidden(inputIds: Tensor, positions: Tensor, ctx: ForwardContext): Tensor {
+  private forwardHidden(inputIds: Tensor, positions: Tensor, stepCtx: ForwardContext): Tensor {
     const b = this.backend;
+    // DSA "shared" layers read the top-k of the full layer before them (a workspace tensor, so a
+    // backend with workspaceScope must keep it alive across layers when MLA runs on it).
+    const ctx =
+      this.config.mla?.indexer != null ? { ...stepCtx, dsaTopk: new Map<number, Tensor>() } : stepCtx;
     const eps = this.config.rmsNormEps;
     const residual = b.embedding(inputIds, this.embedTokens);
     let h: Tensor | null = null;

@@ -1,16 +1,12 @@
 import type { HostTensorData } from "../backends/backend.js";
 import { generateFill, mix32, WEIGHT_FILL_TABLE_SIZE, type WeightFill } from "../backends/weight_fill.js";
 import { type ModelConfig, mlpKindOf } from "../config/model_config.js";
+import { mlaAttentionWeightSpecs } from "./attention_mla.js";
 import { moeWeightSpecs } from "./moe_mlp.js";
-import {
-  type DummyTensorKind,
-  WeightLoadError,
-  type WeightLocation,
-  type WeightSource,
-  type WeightSpec,
-} from "./weights.js";
+import type { DummyTensorKind, WeightSpec } from "./weight_spec.js";
+import { WeightLoadError, type WeightLocation, type WeightSource } from "./weights.js";
 
-export type { DummyTensorKind, WeightSpec } from "./weights.js";
+export type { DummyTensorKind, WeightSpec } from "./weight_spec.js";
 
 /**
  * Seeded random weights for `--load-format dummy` (vLLM's DummyModelLoader): every tensor the
@@ -44,12 +40,11 @@ const NORMAL_LEVELS = WEIGHT_FILL_TABLE_SIZE;
  * when `attentionBias`), o_proj [H, Hq*D] (+ bias when `oProjBias`), q_norm/k_norm [D] (Qwen3),
  * post_attention_layernorm [H], gate/up_proj [I, H], down_proj [H, I] (+ biases when `mlpBias`)
  * or, in MoE layers, the router, packed experts and shared experts (moe_mlp.ts moeWeightSpecs);
- * norm [H]; lm_head [V, H] unless `tieWordEmbeddings`.
+ * norm [H]; lm_head [V, H] unless `tieWordEmbeddings`. MLA models (DeepSeek-V3 / V3.2, GLM-5)
+ * have MLA attention tensors instead (attention_mla.ts mlaAttentionWeightSpecs).
  */
 export function llamaWeightSpecs(config: ModelConfig): WeightSpec[] {
-  const { hiddenSize: H, intermediateSize: I, headDim: D, vocabSize: V } = config;
-  const q = config.numAttentionHeads * D;
-  const kv = config.numKeyValueHeads * D;
+  const { hiddenSize: H, intermediateSize: I, vocabSize: V } = config;
   const specs: WeightSpec[] = [{ name: "model.embed_tokens.weight", shape: [V, H], kind: "matrix" }];
   const add = (name: string, shape: number[], kind: DummyTensorKind, present = true) => {
     if (present) specs.push({ name, shape, kind });
@@ -57,18 +52,8 @@ export function llamaWeightSpecs(config: ModelConfig): WeightSpec[] {
   for (let l = 0; l < config.numHiddenLayers; l++) {
     const p = `model.layers.${l}`;
     add(`${p}.input_layernorm.weight`, [H], "norm");
-    for (const [proj, rows] of [
-      ["q_proj", q],
-      ["k_proj", kv],
-      ["v_proj", kv],
-    ] as const) {
-      add(`${p}.self_attn.${proj}.weight`, [rows, H], "matrix");
-      add(`${p}.self_attn.${proj}.bias`, [rows], "bias", config.attentionBias);
-    }
-    add(`${p}.self_attn.o_proj.weight`, [H, q], "matrix");
-    add(`${p}.self_attn.o_proj.bias`, [H], "bias", config.oProjBias);
-    add(`${p}.self_attn.q_norm.weight`, [D], "norm", config.qkNorm);
-    add(`${p}.self_attn.k_norm.weight`, [D], "norm", config.qkNorm);
+    if (config.mla != null) specs.push(...mlaAttentionWeightSpecs(config, config.mla, l));
+    else addGqaSpecs(add, p, config);
     add(`${p}.post_attention_layernorm.weight`, [H], "norm");
     if (config.moe != null && mlpKindOf(config.moe, l) === "moe") {
       specs.push(...moeWeightSpecs(config, config.moe, l));
@@ -84,6 +69,29 @@ export function llamaWeightSpecs(config: ModelConfig): WeightSpec[] {
   add("model.norm.weight", [H], "norm");
   add("lm_head.weight", [V, H], "matrix", !config.tieWordEmbeddings);
   return specs;
+}
+
+/** Layer `p`'s GQA attention tensors (q/k/v/o projections, biases, q/k norms). */
+function addGqaSpecs(
+  add: (name: string, shape: number[], kind: DummyTensorKind, present?: boolean) => void,
+  p: string,
+  config: ModelConfig,
+): void {
+  const { hiddenSize: H, headDim: D } = config;
+  const q = config.numAttentionHeads * D;
+  const kv = config.numKeyValueHeads * D;
+  for (const [proj, rows] of [
+    ["q_proj", q],
+    ["k_proj", kv],
+    ["v_proj", kv],
+  ] as const) {
+    add(`${p}.self_attn.${proj}.weight`, [rows, H], "matrix");
+    add(`${p}.self_attn.${proj}.bias`, [rows], "bias", config.attentionBias);
+  }
+  add(`${p}.self_attn.o_proj.weight`, [H, q], "matrix");
+  add(`${p}.self_attn.o_proj.bias`, [H], "bias", config.oProjBias);
+  add(`${p}.self_attn.q_norm.weight`, [D], "norm", config.qkNorm);
+  add(`${p}.self_attn.k_norm.weight`, [D], "norm", config.qkNorm);
 }
 
 /** Options of {@link DummyWeights}. */

@@ -1,6 +1,7 @@
 import type { Backend } from "../backends/backend.js";
 import type { ModelConfig } from "../config/model_config.js";
 import { GQA_ATTENTION } from "./attention_gqa.js";
+import { MLA_ATTENTION } from "./attention_mla.js";
 import { DecoderForCausalLM, type LoadProgress } from "./decoder.js";
 import type { WeightSource } from "./weights.js";
 
@@ -30,3 +31,24 @@ export const LlamaForCausalLM = {
   },
 };
 export type LlamaForCausalLM = DecoderForCausalLM;
+
+/**
+ * The model class of the MLA families (DeepSeek-V3; DeepSeek-V3.2 and GLM-5 with the DSA
+ * indexer): the shared decoder skeleton with MLA attention (attention_mla.ts) and DeepSeek's
+ * MoE (moe_mlp.ts); the dense-resident MLA attention backend runs it (attention/mla.ts).
+ */
+export const DeepseekV3ForCausalLM = {
+  /**
+   * @throws ModelConfigError when the backend has no MLA (or MoE) ops.
+   * @throws WeightLoadError when a tensor is missing or has the wrong shape.
+   */
+  load(
+    config: ModelConfig,
+    source: WeightSource,
+    backend: Backend,
+    maxPositions: number,
+    onProgress?: LoadProgress,
+  ): DecoderForCausalLM {
+    return DecoderForCausalLM.load(config, source, backend, maxPositions, MLA_ATTENTION, onProgress);
+  },
+};

@@ -3,7 +3,7 @@ import type { ModelConfig, MoeConfig, MoeRoutingRule } from "../config/model_con
 import type { MlpLayer } from "./blocks.js";
 import { DenseMlp } from "./mlp.js";
 import type { WeightLoader } from "./weight_loader.js";
-import type { WeightSpec } from "./weights.js";
+import type { WeightSpec } from "./weight_spec.js";
 
 /**
  * The mixture-of-experts MLP block (HF Qwen3MoeSparseMoeBlock; Glm4MoeMoE / DeepseekV3MoE with

@@ -11,7 +11,7 @@ import {
 } from "../config/model_config.js";
 import type { DecoderForCausalLM } from "./decoder.js";
 import { DummyWeights } from "./dummy.js";
-import { LlamaForCausalLM, type LoadProgress } from "./llama.js";
+import { DeepseekV3ForCausalLM, LlamaForCausalLM, type LoadProgress } from "./llama.js";
 import { SafetensorsCheckpoint } from "./safetensors.js";
 import { WeightLoadError, type WeightSource } from "./weights.js";
 
@@ -33,8 +33,8 @@ export interface ModelClass {
  * Architecture (`config.json` "architectures"[0]) -> model class (vllm/model_executor/models/
  * registry.py). Every supported family shares the decoder skeleton (decoder.ts) with GQA
  * attention; the family traits in ModelConfig (q/k/v bias, q/k norm, partial rotary) and its
- * MoE settings (per-layer MLP kind, routing rule) select the differences. An MLA family
- * (issue 21) enters here with its own attention kind.
+ * MoE settings (per-layer MLP kind, routing rule) select the differences. The MLA families
+ * (DeepSeek-V3, DeepSeek-V3.2, GLM-5) share it with MLA attention (attention_mla.ts).
  */
 export const MODEL_REGISTRY: Record<keyof typeof SUPPORTED_ARCHITECTURES, ModelClass> = {
   LlamaForCausalLM,
@@ -43,6 +43,9 @@ export const MODEL_REGISTRY: Record<keyof typeof SUPPORTED_ARCHITECTURES, ModelC
   Qwen3ForCausalLM: LlamaForCausalLM,
   Qwen3MoeForCausalLM: LlamaForCausalLM,
   Glm4MoeForCausalLM: LlamaForCausalLM,
+  DeepseekV3ForCausalLM,
+  DeepseekV32ForCausalLM: DeepseekV3ForCausalLM,
+  GlmMoeDsaForCausalLM: DeepseekV3ForCausalLM,
 };
 
 /** Options of {@link loadModel}. */

@@ -78,13 +78,3 @@ export function concatRows(parts: HostTensorData[]): HostTensorData {
   }
   return { data, dtype: first.dtype, shape: [rows, ...first.shape.slice(1)] };
 }
-
-/** What a tensor is, which decides its values. */
-export type DummyTensorKind = "matrix" | "bias" | "norm";
-
-/** Name, shape and kind of one tensor of the Llama family. */
-export interface WeightSpec {
-  name: string;
-  shape: number[];
-  kind: DummyTensorKind;
-}

@@ -3,13 +3,15 @@
  * sized by the KV memory formula, dense paged attention, no extension.
  */
 import { DensePagedAttention } from "../attention/backend.js";
-import { type Backend, DTYPE_BYTES } from "../backends/backend.js";
+import { DenseMlaAttention } from "../attention/mla.js";
+import { type Backend, DTYPE_BYTES, type Tensor } from "../backends/backend.js";
 import { ConfigError } from "../config/engine_args.js";
 import { modelKVCacheGroups } from "../core/kv/kv_cache_interface.js";
 import { sizeKVMemory } from "../core/kv/kv_memory.js";
 import { kvRefusalMessage } from "../core/kv/kv_refusals.js";
 import {
   allocateGroupCaches,
+  allocateIndexerKeyCaches,
   disposeKVCache,
   type KVCacheDescription,
   type KVCacheSetup,
@@ -23,7 +25,9 @@ export function formatGiB(bytes: number): string {
 
 /**
  * Sizes and allocates the dense KV cache: numGpuBlocks = `--num-gpu-blocks-override`, or
- * floor(budget / block bytes); one [numGpuBlocks, 2, blockSize, Hkv, D] tensor per layer.
+ * floor(budget / block bytes); one [numGpuBlocks, 2, blockSize, Hkv, D] tensor per layer (MLA
+ * models: a latent row tensor per layer and an indexer key tensor per full DSA layer, with the
+ * dense-resident MLA attention).
  * @throws ConfigError when no block fits the budget.
  */
 export function setupDenseKVCache(backend: Backend, ctx: KVCacheSetupContext): KVCacheSetup {
@@ -38,12 +42,22 @@ export function setupDenseKVCache(backend: Backend, ctx: KVCacheSetupContext): K
   });
   if (sizing.refusals.length > 0) throw new ConfigError(sizing.refusals.map(kvRefusalMessage));
   const { numGpuBlocks, bytesPerBlock } = sizing;
-  const kvCaches = allocateGroupCaches(backend, groups, {
+  const alloc = {
     numLayers: config.numHiddenLayers,
     blockSize,
     dtype: ctx.kvCacheDtype,
     numBlocksOf: () => numGpuBlocks,
-  });
+  };
+  const kvCaches = allocateGroupCaches(backend, groups, alloc);
+  const indexerKeyCaches = config.mla != null ? allocateIndexerKeyCaches(backend, groups, alloc) : null;
+  const mla =
+    config.mla != null
+      ? {
+          attention: new DenseMlaAttention(backend, blockSize),
+          indexerKeyCaches: indexerKeyCaches ?? new Array<null>(config.numHiddenLayers).fill(null),
+        }
+      : null;
+  const allCaches = [...kvCaches, ...(indexerKeyCaches ?? [])].filter((t): t is Tensor => t !== null);
   const description: KVCacheDescription = {
     key: "kv_cache",
     line:
@@ -58,9 +72,10 @@ export function setupDenseKVCache(backend: Backend, ctx: KVCacheSetupContext): K
     groups,
     kvCaches,
     attention: new DensePagedAttention(backend, layout, blockSize),
+    mla,
     extensions: [],
     info: { kvBytesPerBlock: bytesPerBlock, hisparse: null },
     description,
-    dispose: disposeKVCache(backend, kvCaches, []),
+    dispose: disposeKVCache(backend, allCaches, []),
   };
 }

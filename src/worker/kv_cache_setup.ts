@@ -6,6 +6,7 @@
  * chosen from the table of worker/kv_cache_registry.ts.
  */
 import type { AttentionBackend } from "../attention/backend.js";
+import type { MlaAttentionBackend } from "../attention/mla.js";
 import type { Backend, DType, QkvLayout, Tensor } from "../backends/backend.js";
 import { ConfigError, type EngineArgs } from "../config/engine_args.js";
 import type { ModelConfig } from "../config/model_config.js";
@@ -66,6 +67,8 @@ export interface KVCacheSetup {
   readonly kvCaches: readonly Tensor[];
   /** How attention uses the caches (dense paged, HiSparse...). */
   readonly attention: AttentionBackend;
+  /** MLA models: how their layers use the latent (and indexer key) caches; null for GQA models. */
+  readonly mla: MlaKVCache | null;
   /** The worker halves of the optional features this set-up enables. */
   readonly extensions: readonly WorkerExtension[];
   readonly info: KVCacheInfo;
@@ -74,16 +77,25 @@ export interface KVCacheSetup {
   dispose(): void;
 }
 
+/** An MLA model's attention side of a set-up (models/blocks.ts ForwardContext mlaAttention, indexerKeyCaches). */
+export interface MlaKVCache {
+  readonly attention: MlaAttentionBackend;
+  /** [numLayers] the DSA indexer key cache [numBlocks, blockSize, indexHeadDim] of a full layer, else null. */
+  readonly indexerKeyCaches: readonly (Tensor | null)[];
+}
+
 /** Where each group's pages are indexed, in blocks (device pool, or host pool under HiSparse). */
 export type BlocksOfGroup = (group: KVCacheGroupSpec) => number;
 
 /**
- * Allocates the KV tensors of `groups`: per layer one tensor of `numBlocksOf(group)` blocks
- * (full attention: [numBlocks, 2, blockSize, numKvHeads, headDim], Backend.allocateKvCache).
- * Page digests are not KV tensors: their selector allocates them. This is where a new layout
- * (MLA latent rows, DSA indexer keys) gets its allocation.
+ * Allocates the KV tensors of `groups` that attention reads as a layer's cache: per layer one
+ * tensor of `numBlocksOf(group)` blocks (full attention: [numBlocks, 2, blockSize, numKvHeads,
+ * headDim], Backend.allocateKvCache; MLA latent rows: [numBlocks, blockSize, kvLoraRank +
+ * qkRopeHeadDim], Backend.mla.allocatePagedRows). Page digests are not KV tensors (their selector
+ * allocates them) and DSA indexer keys have their own per-layer list
+ * ({@link allocateIndexerKeyCaches}).
  * @returns [numLayers] each layer's tensor.
- * @throws ConfigError for a layout the backends cannot allocate yet.
+ * @throws ConfigError for a layout the backend cannot allocate.
  */
 export function allocateGroupCaches(
   backend: Backend,
@@ -93,24 +105,57 @@ export function allocateGroupCaches(
   const kvCaches: Tensor[] = new Array(o.numLayers);
   for (const g of groups) {
     const s = g.spec;
-    if (s.kind === "page_digest") continue;
-    if (s.kind !== "full_attention")
-      throw new ConfigError([
-        `the ${s.kind} KV layout (${g.name}) cannot be allocated on ${backend.name} yet`,
-      ]);
-    const tensors = backend.allocateKvCache({
-      numLayers: g.layers.length,
-      numBlocks: o.numBlocksOf(g),
-      blockSize: o.blockSize,
-      numKvHeads: s.numKvHeads,
-      headDim: s.headDim,
-      dtype: o.dtype,
-    });
+    if (s.kind === "page_digest" || s.kind === "indexer_key") continue;
+    let tensors: Tensor[];
+    if (s.kind === "mla_attention") {
+      const rows = s.kvLoraRank + s.qkRopeHeadDim;
+      const ops = mlaOps(backend, g);
+      tensors = g.layers.map(() => ops.allocatePagedRows(o.numBlocksOf(g), o.blockSize, rows, o.dtype));
+    } else
+      tensors = backend.allocateKvCache({
+        numLayers: g.layers.length,
+        numBlocks: o.numBlocksOf(g),
+        blockSize: o.blockSize,
+        numKvHeads: s.numKvHeads,
+        headDim: s.headDim,
+        dtype: o.dtype,
+      });
     g.layers.forEach((l, i) => {
       kvCaches[l] = tensors[i]!;
     });
   }
   return kvCaches;
+}
+
+/**
+ * Allocates the DSA indexer key groups: per layer that has one, [numBlocks, blockSize,
+ * indexHeadDim] (Backend.mla.allocatePagedRows), indexed by the same block ids as the latent rows.
+ * @returns [numLayers] each full DSA layer's tensor, null elsewhere; null when no group is one.
+ */
+export function allocateIndexerKeyCaches(
+  backend: Backend,
+  groups: readonly KVCacheGroupSpec[],
+  o: { numLayers: number; blockSize: number; dtype: DType; numBlocksOf: BlocksOfGroup },
+): (Tensor | null)[] | null {
+  const indexer = groups.filter((g) => g.spec.kind === "indexer_key");
+  if (indexer.length === 0) return null;
+  const caches: (Tensor | null)[] = new Array(o.numLayers).fill(null);
+  for (const g of indexer) {
+    if (g.spec.kind !== "indexer_key") continue;
+    const ops = mlaOps(backend, g);
+    for (const l of g.layers)
+      caches[l] = ops.allocatePagedRows(o.numBlocksOf(g), o.blockSize, g.spec.indexHeadDim, o.dtype);
+  }
+  return caches;
+}
+
+/** The backend's MLA ops. @throws ConfigError when it has none. */
+function mlaOps(backend: Backend, g: KVCacheGroupSpec): NonNullable<Backend["mla"]> {
+  if (backend.mla === undefined)
+    throw new ConfigError([
+      `the ${g.spec.kind} KV layout (${g.name}) cannot be allocated on ${backend.name} yet`,
+    ]);
+  return backend.mla;
 }
 
 /** A set-up's dispose: the extensions' resources first, then the caches. */

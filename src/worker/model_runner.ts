@@ -1,4 +1,5 @@
 import type { AttentionBackend } from "../attention/backend.js";
+import type { MlaAttentionBackend } from "../attention/mla.js";
 import type { AttentionMetadata, Backend, Tensor } from "../backends/backend.js";
 import { newExtensionData } from "../core/extension_data.js";
 import type { RequestId } from "../core/ids.js";
@@ -36,7 +37,7 @@ export interface ModelRunnerOptions {
 /** What the runner takes of a KV set-up (worker/kv_cache_setup.ts); it owns it from then on. */
 export type ModelRunnerKV = Pick<
   KVCacheSetup,
-  "blockSize" | "kvCaches" | "attention" | "extensions" | "dispose"
+  "blockSize" | "kvCaches" | "attention" | "mla" | "extensions" | "dispose"
 >;
 
 /**
@@ -50,6 +51,9 @@ export class ModelRunner {
   private readonly sampler: RequestSampler;
   /** How attention uses the KV cache (the set-up's: dense paged, HiSparse...). */
   readonly attention: AttentionBackend;
+  /** MLA models: how the MLA layers use the latent (and indexer key) caches; null for GQA models. */
+  readonly mlaAttention: MlaAttentionBackend | null;
+  private readonly indexerKeyCaches: readonly (Tensor | null)[] | undefined;
   /** The worker halves of optional features (HiSparse), called around each step. */
   readonly extensions: readonly WorkerExtension[];
   /** [numLayers] each layer's KV cache tensor. */
@@ -81,6 +85,8 @@ export class ModelRunner {
     this.attention = kv.attention;
     this.extensions = kv.extensions;
     this.fastPrefill = opts.fastPrefill ?? false;
+    this.mlaAttention = kv.mla?.attention ?? null;
+    this.indexerKeyCaches = kv.mla?.indexerKeyCaches;
     this.sampler = new RequestSampler(backend, model.config.vocabSize, model.config.eosTokenIds, opts.seed);
     this.graphRunner =
       backend.graphs === undefined || opts.enforceEager
@@ -112,7 +118,8 @@ export class ModelRunner {
    */
   private fill(inputs: PreparedInputs, meta: AttentionMetadata): Tensor | null {
     const attn = this.attention;
-    if (attn.writeKv === undefined) throw new Error("fastPrefill needs an attention backend with writeKv");
+    if (attn.writeKv === undefined || this.mlaAttention !== null)
+      throw new Error("fastPrefill needs a GQA model and an attention backend with writeKv");
     const b = this.backend;
     const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = this.model.layout;
     const W = (Hq + 2 * Hkv) * D;
@@ -208,11 +215,11 @@ export class ModelRunner {
     const pos = b.stage(inputs.positions, [T], "i32");
     const B = inputs.logitsIndices.length;
     const logitsIdx = B === 0 ? null : b.stage(inputs.logitsIndices, [B], "i32");
-    return this.model.forward(
-      ids,
-      pos,
-      { meta, attention: this.attention, kvCaches: this.kvCaches },
-      logitsIdx,
-    );
+    const ctx = { meta, attention: this.attention, kvCaches: this.kvCaches };
+    const mla =
+      this.mlaAttention === null
+        ? {}
+        : { mlaAttention: this.mlaAttention, indexerKeyCaches: this.indexerKeyCaches };
+    return this.model.forward(ids, pos, { ...ctx, ...mla }, logitsIdx);
   }
 }

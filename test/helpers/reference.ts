@@ -51,7 +51,22 @@ export const TINY_MODELS = [
   "tiny-qwen3-moe-v512",
   "tiny-glm4-moe-v512",
 ] as const;
-export type TinyModel = (typeof TINY_MODELS)[number];
+/**
+ * The tiny MLA / DSA checkpoints (../shared/models/README.md), GLM-5 with "shared" indexer
+ * layers (scripts/gpu/mla_configs.py --shared-fixture), and the vocabulary-pruned copies of the
+ * three shared ones in test/fixtures/models (scripts/fixtures/prune_vocab.py). Their tests are
+ * test/unit/models/mla_hf_reference.test.ts and test/e2e/engine/mla_generate.test.ts.
+ */
+export const MLA_TINY_MODELS = [
+  "tiny-deepseek-v3",
+  "tiny-deepseek-v32",
+  "tiny-glm5-dsa",
+  "tiny-glm5-dsa-shared",
+  "tiny-deepseek-v3-pv",
+  "tiny-deepseek-v32-pv",
+  "tiny-glm5-dsa-pv",
+] as const;
+export type TinyModel = (typeof TINY_MODELS)[number] | (typeof MLA_TINY_MODELS)[number];
 export type RefModel = TrainedModel | TinyModel;
 
 /** Directory of a reference model, or null when it is not available on this machine. */

@@ -27,6 +27,7 @@ import {
 } from "./kernels/elementwise.js";
 import { sampleRowByRule } from "./kernels/sampling.js";
 import { CpuMemory } from "./memory.js";
+import { CpuMlaOps } from "./mla_ops.js";
 import { CpuMoeOps } from "./moe_ops.js";
 import { type CpuDType, type CpuTensor, cpuDType, numelOf } from "./tensor.js";
 import { CpuThreadPool } from "./thread_pool.js";
@@ -64,6 +65,8 @@ export class CpuBackend implements Backend {
   private readonly kernels: KernelDispatcher;
   /** Mixture-of-experts ops (moe_ops.ts). */
   readonly moe: CpuMoeOps;
+  /** Multi-head latent attention and DSA indexer ops (mla_ops.ts). */
+  readonly mla: CpuMlaOps;
   private sampleScratch = new Float32Array(0);
 
   /** @throws Error when numThreads is not a positive integer. */
@@ -76,6 +79,7 @@ export class CpuBackend implements Backend {
     this.mem = new CpuMemory(this.pool);
     this.kernels = new KernelDispatcher(this.pool, Math.max(1, options.chunkMacs ?? CHUNK_MACS));
     this.moe = new CpuMoeOps(this.mem, this.kernels);
+    this.mla = new CpuMlaOps(this.mem);
   }
 
   // ---- memory --------------------------------------------------------------------------------

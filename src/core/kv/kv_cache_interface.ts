@@ -10,6 +10,8 @@
  * ({@link kvHeadsPerRank}), not the formula.
  */
 
+import { type MlaConfig, mlaKvCacheGeometry } from "../../config/mla_config.js";
+
 /** Bytes a spec costs; every spec kind has them. */
 interface SpecBytes {
   /** Bytes one token adds to one layer's page: every head and row, per-token scales included. */
@@ -188,6 +190,8 @@ export interface KVModelGeometry {
   numHiddenLayers: number;
   numKeyValueHeads: number;
   headDim: number;
+  /** MLA models (DeepSeek-V3, V3.2, GLM-5): the latent and DSA indexer dims; absent or null for GQA. */
+  mla?: MlaConfig | null;
 }
 
 /** How the cache is stored: element bytes, quantization scales, ranks. */
@@ -205,6 +209,7 @@ export interface KVStorage extends KVQuantization {
  * enter here, from the fields their config reader adds to the geometry.
  */
 export function modelKVCacheGroups(model: KVModelGeometry, storage: KVStorage): KVCacheGroupSpec[] {
+  if (model.mla != null) return mlaKVCacheGroups(model.mla, model.numHiddenLayers, storage);
   const numKvHeads = kvHeadsPerRank(model.numKeyValueHeads, storage.tensorParallelSize ?? 1);
   const spec = fullAttentionSpec({
     numKvHeads,
@@ -214,6 +219,30 @@ export function modelKVCacheGroups(model: KVModelGeometry, storage: KVStorage): 
   });
   const layers = Array.from({ length: model.numHiddenLayers }, (_, l) => l);
   return [{ name: "attention", spec, layers, offloadable: true }];
+}
+
+/**
+ * An MLA model's groups (config/mla_config.ts mlaKvCacheGeometry): the latent rows of every layer
+ * (offloadable: HiSparse for DSA models keeps them in the host tier) and, for DSA models, the
+ * indexer keys of the "full" layers (never offloaded: the indexer scores every token). The same
+ * on every tensor-parallel rank (the latent row is shared by all heads). Block b of a request
+ * names page b of both groups.
+ */
+function mlaKVCacheGroups(mla: MlaConfig, numLayers: number, storage: KVStorage): KVCacheGroupSpec[] {
+  const g = mlaKvCacheGeometry(mla, numLayers, storage.elementBytes);
+  const q = { elementBytes: storage.elementBytes, scaleBytesPerToken: storage.scaleBytesPerToken };
+  const latent = mlaAttentionSpec({ kvLoraRank: mla.kvLoraRank, qkRopeHeadDim: mla.qkRopeHeadDim, ...q });
+  const groups: KVCacheGroupSpec[] = [
+    { name: "mla latent", spec: latent, layers: g.latent.layers, offloadable: true },
+  ];
+  if (g.indexer !== null && g.indexer.layers.length > 0)
+    groups.push({
+      name: "indexer keys",
+      spec: indexerKeySpec({ indexHeadDim: g.indexer.rowElements, ...q }),
+      layers: g.indexer.layers,
+      offloadable: false,
+    });
+  return groups;
 }
 
 /** What HiSparse changes in the layout (HiSparseConfig, plus the digest dtype of the backend). */

@@ -130,6 +130,7 @@ export function hisparseKVCacheSetup(
     groups: lay.groups,
     kvCaches: lay.kvCaches,
     attention,
+    mla: null,
     extensions,
     info,
     description: { key: "hisparse", line: summary.line, fields: summary.fields, logLevel: "info" },

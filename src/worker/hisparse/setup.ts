@@ -18,6 +18,11 @@ export function modelReasons(
   args: EngineArgs,
   hs: HiSparseConfig,
 ): string[] {
+  // The root cause alone: the Quest layout's other checks (head dims, digests) do not apply.
+  if (config.mla != null)
+    return [
+      `Hybrid HiSparse does not run multi-head latent attention models (${config.architecture}) yet; use --enable-hybrid-sparse off`,
+    ];
   const reasons = validateHiSparseConfig(hs, {
     blockSize: args.blockSize,
     enablePrefixCaching: args.enablePrefixCaching,

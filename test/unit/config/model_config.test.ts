@@ -67,6 +67,7 @@ describe("parseModelConfig: shapes and families", () => {
       },
       rotaryDim: 64,
       moe: null,
+      mla: null,
       dtype: "bfloat16",
       bosTokenId: 0,
       eosTokenIds: [0],
@@ -189,7 +190,7 @@ describe("parseModelConfig: errors are one sentence naming the problem", () => {
   it("unsupported architecture, also for inherited object keys", () => {
     assert.equal(
       errorOf(() => parseModelConfig(llama({ architectures: ["GPT2LMHeadModel"] }))),
-      "architecture GPT2LMHeadModel is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Glm4MoeForCausalLM)",
+      "architecture GPT2LMHeadModel is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Glm4MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV32ForCausalLM, GlmMoeDsaForCausalLM)",
     );
     assert.match(
       errorOf(() => parseModelConfig(llama({ architectures: ["toString"] }))),
@@ -210,8 +211,8 @@ describe("parseModelConfig: errors are one sentence naming the problem", () => {
 
   it("unsupported RoPE type and missing llama3 fields", () => {
     assert.equal(
-      errorOf(() => parseModelConfig(llama({ rope_scaling: { rope_type: "yarn", factor: 4 } }))),
-      'RoPE scaling type "yarn" is not supported (supported: default, linear, llama3)',
+      errorOf(() => parseModelConfig(llama({ rope_scaling: { rope_type: "dynamic", factor: 4 } }))),
+      'RoPE scaling type "dynamic" is not supported (supported: default, linear, llama3, yarn)',
     );
     assert.equal(
       errorOf(() => parseModelConfig(llama({ rope_scaling: { rope_type: "llama3", factor: 8 } }))),

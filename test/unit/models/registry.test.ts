@@ -15,7 +15,7 @@ import { fileURLToPath } from "node:url";
 import { loadModelConfig, ModelConfigError } from "../../../src/config/model_config.js";
 import { DecoderForCausalLM } from "../../../src/models/decoder.js";
 import { DummyWeights } from "../../../src/models/dummy.js";
-import { LlamaForCausalLM } from "../../../src/models/llama.js";
+import { DeepseekV3ForCausalLM, LlamaForCausalLM } from "../../../src/models/llama.js";
 import {
   loadModel,
   MODEL_REGISTRY,
@@ -183,16 +183,20 @@ describe("loadModel", () => {
     );
   });
 
-  it("dispatches every supported architecture to the GQA decoder (LlamaForCausalLM)", () => {
+  it("dispatches the GQA architectures to LlamaForCausalLM and the MLA ones to DeepseekV3ForCausalLM", () => {
+    const mla = ["DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM"];
     assert.deepEqual(Object.keys(MODEL_REGISTRY).sort(), [
+      ...mla.slice(0, 2),
       "Glm4MoeForCausalLM",
+      mla[2],
       "LlamaForCausalLM",
       "MistralForCausalLM",
       "Qwen2ForCausalLM",
       "Qwen3ForCausalLM",
       "Qwen3MoeForCausalLM",
     ]);
-    for (const cls of Object.values(MODEL_REGISTRY)) assert.equal(cls, LlamaForCausalLM);
+    for (const [arch, cls] of Object.entries(MODEL_REGISTRY))
+      assert.equal(cls, mla.includes(arch) ? DeepseekV3ForCausalLM : LlamaForCausalLM, arch);
   });
 });
 
