@@ -65,6 +65,7 @@ export const MLA_TINY_MODELS = [
   "tiny-deepseek-v3-pv",
   "tiny-deepseek-v32-pv",
   "tiny-glm5-dsa-pv",
+  "tiny-glm5-dsa-shared-pv",
 ] as const;
 export type TinyModel = (typeof TINY_MODELS)[number] | (typeof MLA_TINY_MODELS)[number];
 export type RefModel = TrainedModel | TinyModel;

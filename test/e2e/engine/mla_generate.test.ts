@@ -52,7 +52,12 @@ async function generate(opts: LLMOptions, prompts: number[][], maxTokens: number
   }
 }
 
-const MODELS = ["tiny-deepseek-v3-pv", "tiny-deepseek-v32-pv", "tiny-glm5-dsa-pv"] as RefModel[];
+const MODELS = [
+  "tiny-deepseek-v3-pv",
+  "tiny-deepseek-v32-pv",
+  "tiny-glm5-dsa-pv",
+  "tiny-glm5-dsa-shared-pv",
+] as RefModel[];
 
 for (const name of [...MODELS, "tiny-glm5-dsa-shared" as RefModel]) {
   const dir = referencedModelDir(name);

@@ -49,6 +49,7 @@ const MODELS = [
   "tiny-deepseek-v3-pv",
   "tiny-deepseek-v32-pv",
   "tiny-glm5-dsa-pv",
+  "tiny-glm5-dsa-shared-pv",
 ] as RefModel[];
 for (const name of MODELS) {
   const modelDir = referencedModelDir(name);
