@@ -159,6 +159,8 @@ export function hisparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan): 
       ratio(h.best.maxConcurrent),
       bestLines(p, h),
     ),
+    `  decode-only   = floor(${formatInt(p.kvBudgetBytes)} B / (${formatInt(h.pagesPerRequest)} × ${formatInt(h.deviceBytesPerHostBlock)} B + ${formatInt(h.devicePagesPerRequest)} × ${formatInt(h.mainBytesPerBlock)} B)) = ${formatInt(h.decodeOnly)}${ratio(h.decodeOnly)}`,
+    "                  (no prefill on this GPU: a P/D decode instance, as SGLang HiSparse and vLLM's calculator count; not what this engine runs)",
   ];
 }
 

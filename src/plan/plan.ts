@@ -33,6 +33,7 @@ import {
 import {
   bestHostPool,
   concurrency,
+  decodeOnlyConcurrency,
   maxByDevicePool,
   sparseDevicePagesPerRequest,
   sparseRequestDeviceBytes,
@@ -174,6 +175,12 @@ export interface HiSparsePlan {
   best: HiSparsePoolPlan;
   /** N of `best` before the minimum-host-pages rule (0 when not even one prefill fits). */
   bestN: number;
+  /**
+   * floor(budget / (P × h + d × m)): requests of a decode-only instance (prefill elsewhere, as
+   * prefill/decode-disaggregated deployments and vLLM's calculator count); not this engine's
+   * figure (core kv_concurrency.ts decodeOnlyConcurrency).
+   */
+  decodeOnly: number;
   /** The minimum-host-pages rule of `best`: ceil(budget / (m + h)). */
   bestMinHostBlocks: number;
 }
@@ -281,6 +288,7 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
     given: pool(h.hostPoolBytes),
     best: pool(best.hostPoolBytes),
     bestN: best.bestN,
+    decodeOnly: decodeOnlyConcurrency(p.kvBudgetBytes, costs, pagesPerRequest, devicePagesPerRequest),
     bestMinHostBlocks: best.minHostBlocks,
   };
 }
