@@ -318,6 +318,10 @@ function deploymentLines(
           ? `each with ${kvHeadsPerRank(c.numKeyValueHeads, tp)} of the ${c.numKeyValueHeads} KV heads`
           : "each with the whole MLA latent and indexer rows (replicated, as vLLM keeps MLA KV under TP)") +
         `, so ${tp} GPUs run ${dense.maxConcurrent} requests dense, ${sparse.given.maxConcurrent} with HiSparse (default host pool), ${sparse.best.maxConcurrent} with the best host pool`,
+      `  host pools are per rank: ${tp} × ${(sparse.best.hostPoolBytes / 2 ** 30).toFixed(2)} GiB pinned for the best one` +
+        (c.mla == null
+          ? " (each rank's pages hold its own heads)"
+          : "; MLA rows are the same on every rank, so one copy shared by the ranks would do (as vLLM shares it per DP replica)"),
     );
   if (c.mla != null)
     lines.push(
