@@ -2,7 +2,6 @@ import { existsSync, readFileSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import type { Command } from "commander";
-import { mlaKvCacheGeometry } from "../config/mla_config.js";
 import {
   countActiveParameters,
   countParameters,
@@ -110,23 +109,25 @@ async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
 
 /**
  * The MLA / DSA summary of an MLA model (empty for GQA models): attention dims and the KV
- * geometry of both groups in bf16 (config/mla_config.ts mlaKvCacheGeometry).
+ * groups in bf16 (core/kv modelKVCacheGroups: "mla latent", "indexer keys").
  */
 export function mlaLines(cfg: ModelConfig): string[] {
   const m = cfg.mla;
   if (m == null) return [];
-  const g = mlaKvCacheGeometry(m, cfg.numHiddenLayers, 2);
+  const groups = modelKVCacheGroups(cfg, { elementBytes: 2 });
+  const latent = groups.find((x) => x.spec.kind === "mla_attention")!;
+  const keys = groups.find((x) => x.spec.kind === "indexer_key");
   const layout = (interleaved: boolean) => (interleaved ? "interleaved" : "half-split");
   const lines = [
     `  MLA: q_lora_rank ${m.qLoraRank ?? "none"}, kv_lora_rank ${m.kvLoraRank}, qk_nope ${m.qkNopeHeadDim}, ` +
       `qk_rope ${m.qkRopeHeadDim} (${layout(m.ropeInterleave)}), v ${m.vHeadDim}, softmax scale ${m.softmaxScale.toPrecision(6)}`,
-    `  KV latent: ${g.latent.rowElements} elements = ${g.latent.bytesPerTokenPerLayer} B/token/layer × ${g.latent.layers.length} layers (bf16)`,
+    `  KV latent: ${m.kvLoraRank + m.qkRopeHeadDim} elements = ${latent.spec.bytesPerToken} B/token/layer × ${latent.layers.length} layers (bf16)`,
   ];
   const ix = m.indexer;
-  if (ix !== null && g.indexer !== null) {
+  if (ix !== null && keys !== undefined) {
     lines.push(
       `  DSA indexer: top-${ix.topk}, ${ix.numHeads} heads × ${ix.headDim} (${layout(ix.ropeInterleave)} RoPE); ` +
-        `keys ${g.indexer.bytesPerTokenPerLayer} B/token/layer × ${g.indexer.layers.length} full layers (bf16)`,
+        `keys ${keys.spec.bytesPerToken} B/token/layer × ${keys.layers.length} full layers (bf16)`,
     );
   }
   return lines;

@@ -1,5 +1,5 @@
-import { readFileSync } from "node:fs";
-import { isAbsolute, relative } from "node:path";
+import { readFileSync, statSync } from "node:fs";
+import { isAbsolute, join, relative } from "node:path";
 import { type Command, Option } from "commander";
 import {
   type HiSparseConfig,
@@ -11,11 +11,18 @@ import {
   loadModelConfig,
   type ModelConfig,
   parseModelConfig,
+  weightSplit,
 } from "../config/model_config.js";
+import {
+  KV_CACHE_DTYPE_BYTES,
+  KV_CACHE_DTYPES,
+  type KVCacheDtype,
+  resolveKVCacheDtype,
+} from "../core/kv/kv_cache_dtype.js";
+import { kvHeadsPerRank } from "../core/kv/kv_cache_interface.js";
 import { resolveModelDir } from "../models/registry.js";
 import { type BudgetSource, budgetLines, denseLines, hisparseLines } from "../plan/format.js";
 import { planHiSparseKnobs } from "../plan/hisparse_knobs.js";
-import { mlaDenseLines, planMlaDense } from "../plan/mla_plan.js";
 import {
   CUDA_DIGEST_ELEMENT_BYTES,
   kvBudgetFromGpu,
@@ -30,9 +37,14 @@ import { action } from "./errors.js";
 import { HISPARSE_CONFIG_HELP } from "./hisparse_flags.js";
 import { moeSummary } from "./info.js";
 
-/** Bytes per element of the dtypes `plan` accepts. */
-const DTYPE_BYTES = { bf16: 2, f16: 2, f32: 4 } as const;
-type PlanDtype = keyof typeof DTYPE_BYTES;
+/**
+ * Bytes per weight element of `--weights-dtype` (fp8: an FP8 checkpoint's 1 byte per weight, its
+ * block scales and bf16 norms not counted; the engine itself loads bf16 / f32 weights).
+ */
+const WEIGHT_DTYPE_BYTES = { bf16: 2, f16: 2, f32: 4, fp8: 1 } as const;
+type WeightDtype = keyof typeof WEIGHT_DTYPE_BYTES;
+/** `--kv-cache-dtype auto` plans the CUDA engine: its activation dtype, bf16. */
+const PLAN_ACTIVATION_DTYPE = "bf16";
 
 /** Default reserve for activations, CUDA graphs and allocator slack, GiB (an estimate; see README). */
 export const DEFAULT_RESERVE_GIB = 2;
@@ -46,8 +58,9 @@ interface PlanOptions {
   reserveGib: number;
   context: number;
   blockSize: number;
-  kvCacheDtype: PlanDtype;
-  weightsDtype: PlanDtype;
+  kvCacheDtype: KVCacheDtype;
+  weightsDtype: WeightDtype;
+  tensorParallelSize: number;
   hybridSparseTopk?: number;
   hisparseConfig?: string;
   hostPoolGib?: number;
@@ -65,7 +78,7 @@ export function registerPlan(program: Command): void {
       "--model <dir>",
       "model directory or bundled name, e.g. llama-3.1-8b (default: the bundled ref-small)",
     )
-    .option("--config <file>", "an HF config.json instead of --model")
+    .option("--config <file>", "an HF config.json (or a folder holding one) instead of --model")
     .option("--gpu-mem-gib <g>", "GPU memory in GiB (e.g. 141 for an H200)", parseGibArg)
     .option(
       "--kv-cache-gib <g>",
@@ -82,14 +95,26 @@ export function registerPlan(program: Command): void {
     .requiredOption("--context <n>", "tokens per request (prompt + output)", parseIntArg)
     .option("--block-size <n>", "tokens per KV block", parseIntArg, 16)
     .addOption(
-      new Option("--kv-cache-dtype <dtype>", "KV cache dtype")
-        .choices(Object.keys(DTYPE_BYTES))
-        .default("bf16"),
+      new Option(
+        "--kv-cache-dtype <dtype>",
+        "KV cache dtype (vLLM's: auto = bf16 on CUDA; fp8 = e4m3, per-tensor scales)",
+      )
+        .choices(KV_CACHE_DTYPES)
+        .default("auto"),
     )
     .addOption(
-      new Option("--weights-dtype <dtype>", "weight dtype on the GPU")
-        .choices(Object.keys(DTYPE_BYTES))
+      new Option(
+        "--weights-dtype <dtype>",
+        "weight dtype on the GPU (fp8: an FP8 checkpoint, 1 B per weight)",
+      )
+        .choices(Object.keys(WEIGHT_DTYPE_BYTES))
         .default("bf16"),
+    )
+    .option(
+      "--tensor-parallel-size <n>",
+      "GPUs the model is split over (as serve): weights and GQA heads split, MLA rows on every rank; figures per rank",
+      parseIntArg,
+      1,
     )
     .option(
       "--hybrid-sparse-topk <n>",
@@ -114,17 +139,24 @@ function modelConfigOf(o: PlanOptions): { config: ModelConfig; source: string } 
     return { config: loadModelConfig(dir), source: dir };
   }
   let raw: unknown;
+  const file = isDirectory(o.config) ? join(o.config, "config.json") : o.config;
   try {
-    raw = JSON.parse(readFileSync(o.config, "utf8"));
+    raw = JSON.parse(readFileSync(file, "utf8"));
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    throw new Error(
-      code === undefined ? `${o.config} is not valid JSON` : `cannot read ${o.config} (${code})`,
-    );
+    throw new Error(code === undefined ? `${file} is not valid JSON` : `cannot read ${file} (${code})`);
   }
   if (raw === null || typeof raw !== "object" || Array.isArray(raw))
-    throw new Error(`${o.config} must hold a JSON object`);
+    throw new Error(`${file} must hold a JSON object`);
   return { config: parseModelConfig(raw as Record<string, unknown>), source: o.config };
+}
+
+function isDirectory(path: string): boolean {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
 }
 
 /**
@@ -156,6 +188,37 @@ function refuseWhatTheEngineWould(input: PlanInput, maxPositions: number, numLay
     throw new PlanError(`the engine would refuse these settings: ${reasons.join("; ")}`);
 }
 
+/**
+ * Weights one rank holds: (routed experts + TP-sharded weights) / tp + replicated weights
+ * (config/model_config.ts weightSplit), in parameters.
+ * @throws Error when the rank count is not a positive integer.
+ */
+function weightsPerRank(
+  config: ModelConfig,
+  tp: number,
+): { parameters: number; split: BudgetSource["weightSplit"] } {
+  if (!(Number.isInteger(tp) && tp >= 1)) throw new Error(`--tensor-parallel-size must be >= 1, got ${tp}`);
+  const w = weightSplit(config);
+  return { parameters: Math.ceil((w.routedExperts + w.sharded) / tp) + w.replicated, split: w };
+}
+
+/** The budget's source terms: GPU memory minus one rank's weights and the reserve, or given. */
+function budgetSourceOf(o: PlanOptions, config: ModelConfig, numParameters: number): BudgetSource {
+  if (o.kvCacheGib !== undefined) return {};
+  const tp = o.tensorParallelSize;
+  const weightElementBytes = WEIGHT_DTYPE_BYTES[o.weightsDtype];
+  const rank = weightsPerRank(config, tp);
+  return {
+    gpuMemBytes: o.gpuMemGib!,
+    gpuMemoryUtilization: o.gpuMemoryUtilization,
+    numParameters: tp > 1 ? rank.parameters : numParameters,
+    weightElementBytes,
+    weightBytes: (tp > 1 ? rank.parameters : numParameters) * weightElementBytes,
+    reserveBytes: Math.round(o.reserveGib * 2 ** 30),
+    ...(tp > 1 ? { tensorParallelSize: tp, weightSplit: rank.split } : {}),
+  };
+}
+
 async function runPlan(o: PlanOptions): Promise<void> {
   const { config, source } = modelConfigOf(o);
   if (o.gpuMemGib === undefined && o.kvCacheGib === undefined)
@@ -163,18 +226,7 @@ async function runPlan(o: PlanOptions): Promise<void> {
   if (!(o.gpuMemoryUtilization > 0 && o.gpuMemoryUtilization <= 1))
     throw new Error(`--gpu-memory-utilization must be in (0, 1], got ${o.gpuMemoryUtilization}`);
   const numParameters = countParameters(config);
-  const weightElementBytes = DTYPE_BYTES[o.weightsDtype];
-  const budget: BudgetSource =
-    o.kvCacheGib !== undefined
-      ? {}
-      : {
-          gpuMemBytes: o.gpuMemGib!,
-          gpuMemoryUtilization: o.gpuMemoryUtilization,
-          numParameters,
-          weightElementBytes,
-          weightBytes: numParameters * weightElementBytes,
-          reserveBytes: Math.round(o.reserveGib * 2 ** 30),
-        };
+  const budget = budgetSourceOf(o, config, numParameters);
   const gpu =
     o.kvCacheGib !== undefined
       ? null
@@ -186,12 +238,14 @@ async function runPlan(o: PlanOptions): Promise<void> {
         };
   const kvBudgetBytes = gpu === null ? o.kvCacheGib! : kvBudgetFromGpu(gpu);
   if (gpu !== null && !(kvBudgetBytes > 0)) throw noKvBudgetError(gpu);
+  const kvDtype = resolveKVCacheDtype(o.kvCacheDtype, PLAN_ACTIVATION_DTYPE);
   const input: PlanInput = {
     model: config,
     kvBudgetBytes,
     contextTokens: o.context,
     blockSize: o.blockSize,
-    kvElementBytes: DTYPE_BYTES[o.kvCacheDtype],
+    kvElementBytes: KV_CACHE_DTYPE_BYTES[kvDtype],
+    tensorParallelSize: o.tensorParallelSize,
     digestElementBytes: CUDA_DIGEST_ELEMENT_BYTES,
     hisparse: planHiSparseKnobs({
       json: o.hisparseConfig,
@@ -199,10 +253,6 @@ async function runPlan(o: PlanOptions): Promise<void> {
       hostPoolBytes: o.hostPoolGib,
     }),
   };
-  if (config.mla != null) {
-    printMlaPlan(o, config, source, kvBudgetBytes, budget, numParameters);
-    return;
-  }
   refuseWhatTheEngineWould(input, config.maxPositionEmbeddings, config.numHiddenLayers);
   const dense = planDense(input);
   const sparse = planHiSparse(input);
@@ -218,55 +268,64 @@ async function runPlan(o: PlanOptions): Promise<void> {
   }
   const rel = relative(process.cwd(), source);
   const shown = rel.startsWith("..") || isAbsolute(rel) ? source : rel;
+  const kvShown = o.kvCacheDtype === kvDtype ? kvDtype : `${o.kvCacheDtype} (${kvDtype})`;
   console.log(
     `Model ${shown}: ${config.architecture}, ${(numParameters / 1e9).toFixed(2)} B parameters, ${config.numHiddenLayers} layers, ` +
-      `${config.numKeyValueHeads} KV heads × ${config.headDim} head_dim; context ${o.context} tokens, blocks of ${o.blockSize}, KV ${o.kvCacheDtype}`,
+      `${attentionSummary(config)}; context ${o.context} tokens, blocks of ${o.blockSize}, KV ${kvShown}` +
+      (o.tensorParallelSize > 1 ? `, --tensor-parallel-size ${o.tensorParallelSize}` : ""),
   );
   const moe = moeSummary(config);
-  if (moe !== null) console.log(`${moe} (the weights count every expert; KV is GQA as for dense models)`);
+  if (moe !== null)
+    console.log(
+      `${moe} (the weights count every expert${config.mla == null ? "; KV is GQA as for dense models" : ""})`,
+    );
   for (const l of [
     ...budgetLines(kvBudgetBytes, budget),
     ...denseLines(input, dense),
     ...hisparseLines(input, sparse, dense),
+    ...deploymentLines(config, o.tensorParallelSize, dense, sparse),
   ])
     console.log(l);
 }
 
-/** `hisparse plan` of an MLA model: its two KV groups (plan/mla_plan.ts), dense-resident only. */
-function printMlaPlan(
-  o: PlanOptions,
-  config: ModelConfig,
-  source: string,
-  kvBudgetBytes: number,
-  budget: BudgetSource,
-  numParameters: number,
-): void {
-  if (o.context > config.maxPositionEmbeddings)
-    throw new PlanError(
-      `the engine would refuse these settings: --context (${o.context}) exceeds the model's max_position_embeddings (${config.maxPositionEmbeddings})`,
-    );
-  const input = {
-    mla: config.mla!,
-    numHiddenLayers: config.numHiddenLayers,
-    kvBudgetBytes,
-    contextTokens: o.context,
-    blockSize: o.blockSize,
-    kvElementBytes: DTYPE_BYTES[o.kvCacheDtype],
-  };
-  const dense = planMlaDense(input);
-  if (o.json) {
-    console.log(
-      JSON.stringify(
-        { model: source, input: { ...input, mla: undefined }, budget, dense, hisparse: null },
-        null,
-        2,
-      ),
-    );
-    return;
-  }
-  console.log(
-    `Model ${source}: ${config.architecture}, ${(numParameters / 1e9).toFixed(2)} B parameters, ${config.numHiddenLayers} layers, ` +
-      `MLA (kv_lora_rank ${config.mla!.kvLoraRank} + qk_rope ${config.mla!.qkRopeHeadDim}); context ${o.context} tokens, blocks of ${o.blockSize}, KV ${o.kvCacheDtype}`,
+/** "8 KV heads × 128 head_dim" (GQA) or "MLA (kv_lora_rank 512 + qk_rope 64), DSA indexer keys 128". */
+function attentionSummary(c: ModelConfig): string {
+  if (c.mla == null) return `${c.numKeyValueHeads} KV heads × ${c.headDim} head_dim`;
+  const ix = c.mla.indexer;
+  return (
+    `MLA (kv_lora_rank ${c.mla.kvLoraRank} + qk_rope ${c.mla.qkRopeHeadDim})` +
+    (ix === null ? "" : `, DSA indexer (top-${ix.topk}, keys of ${ix.headDim})`)
   );
-  for (const l of [...budgetLines(kvBudgetBytes, budget), ...mlaDenseLines(input, dense)]) console.log(l);
+}
+
+/**
+ * What the per-rank figures mean for the deployment: every rank holds the same blocks (GQA: its
+ * share of the heads; MLA: the whole latent and indexer rows, as vLLM keeps them), so the
+ * deployment runs one rank's requests; and, for MLA models, that the engine does not run
+ * HiSparse on them yet.
+ */
+function deploymentLines(
+  c: ModelConfig,
+  tp: number,
+  dense: ReturnType<typeof planDense>,
+  sparse: ReturnType<typeof planHiSparse>,
+): string[] {
+  const lines: string[] = [];
+  if (tp > 1)
+    lines.push(
+      `Deployment (${tp} GPUs, one tensor-parallel group): every rank holds the same block ids, ` +
+        (c.mla == null
+          ? `each with ${kvHeadsPerRank(c.numKeyValueHeads, tp)} of the ${c.numKeyValueHeads} KV heads`
+          : "each with the whole MLA latent and indexer rows (replicated, as vLLM keeps MLA KV under TP)") +
+        `, so ${tp} GPUs run ${dense.maxConcurrent} requests dense, ${sparse.given.maxConcurrent} with HiSparse (default host pool), ${sparse.best.maxConcurrent} with the best host pool`,
+      `  host pools are per rank: ${tp} × ${(sparse.best.hostPoolBytes / 2 ** 30).toFixed(2)} GiB pinned for the best one` +
+        (c.mla == null
+          ? " (each rank's pages hold its own heads)"
+          : "; MLA rows are the same on every rank, so one copy shared by the ranks would do (as vLLM shares it per DP replica)"),
+    );
+  if (c.mla != null)
+    lines.push(
+      "Note: the engine does not run HiSparse on MLA models yet (worker/hisparse/setup.ts modelReasons); the HiSparse figures are the KV memory formula's split for them (latent rows offloadable, indexer keys on the GPU)",
+    );
+  return lines;
 }

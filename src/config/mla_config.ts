@@ -231,17 +231,15 @@ export function indexerSourceLayer(indexer: DsaIndexerConfig, l: number): number
   return s;
 }
 
-/** One paged KV group of an MLA model, per token and layer. */
+/** One paged KV group of an MLA model: its row and its layers (bytes: core/kv modelKVCacheGroups). */
 export interface MlaKvGroup {
   /** Elements of one token's row in one layer. */
   rowElements: number;
-  /** Bytes of one token's row in one layer (rowElements × element bytes). */
-  bytesPerTokenPerLayer: number;
   /** Decoder layers that hold this group, ascending. */
   layers: number[];
 }
 
-/** The KV geometry of an MLA model: the latent group and, for DSA models, the indexer group. */
+/** The KV layout of an MLA model: the latent group and, for DSA models, the indexer group. */
 export interface MlaKvGeometry {
   /**
    * One latent row per token and layer: kv_lora_rank (after kv_a_layernorm) then
@@ -258,31 +256,19 @@ export interface MlaKvGeometry {
 }
 
 /**
- * The KV geometry of an MLA model for `elementBytes` per stored element (2 for bf16, 4 for the
- * CPU's f32): what the KV memory formula needs (bytes per token = sum over groups of
- * bytesPerTokenPerLayer × layers.length). Pure.
- * Example, GLM-5 (configs/glm-5, bf16): latent 576 elements = 1152 B × 78 layers; indexer 128
- * elements = 256 B × 78 full layers: 109,824 B per token.
+ * The KV layout of an MLA model: which rows each layer stores. Bytes are not computed here: the
+ * one KV memory formula (core/kv/kv_cache_interface.ts modelKVCacheGroups, kv_memory.ts) turns
+ * this layout into MLAAttentionSpec / IndexerKeySpec groups for a dtype. Pure.
+ * Example, GLM-5 (configs/glm-5): latent 576 elements × 78 layers; indexer 128 elements × 78 full
+ * layers (109,824 B per token in bf16).
  */
-export function mlaKvCacheGeometry(mla: MlaConfig, numLayers: number, elementBytes: number): MlaKvGeometry {
-  const latentElems = mla.kvLoraRank + mla.qkRopeHeadDim;
+export function mlaKvCacheGeometry(mla: MlaConfig, numLayers: number): MlaKvGeometry {
   const all = Array.from({ length: numLayers }, (_, l) => l);
-  const latent = { rowElements: latentElems, bytesPerTokenPerLayer: latentElems * elementBytes, layers: all };
+  const latent = { rowElements: mla.kvLoraRank + mla.qkRopeHeadDim, layers: all };
   const ix = mla.indexer;
   if (ix === null) return { latent, indexer: null };
   return {
     latent,
-    indexer: {
-      rowElements: ix.headDim,
-      bytesPerTokenPerLayer: ix.headDim * elementBytes,
-      layers: all.filter((l) => ix.layerTypes[l] === "full"),
-    },
+    indexer: { rowElements: ix.headDim, layers: all.filter((l) => ix.layerTypes[l] === "full") },
   };
-}
-
-/** Bytes of KV per token over all layers and groups of an MLA model (see mlaKvCacheGeometry). */
-export function mlaKvBytesPerToken(mla: MlaConfig, numLayers: number, elementBytes: number): number {
-  const g = mlaKvCacheGeometry(mla, numLayers, elementBytes);
-  const groups = g.indexer === null ? [g.latent] : [g.latent, g.indexer];
-  return groups.reduce((s, x) => s + x.bytesPerTokenPerLayer * x.layers.length, 0);
 }

@@ -320,41 +320,84 @@ export function countActiveParameters(c: ModelConfig): number {
 
 /** Weights with `routedExperts` routed experts counted in each MoE layer. */
 function countWeights(c: ModelConfig, routedExperts: number): number {
+  const s = splitWeights(c, routedExperts);
+  return s.routedExperts + s.sharded + s.replicated;
+}
+
+/**
+ * Parameters by how tensor parallelism places them (vLLM's Megatron-style layers): split over
+ * the ranks, or the same on every rank. `hisparse plan` divides the first two by the rank count.
+ */
+export interface WeightSplit {
+  /** Every routed expert of every MoE layer (split by TP, or placed whole by EP: 1/tp per rank). */
+  routedExperts: number;
+  /**
+   * Split by TP: embedding (vocab-parallel) and lm_head, GQA q/k/v/o, MLA q_b_proj (or q_proj),
+   * kv_b_proj and o_proj, dense MLPs and shared experts.
+   */
+  sharded: number;
+  /**
+   * On every rank: norms, MoE routers, MLA q_a_proj and kv_a_proj_with_mqa (vLLM
+   * ReplicatedLinear) with their norms and biases, and the DSA indexer.
+   */
+  replicated: number;
+}
+
+/** {@link WeightSplit} of every weight (every routed expert counted). */
+export function weightSplit(c: ModelConfig): WeightSplit {
+  return splitWeights(c, c.moe?.numExperts ?? 0);
+}
+
+function splitWeights(c: ModelConfig, routedExperts: number): WeightSplit {
   const H = c.hiddenSize;
   const D = c.headDim;
   const gqa = H * c.numAttentionHeads * D * 2 + H * c.numKeyValueHeads * D * 2;
   const attnBias = c.attentionBias ? (c.numAttentionHeads + 2 * c.numKeyValueHeads) * D : 0;
   const norms = 2 * H + (c.qkNorm ? 2 * D : 0);
-  let total = 0;
+  const embed = c.vocabSize * H;
+  const s: WeightSplit = {
+    routedExperts: 0,
+    sharded: embed + (c.tieWordEmbeddings ? 0 : embed),
+    replicated: H,
+  };
   for (let l = 0; l < c.numHiddenLayers; l++) {
-    total += (c.mla != null ? mlaAttentionWeights(c, c.mla, l) : gqa + attnBias) + norms;
+    if (c.mla != null) {
+      const a = mlaAttentionWeights(c, c.mla, l);
+      s.sharded += a.sharded;
+      s.replicated += a.replicated;
+    } else s.sharded += gqa + attnBias;
+    s.replicated += norms;
     const moe = c.moe;
     if (moe === null || moe === undefined || mlpKindOf(moe, l) === "dense") {
-      total += 3 * H * c.intermediateSize;
+      s.sharded += 3 * H * c.intermediateSize;
       continue;
     }
     const E = moe.numExperts;
-    const router = E * H + (moe.routing.correctionBias ? E : 0);
-    const shared = 3 * H * moe.moeIntermediateSize * moe.numSharedExperts;
-    total += router + shared + routedExperts * 3 * H * moe.moeIntermediateSize;
+    s.replicated += E * H + (moe.routing.correctionBias ? E : 0);
+    s.sharded += 3 * H * moe.moeIntermediateSize * moe.numSharedExperts;
+    s.routedExperts += routedExperts * 3 * H * moe.moeIntermediateSize;
   }
-  const embed = c.vocabSize * H;
-  return total + embed + H + (c.tieWordEmbeddings ? 0 : embed);
+  return s;
 }
 
 /**
  * Weights of layer `l`'s MLA attention (HF DeepseekV3Attention, + the DSA indexer of a full
  * layer): q_a_proj, q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa, kv_a_layernorm,
  * kv_b_proj, o_proj (+ biases with attention_bias); indexer wq_b, wk, k_norm (weight and bias),
- * weights_proj.
+ * weights_proj. Sharded by TP: q_b_proj / q_proj, kv_b_proj, o_proj; the rest replicated.
  */
-function mlaAttentionWeights(c: ModelConfig, m: MlaConfig, l: number): number {
+function mlaAttentionWeights(
+  c: ModelConfig,
+  m: MlaConfig,
+  l: number,
+): { sharded: number; replicated: number } {
   const H = c.hiddenSize;
   const Hq = c.numAttentionHeads;
   const qk = m.qkNopeHeadDim + m.qkRopeHeadDim;
-  const q = m.qLoraRank === null ? H * Hq * qk : H * m.qLoraRank + m.qLoraRank + m.qLoraRank * Hq * qk;
-  const kv =
-    H * (m.kvLoraRank + m.qkRopeHeadDim) + m.kvLoraRank + m.kvLoraRank * Hq * (m.qkNopeHeadDim + m.vHeadDim);
+  const qA = m.qLoraRank === null ? 0 : H * m.qLoraRank + m.qLoraRank;
+  const qB = m.qLoraRank === null ? H * Hq * qk : m.qLoraRank * Hq * qk;
+  const kvA = H * (m.kvLoraRank + m.qkRopeHeadDim) + m.kvLoraRank;
+  const kvB = m.kvLoraRank * Hq * (m.qkNopeHeadDim + m.vHeadDim);
   const o = Hq * m.vHeadDim * H;
   const bias = c.attentionBias ? (m.qLoraRank ?? 0) + m.kvLoraRank + m.qkRopeHeadDim + H : 0;
   const ix = m.indexer;
@@ -362,5 +405,5 @@ function mlaAttentionWeights(c: ModelConfig, m: MlaConfig, l: number): number {
     ix === null || ix.layerTypes[l] !== "full"
       ? 0
       : (m.qLoraRank ?? 0) * ix.numHeads * ix.headDim + H * ix.headDim + 2 * ix.headDim + H * ix.numHeads;
-  return q + kv + o + bias + indexer;
+  return { sharded: qB + kvB + o, replicated: qA + kvA + bias + indexer };
 }

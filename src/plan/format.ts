@@ -2,13 +2,8 @@
  * The text of `hisparse plan`: every term of the arithmetic with its value, so the figures can
  * be checked by hand.
  */
-import {
-  type DensePlan,
-  DIGEST_ELEMENT_BYTES,
-  type HiSparsePlan,
-  type HiSparsePoolPlan,
-  type PlanInput,
-} from "./plan.js";
+import type { KVCacheGroupSpec } from "../core/kv/kv_cache_interface.js";
+import type { DensePlan, HiSparsePlan, HiSparsePoolPlan, PlanInput } from "./plan.js";
 
 const GIB = 2 ** 30;
 
@@ -33,6 +28,21 @@ export interface BudgetSource {
   numParameters?: number;
   weightElementBytes?: number;
   reserveBytes?: number;
+  /** Ranks the weights are split over (absent: 1, the whole model on one GPU). */
+  tensorParallelSize?: number;
+  /** With ranks: the model's weights by placement (config/model_config.ts WeightSplit), parameters. */
+  weightSplit?: { routedExperts: number; sharded: number; replicated: number };
+}
+
+/** "− weights N parameters × e B = X", with one rank's share "(routed + sharded) / tp + replicated". */
+function weightsLine(s: BudgetSource): string {
+  const w = s.weightSplit;
+  const total = `${formatInt(s.numParameters ?? 0)} parameters × ${s.weightElementBytes} B = ${formatBytes(s.weightBytes ?? 0)}`;
+  if (w === undefined || s.tensorParallelSize === undefined) return `  − weights ${total}`;
+  return (
+    `  − weights per rank = ceil((routed experts ${formatInt(w.routedExperts)} + TP-sharded ${formatInt(w.sharded)}) / ${s.tensorParallelSize})` +
+    ` + replicated ${formatInt(w.replicated)} = ${total}`
+  );
 }
 
 /** Lines of the budget section. */
@@ -41,18 +51,55 @@ export function budgetLines(kvBudgetBytes: number, s: BudgetSource): string[] {
   return [
     "GPU memory",
     `  ${formatBytes(s.gpuMemBytes)} × ${s.gpuMemoryUtilization} utilization = ${formatBytes(s.gpuMemBytes * (s.gpuMemoryUtilization ?? 1))}`,
-    `  − weights ${formatInt(s.numParameters ?? 0)} parameters × ${s.weightElementBytes} B = ${formatBytes(s.weightBytes ?? 0)}`,
+    weightsLine(s),
     `  − reserve (activations, CUDA graphs, allocator) = ${formatBytes(s.reserveBytes ?? 0)}`,
     `  = KV cache budget ${formatBytes(kvBudgetBytes)} (${formatInt(kvBudgetBytes)} B)`,
   ];
 }
 
+/**
+ * One group's bytes per token, with its row: "2 (K, V) × 32 layers × 8 KV heads × 128 head_dim
+ * × 2 B" (GQA), "MLA latent (512 + 64) × 1 B = 576 B/layer × 78 layers" (MLA),
+ * "indexer keys 128 × 1 B = 128 B/layer × 78 layers" (DSA).
+ */
+export function groupTokenTerm(g: KVCacheGroupSpec): string {
+  const s = g.spec;
+  const L = g.layers.length;
+  const scale = (perToken: number) =>
+    s.bytesPerToken > perToken ? ` + ${s.bytesPerToken - perToken} B scales` : "";
+  switch (s.kind) {
+    case "full_attention":
+      return `2 (K, V) × ${L} layers × ${s.numKvHeads} KV heads × ${s.headDim} head_dim × ${s.elementBytes} B${scale(2 * s.numKvHeads * s.headDim * s.elementBytes)}`;
+    case "mla_attention":
+      return `MLA latent (${s.kvLoraRank} + ${s.qkRopeHeadDim}) × ${s.elementBytes} B${scale((s.kvLoraRank + s.qkRopeHeadDim) * s.elementBytes)} = ${formatInt(s.bytesPerToken)} B/layer × ${L} layers`;
+    case "indexer_key":
+      return `indexer keys ${s.indexHeadDim} × ${s.elementBytes} B${scale(s.indexHeadDim * s.elementBytes)} = ${formatInt(s.bytesPerToken)} B/layer × ${L} layers`;
+    case "page_digest":
+      return `${g.name} 0 B (per page: ${L} layers × ${formatInt(s.bytesPerPage)} B)`;
+  }
+}
+
+/** One group's bytes per page: "mla latent 76 layers × 16 tokens × 576 B", "quest digest 30 layers × 4,096 B". */
+function groupPageTerm(g: KVCacheGroupSpec, blockSize: number): string {
+  const s = g.spec;
+  const L = g.layers.length;
+  if (s.bytesPerToken === 0) return `${g.name} ${L} layers × ${formatInt(s.bytesPerPage)} B`;
+  const page = s.bytesPerPage > 0 ? ` + ${formatInt(s.bytesPerPage)} B` : "";
+  return `${g.name} ${L} layers × (${blockSize} tokens × ${formatInt(s.bytesPerToken)} B${page})`;
+}
+
+/** " (one rank of TP 8)" when the plan is one rank's, else "". */
+function rankNote(p: PlanInput): string {
+  const tp = p.tensorParallelSize ?? 1;
+  return tp > 1 ? `, per rank of --tensor-parallel-size ${tp}` : "";
+}
+
 /** Lines of the dense section. */
 export function denseLines(p: PlanInput, d: DensePlan): string[] {
-  const m = p.model;
+  const terms = d.groups.map(groupTokenTerm);
   return [
-    "Dense (every page of every request on the GPU)",
-    `  KV per token   = 2 (K, V) × ${m.numHiddenLayers} layers × ${m.numKeyValueHeads} KV heads × ${m.headDim} head_dim × ${p.kvElementBytes} B = ${formatInt(d.kvBytesPerToken)} B`,
+    `Dense (every page of every request on the GPU${rankNote(p)})`,
+    `  KV per token   = ${terms.join(" + ")} = ${formatInt(d.kvBytesPerToken)} B`,
     `  KV per block   = ${p.blockSize} tokens × ${formatInt(d.kvBytesPerToken)} B = ${formatBytes(d.kvBytesPerBlock)}`,
     `  GPU blocks     = floor(${formatInt(p.kvBudgetBytes)} B / ${formatInt(d.kvBytesPerBlock)} B) = ${formatInt(d.numGpuBlocks)}`,
     `  per request    = ceil(${formatInt(p.contextTokens)} / ${p.blockSize}) = ${formatInt(d.pagesPerRequest)} blocks = ${formatBytes(d.pagesPerRequest * d.kvBytesPerBlock)}`,
@@ -86,19 +133,20 @@ function poolLines(
 /** Lines of the HiSparse section. */
 export function hisparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan): string[] {
   const c = p.hisparse;
-  const m = p.model;
   const ratio = (n: number) =>
     dense.maxConcurrent > 0 && n > 0 ? ` (${(n / dense.maxConcurrent).toFixed(1)}× dense)` : "";
   const given =
     c.hostPoolBytes === null
       ? "  with the default host pool (2 × the GPU pool's pages; set --host-pool-gib):"
       : "  with --host-pool-gib:";
+  const offloadable = h.groups.filter((g) => g.offloadable).map((g) => groupPageTerm(g, p.blockSize));
+  const resident = h.groups.filter((g) => !g.offloadable).map((g) => groupPageTerm(g, p.blockSize));
   return [
-    `HiSparse (topk ${c.topk}, hot buffer ${c.deviceBufferTokens}, sink ${c.sinkTokens}, window ${c.windowTokens}, dense layers [${c.denseLayers.join(", ")}])`,
-    `  sparse layers  = ${m.numHiddenLayers} − ${h.numDenseLayers} dense = ${h.numSparseLayers}`,
-    `  GPU block      = ${h.numSparseLayers} sparse layers × 2 × ${p.blockSize} × ${m.numKeyValueHeads} × ${m.headDim} × ${p.kvElementBytes} B = ${formatBytes(h.mainBytesPerBlock)}`,
-    `  host page      = the same sparse-layer K and V = ${formatBytes(h.hostBytesPerBlock)}`,
-    `  GPU per page   = dense layers ${h.numDenseLayers} × 2 × ${p.blockSize} × ${m.numKeyValueHeads} × ${m.headDim} × ${p.kvElementBytes} B + digests ${h.numSparseLayers} × 2 × ${m.numKeyValueHeads} × ${m.headDim} × ${p.digestElementBytes ?? DIGEST_ELEMENT_BYTES} B = ${formatBytes(h.deviceBytesPerHostBlock)} (digests ${formatBytes(h.digestBytesPerPage)})`,
+    `HiSparse (topk ${c.topk}, hot buffer ${c.deviceBufferTokens}, sink ${c.sinkTokens}, window ${c.windowTokens}, dense layers [${c.denseLayers.join(", ")}]${rankNote(p)})`,
+    `  sparse layers  = ${p.model.numHiddenLayers} − ${h.numDenseLayers} dense = ${h.numSparseLayers}`,
+    `  GPU block      = ${offloadable.join(" + ")} = ${formatBytes(h.mainBytesPerBlock)}`,
+    `  host page      = the same sparse-layer rows = ${formatBytes(h.hostBytesPerBlock)}`,
+    `  GPU per page   = ${resident.length > 0 ? resident.join(" + ") : "0"} = ${formatBytes(h.deviceBytesPerHostBlock)} (digests ${formatBytes(h.digestBytesPerPage)})`,
     `  per request    = ${formatInt(h.pagesPerRequest)} pages; on the GPU ceil((${c.sinkTokens} + ${c.windowTokens} + ${c.deviceBufferTokens}) / ${p.blockSize}) + 1 = ${formatInt(h.devicePagesPerRequest)} blocks`,
     `                 = ${formatInt(h.devicePagesPerRequest)} × ${formatBytes(h.mainBytesPerBlock)} + ${formatInt(h.pagesPerRequest)} × ${formatBytes(h.deviceBytesPerHostBlock)} = ${formatBytes(h.deviceBytesPerRequest)} of GPU memory (dense: ${formatBytes(dense.pagesPerRequest * dense.kvBytesPerBlock)})`,
     `  prefill        = all ${formatInt(h.pagesPerRequest)} pages in GPU blocks while a request prefills (dense attention; also a recompute after preemption),`,
@@ -111,6 +159,8 @@ export function hisparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan): 
       ratio(h.best.maxConcurrent),
       bestLines(p, h),
     ),
+    `  decode-only   = floor(${formatInt(p.kvBudgetBytes)} B / (${formatInt(h.pagesPerRequest)} × ${formatInt(h.deviceBytesPerHostBlock)} B + ${formatInt(h.devicePagesPerRequest)} × ${formatInt(h.mainBytesPerBlock)} B)) = ${formatInt(h.decodeOnly)}${ratio(h.decodeOnly)}`,
+    "                  (no prefill on this GPU: a P/D decode instance, as SGLang HiSparse and vLLM's calculator count; not what this engine runs)",
   ];
 }
 

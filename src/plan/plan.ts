@@ -25,11 +25,15 @@ import {
   DIGEST_ELEMENT_BYTES as ENGINE_DIGEST_BYTES,
   groupPageBytes,
   hisparseKVCacheGroups,
+  type KVCacheGroupSpec,
+  type KVModelGeometry,
+  type KVStorage,
   modelKVCacheGroups,
 } from "../core/kv/kv_cache_interface.js";
 import {
   bestHostPool,
   concurrency,
+  decodeOnlyConcurrency,
   maxByDevicePool,
   sparseDevicePagesPerRequest,
   sparseRequestDeviceBytes,
@@ -47,12 +51,11 @@ import { describeKVRefusal } from "../core/kv/kv_refusals.js";
 
 export { maxByDevicePool };
 
-/** The model geometry the plan needs (config/model_config.ts ModelConfig satisfies it). */
-export interface PlanModel {
-  numHiddenLayers: number;
-  numKeyValueHeads: number;
-  headDim: number;
-}
+/**
+ * The model geometry the plan needs (config/model_config.ts ModelConfig satisfies it): GQA heads,
+ * or an MLA model's latent and DSA indexer dims (`mla`), read by core modelKVCacheGroups.
+ */
+export type PlanModel = KVModelGeometry;
 
 /** HiSparse knobs (config/hisparse_config.ts names, tokens). */
 export interface PlanHiSparse {
@@ -83,8 +86,13 @@ export interface PlanInput {
   /** Tokens per request (prompt + output). */
   contextTokens: number;
   blockSize: number;
-  /** Bytes per KV element (2 for bf16/f16, 4 for f32). */
+  /** Bytes per KV element (core/kv/kv_cache_dtype.ts KV_CACHE_DTYPE_BYTES: 2 bf16/f16, 4 f32, 1 fp8). */
   kvElementBytes: number;
+  /**
+   * `--tensor-parallel-size`: the figures are one rank's (its KV budget, its KV heads: GQA heads
+   * split over the ranks, MLA latent and indexer rows the same on every rank); default 1.
+   */
+  tensorParallelSize?: number;
   hisparse: PlanHiSparse;
   /** Bytes per digest element; default DIGEST_ELEMENT_BYTES (the CUDA engine keeps bf16 digests: 2). */
   digestElementBytes?: number;
@@ -92,7 +100,9 @@ export interface PlanInput {
 
 /** The dense engine's figures. */
 export interface DensePlan {
-  /** 2 × layers × kvHeads × headDim × element bytes. */
+  /** The KV cache groups of one rank (core modelKVCacheGroups): what every figure is summed from. */
+  groups: KVCacheGroupSpec[];
+  /** Σ groups' layers × bytes per token (GQA: 2 × layers × kvHeads × headDim × element bytes). */
   kvBytesPerToken: number;
   kvBytesPerBlock: number;
   numGpuBlocks: number;
@@ -128,6 +138,8 @@ export interface HiSparsePoolPlan {
 
 /** The HiSparse plan: per-page costs, the given (or default) host pool, and the best one. */
 export interface HiSparsePlan {
+  /** One rank's groups as HiSparse lays them out (core hisparseKVCacheGroups). */
+  groups: KVCacheGroupSpec[];
   numSparseLayers: number;
   numDenseLayers: number;
   /** Device bytes of one main-pool block: sparse layers' K and V. */
@@ -163,8 +175,32 @@ export interface HiSparsePlan {
   best: HiSparsePoolPlan;
   /** N of `best` before the minimum-host-pages rule (0 when not even one prefill fits). */
   bestN: number;
+  /**
+   * floor(budget / (P × h + d × m)): requests of a decode-only instance (prefill elsewhere, as
+   * prefill/decode-disaggregated deployments and vLLM's calculator count); not this engine's
+   * figure (core kv_concurrency.ts decodeOnlyConcurrency).
+   */
+  decodeOnly: number;
   /** The minimum-host-pages rule of `best`: ceil(budget / (m + h)). */
   bestMinHostBlocks: number;
+}
+
+/**
+ * One rank's KV cache groups as the engine lays them out (core modelKVCacheGroups) for the
+ * plan's element bytes and ranks (fp8 scales are per tensor, so no bytes per token:
+ * core/kv/kv_cache_dtype.ts).
+ * @throws PlanError when the KV heads cannot be split over the ranks (core kvHeadsPerRank).
+ */
+function planKVCacheGroups(p: PlanInput): KVCacheGroupSpec[] {
+  const storage: KVStorage = {
+    elementBytes: p.kvElementBytes,
+    tensorParallelSize: p.tensorParallelSize ?? 1,
+  };
+  try {
+    return modelKVCacheGroups(p.model, storage);
+  } catch (e) {
+    throw new PlanError(`--tensor-parallel-size ${storage.tensorParallelSize}: ${(e as Error).message}`);
+  }
 }
 
 /** Error for settings that cannot be planned; one sentence for the user. */
@@ -183,11 +219,12 @@ export function planDense(p: PlanInput): DensePlan {
     throw new PlanError(`--context must be a positive integer, got ${p.contextTokens}`);
   if (!(Number.isInteger(p.blockSize) && p.blockSize >= 1))
     throw new PlanError(`--block-size must be a positive integer, got ${p.blockSize}`);
-  const groups = modelKVCacheGroups(p.model, { elementBytes: p.kvElementBytes });
+  const groups = planKVCacheGroups(p);
   const sizing = sizeKVMemory({ groups, blockSize: p.blockSize, deviceBudgetBytes: p.kvBudgetBytes });
   const kvBytesPerToken = bytesPerToken(groups);
   const pagesPerRequest = blocksForTokens(p.contextTokens, p.blockSize);
   return {
+    groups,
     kvBytesPerToken,
     kvBytesPerBlock: sizing.bytesPerBlock,
     numGpuBlocks: sizing.numGpuBlocks,
@@ -215,7 +252,7 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
   if (h.denseLayers.length === L) throw new PlanError("every layer is dense, so nothing attends sparsely");
   if (!(h.topk > 0 && h.deviceBufferTokens > 0 && h.sinkTokens >= 0 && h.windowTokens >= 0))
     throw new PlanError("topk and device_buffer_tokens must be > 0, sink_tokens and window_tokens >= 0");
-  const groups = hisparseKVCacheGroups(modelKVCacheGroups(p.model, { elementBytes: p.kvElementBytes }), {
+  const groups = hisparseKVCacheGroups(planKVCacheGroups(p), {
     denseLayers: h.denseLayers,
     digestElementBytes: p.digestElementBytes ?? DIGEST_ELEMENT_BYTES,
   });
@@ -237,6 +274,7 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
   };
   const best = bestHostPool(p.kvBudgetBytes, costs, pagesPerRequest, devicePagesPerRequest);
   return {
+    groups,
     numSparseLayers: L - h.denseLayers.length,
     numDenseLayers: h.denseLayers.length,
     digestBytesPerPage,
@@ -250,6 +288,7 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
     given: pool(h.hostPoolBytes),
     best: pool(best.hostPoolBytes),
     bestN: best.bestN,
+    decodeOnly: decodeOnlyConcurrency(p.kvBudgetBytes, costs, pagesPerRequest, devicePagesPerRequest),
     bestMinHostBlocks: best.minHostBlocks,
   };
 }

@@ -229,7 +229,7 @@ export function modelKVCacheGroups(model: KVModelGeometry, storage: KVStorage): 
  * names page b of both groups.
  */
 function mlaKVCacheGroups(mla: MlaConfig, numLayers: number, storage: KVStorage): KVCacheGroupSpec[] {
-  const g = mlaKvCacheGeometry(mla, numLayers, storage.elementBytes);
+  const g = mlaKvCacheGeometry(mla, numLayers);
   const q = { elementBytes: storage.elementBytes, scaleBytesPerToken: storage.scaleBytesPerToken };
   const latent = mlaAttentionSpec({ kvLoraRank: mla.kvLoraRank, qkRopeHeadDim: mla.qkRopeHeadDim, ...q });
   const groups: KVCacheGroupSpec[] = [

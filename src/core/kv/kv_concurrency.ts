@@ -139,3 +139,22 @@ export function bestHostPool(
   const numHostBlocks = Math.max(bestN * P, minHostBlocks);
   return { bestN, minHostBlocks, numHostBlocks, hostPoolBytes: numHostBlocks * costs.hostBytesPerBlock };
 }
+
+/**
+ * Requests a budget holds when none of them prefills here, each decoding sparsely (P host pages
+ * with their device cost h, d device blocks of m bytes): floor(budget / (P × h + d × m)), with a
+ * host pool of that many requests' pages. This engine prefills on the decoding GPU (one prefill
+ * holds P blocks: {@link bestHostPool}); a prefill/decode-disaggregated deployment (SGLang
+ * HiSparse, vLLM's Hybrid HiSparse calculator) counts this figure for its decode instance.
+ * Not what this engine runs: `hisparse plan` prints it to compare with those.
+ */
+export function decodeOnlyConcurrency(
+  budgetBytes: number,
+  costs: HiSparseBlockCosts,
+  pagesPerRequest: number,
+  devicePagesPerRequest: number,
+): number {
+  const perRequest =
+    pagesPerRequest * costs.deviceBytesPerHostBlock + devicePagesPerRequest * costs.mainBytesPerBlock;
+  return Math.max(0, Math.floor(budgetBytes / perRequest));
+}

@@ -154,22 +154,16 @@ describe("MLA configs", () => {
       [0, 1, 2, 3].map((l) => indexerSourceLayer(ix, l)),
       [0, 0, 0, 3],
     );
-    const g = mlaKvCacheGeometry(c.mla!, 4, 2);
+    const g = mlaKvCacheGeometry(c.mla!, 4);
     assert.deepEqual(g.indexer?.layers, [0, 3], "only full layers keep indexer keys");
     assert.equal(bytesPerToken(modelKVCacheGroups(c, { elementBytes: 2 })), 4 * 80 * 2 + 2 * 32 * 2);
   });
 
   it("GLM-5 and DeepSeek-V3.2 full-size configs: KV geometry and parameter counts", () => {
     const glm = loadModelConfig(join(ROOT, "configs/glm-5"));
-    const g = mlaKvCacheGeometry(glm.mla!, glm.numHiddenLayers, 2);
-    assert.deepEqual(
-      [g.latent.rowElements, g.latent.bytesPerTokenPerLayer, g.latent.layers.length],
-      [576, 1152, 78],
-    );
-    assert.deepEqual(
-      [g.indexer!.rowElements, g.indexer!.bytesPerTokenPerLayer, g.indexer!.layers.length],
-      [128, 256, 78],
-    );
+    const g = mlaKvCacheGeometry(glm.mla!, glm.numHiddenLayers);
+    assert.deepEqual([g.latent.rowElements, g.latent.layers.length], [576, 78]);
+    assert.deepEqual([g.indexer!.rowElements, g.indexer!.layers.length], [128, 78]);
     assert.equal(bytesPerToken(modelKVCacheGroups(glm, { elementBytes: 2 })), 78 * 1152 + 78 * 256);
     // GLM-5: 744 B parameters, ~40 B active (zai-org/GLM-5 model card); here without the MTP layer.
     assert.equal(Math.round(countParameters(glm) / 1e9), 744);

@@ -34,6 +34,50 @@ describe("hisparse plan (CLI)", () => {
       assert.ok(r.stdout.includes(`${line}\n`), `missing: ${line}\n${r.stdout}`);
   });
 
+  it("GLM-5 on 8 H200s (--config DIR, --tensor-parallel-size 8, fp8 weights and KV): weights per rank, both KV groups, the deployment", () => {
+    const r = hisparse([
+      ...[
+        "--config",
+        join(repoRoot, "configs", "glm-5"),
+        "--tensor-parallel-size",
+        "8",
+        "--gpu-mem-gib",
+        "140.4",
+      ],
+      ...["--weights-dtype", "fp8", "--kv-cache-dtype", "fp8", "--block-size", "64", "--context", "131072"],
+    ]);
+    assert.equal(r.status, 0, r.stderr);
+    for (const line of [
+      "  − weights per rank = ceil((routed experts 724,775,731,200 + TP-sharded 17,027,825,664) / 8) + replicated 2,107,661,568 = 94,833,106,176 parameters × 1 B = 88.32 GiB",
+      "  = KV cache budget 36.04 GiB (38,697,427,057 B)",
+      "  KV per token   = MLA latent (512 + 64) × 1 B = 576 B/layer × 78 layers + indexer keys 128 × 1 B = 128 B/layer × 78 layers = 54,912 B",
+      "  max requests   = floor(11,011 / 2,048) = 5   (without paging: floor(budget / (131,072 × 54,912 B)) = 5)",
+      "  GPU per page   = mla latent (dense layers) 2 layers × (64 tokens × 576 B) + indexer keys 78 layers × (64 tokens × 128 B) = 696.00 KiB (digests 0 B)",
+      "    max requests   = 20 (4.0× dense)",
+      "  decode-only   = floor(38,697,427,057 B / (2,048 × 712,704 B + 70 × 2,801,664 B)) = 23 (4.6× dense)",
+    ])
+      assert.ok(r.stdout.includes(`${line}\n`), `missing: ${line}\n${r.stdout}`);
+    assert.match(
+      r.stdout,
+      /Deployment \(8 GPUs, one tensor-parallel group\): .* so 8 GPUs run 5 requests dense, 8 with HiSparse \(default host pool\), 20 with the best host pool/,
+    );
+    assert.match(r.stdout, /Note: the engine does not run HiSparse on MLA models yet/);
+    // bf16 weights do not fit: 186 GB a rank.
+    const bf16 = hisparse([
+      ...[
+        "--config",
+        join(repoRoot, "configs", "glm-5"),
+        "--tensor-parallel-size",
+        "8",
+        "--gpu-mem-gib",
+        "140.4",
+      ],
+      ...["--context", "131072"],
+    ]);
+    assert.notEqual(bf16.status, 0);
+    assert.match(bf16.stderr, /minus weights 176\.64 GiB and reserve 2\.00 GiB, leaves -52\.28 GiB/);
+  });
+
   it("--config FILE reads the same model as --model DIR; --json gives the numbers", () => {
     const a = hisparse(["--model", "llama-3.1-8b", "--kv-cache-gib", "40", "--context", "32768", "--json"]);
     const b = hisparse([
