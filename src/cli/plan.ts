@@ -12,6 +12,7 @@ import {
   type ModelConfig,
   parseModelConfig,
 } from "../config/model_config.js";
+import { KV_CACHE_DTYPES, type KVCacheDtype, kvCacheDtypeBytes } from "../core/kv/kv_cache_dtype.js";
 import { resolveModelDir } from "../models/registry.js";
 import { type BudgetSource, budgetLines, denseLines, hisparseLines } from "../plan/format.js";
 import { planHiSparseKnobs } from "../plan/hisparse_knobs.js";
@@ -30,7 +31,7 @@ import { action } from "./errors.js";
 import { HISPARSE_CONFIG_HELP } from "./hisparse_flags.js";
 import { moeSummary } from "./info.js";
 
-/** Bytes per element of the dtypes `plan` accepts. */
+/** Bytes per element of the weight dtypes `plan` accepts (KV dtypes: core/kv/kv_cache_dtype.ts). */
 const DTYPE_BYTES = { bf16: 2, f16: 2, f32: 4 } as const;
 type PlanDtype = keyof typeof DTYPE_BYTES;
 
@@ -46,7 +47,7 @@ interface PlanOptions {
   reserveGib: number;
   context: number;
   blockSize: number;
-  kvCacheDtype: PlanDtype;
+  kvCacheDtype: KVCacheDtype;
   weightsDtype: PlanDtype;
   hybridSparseTopk?: number;
   hisparseConfig?: string;
@@ -82,8 +83,8 @@ export function registerPlan(program: Command): void {
     .requiredOption("--context <n>", "tokens per request (prompt + output)", parseIntArg)
     .option("--block-size <n>", "tokens per KV block", parseIntArg, 16)
     .addOption(
-      new Option("--kv-cache-dtype <dtype>", "KV cache dtype")
-        .choices(Object.keys(DTYPE_BYTES))
+      new Option("--kv-cache-dtype <dtype>", "KV cache dtype (fp8: e4m3, 1 byte per element)")
+        .choices(KV_CACHE_DTYPES)
         .default("bf16"),
     )
     .addOption(
@@ -191,7 +192,7 @@ async function runPlan(o: PlanOptions): Promise<void> {
     kvBudgetBytes,
     contextTokens: o.context,
     blockSize: o.blockSize,
-    kvElementBytes: DTYPE_BYTES[o.kvCacheDtype],
+    kvElementBytes: kvCacheDtypeBytes(o.kvCacheDtype),
     digestElementBytes: CUDA_DIGEST_ELEMENT_BYTES,
     hisparse: planHiSparseKnobs({
       json: o.hisparseConfig,
@@ -251,7 +252,7 @@ function printMlaPlan(
     kvBudgetBytes,
     contextTokens: o.context,
     blockSize: o.blockSize,
-    kvElementBytes: DTYPE_BYTES[o.kvCacheDtype],
+    kvElementBytes: kvCacheDtypeBytes(o.kvCacheDtype),
   };
   const dense = planMlaDense(input);
   if (o.json) {

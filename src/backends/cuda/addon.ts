@@ -68,7 +68,7 @@ export { asDevicePtr, type DevicePtr, NULL_PTR, offsetPtr } from "./device_ptr.j
 export const ADDON_ABI_VERSION = 5;
 
 /** Element type codes shared with native/kernels/kernels.h (HsDtype). */
-export const DTYPE_CODE: Record<DType, number> = { f32: 0, bf16: 1, f16: 2, i32: 3 };
+export const DTYPE_CODE: Record<DType, number> = { f32: 0, bf16: 1, f16: 2, i32: 3, fp8: 4 };
 
 /** What the addon was built with. */
 export interface AddonBuildInfo {
