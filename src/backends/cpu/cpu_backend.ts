@@ -136,7 +136,7 @@ export class CpuBackend implements Backend {
   /**
    * One zeroed f32 tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim]. An "fp8"
    * cache (`--kv-cache-dtype fp8`) is emulated: f32 storage holding exactly the values an e4m3
-   * cache with the per-tensor scales reads back (kernels/fp8.ts; reshapeAndCache rounds), so
+   * cache with the per-tensor scales reads back (../fp8.ts; reshapeAndCache rounds), so
    * it takes 4 bytes per element here, not 1.
    * @throws Error when spec.dtype is neither f32 nor fp8.
    */

@@ -8,7 +8,7 @@
  * `pagedAttentionKernel` is worker-safe (no imports, closures or module state; see linear.ts):
  * the thread pool runs it in its worker threads on shared buffers.
  */
-import { roundToE4m3 } from "./fp8.js";
+import { roundToE4m3 } from "../../fp8.js";
 
 /**
  * Causal attention of the step's query tokens over paged KV, for the (token, kv head) items
@@ -171,7 +171,7 @@ export function pagedAttentionKernel(
  * slot PAD_SLOT_ID (-1) are skipped.
  * qkv: f32 [T, (Hq + 2 * Hkv) * D]; kv: f32 [numBlocks, 2, blockSize, Hkv, D];
  * slotMapping: i32 [T]. fp8: the layer's scales when the cache emulates fp8 (the written rows are
- * rounded as an e4m3 cache reads them back, fp8.ts roundToE4m3), null for f32.
+ * rounded as an e4m3 cache reads them back, backends/fp8.ts roundToE4m3), null for f32.
  * @throws Error when a slot is outside [0, numBlocks * blockSize) and not PAD_SLOT_ID.
  */
 export function reshapeAndCacheKernel(

@@ -7,12 +7,7 @@ import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
 import type { QkvLayout } from "../../../../src/backends/backend.js";
 import { CpuBackend } from "../../../../src/backends/cpu/index.js";
-import {
-  E4M3_VALUES,
-  e4m3ToFloat,
-  floatToE4m3,
-  roundToE4m3,
-} from "../../../../src/backends/cpu/kernels/fp8.js";
+import { E4M3_VALUES, e4m3ToFloat, floatToE4m3, roundToE4m3 } from "../../../../src/backends/fp8.js";
 import {
   FP8_E4M3_MAX,
   KV_CACHE_DTYPE_BYTES,

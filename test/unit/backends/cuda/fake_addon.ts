@@ -424,6 +424,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     rotaryEmbedding: record("rotaryEmbedding"),
     siluAndMul: record("siluAndMul"),
     reshapeAndCache: record("reshapeAndCache"),
+    reshapeAndCacheFp8: record("reshapeAndCacheFp8"),
     biasAdd: record("biasAdd"),
     pagedAttentionWorkspaceBytes: (maxNumReqs, maxNumTokens, numHeads, headDim) =>
       maxNumReqs * numHeads * 4 * 2 + maxNumTokens * headDim,

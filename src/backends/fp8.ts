@@ -6,7 +6,7 @@
  * ties to even, saturating to +-448 (vLLM's scaled_fp8_conversion clamps to FP8_E4M3_MAX, CUDA's
  * __NV_SATFINITE); NaN stays NaN. Source: OCP 8-bit Floating Point Specification (OFP8) v1.0.
  */
-import { FP8_E4M3_MAX } from "../../../core/kv/kv_cache_dtype.js";
+import { FP8_E4M3_MAX } from "../core/kv/kv_cache_dtype.js";
 
 /** The e4m3 code of NaN with the sign bit clear (S.1111.111). */
 const E4M3_NAN = 0x7f;
@@ -61,12 +61,15 @@ export function e4m3ToFloat(code: number): number {
 
 /**
  * In place: each element of `a[start, end)` becomes what an fp8 cache with per-tensor `scale`
- * reads back: e4m3(x / scale) * scale, in f32 (vLLM: stored = x / k_scale, read = stored * k_scale).
+ * reads back: e4m3(x * (1 / scale)) * scale in f32, the CUDA kernel's operation order (vLLM:
+ * stored = x / k_scale, read = stored * k_scale). With scale 1 (the default) the CUDA kernels
+ * read exactly these values; with other scales they round the product to bf16.
  */
 export function roundToE4m3(a: Float32Array, start: number, end: number, scale: number): void {
   if (scale === 1) {
     for (let i = start; i < end; i++) a[i] = E4M3_VALUES[floatToE4m3(a[i]!)]!;
     return;
   }
-  for (let i = start; i < end; i++) a[i] = E4M3_VALUES[floatToE4m3(a[i]! / scale)]! * scale;
+  const inv = Math.fround(1 / scale);
+  for (let i = start; i < end; i++) a[i] = E4M3_VALUES[floatToE4m3(a[i]! * inv)]! * scale;
 }
