@@ -74,6 +74,8 @@ inline void readParams(const ParamObject& o, HsQuestSelectParams& p) {
   p.budgetPages = o.i32("budgetPages");
   p.sinkPages = o.i32("sinkPages");
   p.windowPages = o.i32("windowPages");
+  p.prevSelected = o.ptr("prevSelected");
+  p.overlapP = o.f32("overlapP");
 }
 
 /** HsResolveParams (native/kernels/hisparse.h). */

@@ -98,6 +98,16 @@ typedef struct HsQuestSelectParams {
   int budgetPages;
   int sinkPages;
   int windowPages;
+  /**
+   * Benchmark only (bench/hisparse_throughput.ts --overlap; NULL in the engine): uint8
+   * [numSlots, Hkv, tableStride], nonzero where the slot's previous selection (this layer) took
+   * the page. When set, each such page that is not forced is kept with probability overlapP (a
+   * hash of the query and the page decides), ranking above every scored page, and the kernels
+   * rewrite the flags with this selection. Sets how much a step's selection overlaps the last.
+   */
+  uint8_t* prevSelected;
+  /** Probability in [0, 1] of keeping a previously selected page (read only with prevSelected). */
+  float overlapP;
 } HsQuestSelectParams;
 
 /** Scratch bytes hsQuestSelect needs: one 64-bit sort key per (request, kv head, page). */

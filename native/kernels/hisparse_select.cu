@@ -60,6 +60,23 @@ __host__ __device__ inline int scoreLanes(int headDim) {
   return l;
 }
 
+/** Key of a page kept from the previous selection (HsQuestSelectParams.prevSelected): above every score's. */
+constexpr unsigned long long kKeptKey = 0xfffffffffffffffeull;
+
+/**
+ * Whether a previously selected page is kept this step (benchmark overlap knob): a hash of the
+ * query's first two elements (they change every step), the kv head and the page, below overlapP.
+ */
+__device__ __forceinline__ bool keepPrevious(uint32_t qSeed, int g, int p, float overlapP) {
+  uint32_t h = qSeed ^ (static_cast<uint32_t>(p) * 0x9e3779b1u) ^ (static_cast<uint32_t>(g) << 24);
+  h ^= h >> 16;
+  h *= 0x7feb352du;
+  h ^= h >> 15;
+  h *= 0x846ca68bu;
+  h ^= h >> 16;
+  return static_cast<float>(h >> 8) < overlapP * 16777216.f;  // 24 uniform bits
+}
+
 /** Warps of a scoring CTA. */
 constexpr int kScoreWarps = kThreads / 32;
 
@@ -227,6 +244,10 @@ __global__ void __launch_bounds__(kThreads) questScoreKernel(const HsQuestSelect
   const int sub = lane / L;  // page of this lane within the warp's group
   const int l = lane - sub * L;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  const uint8_t* prev = a.prevSelected != nullptr
+                            ? a.prevSelected + (static_cast<size_t>(row.slot) * a.numKvHeads + g) * a.tableStride
+                            : nullptr;
+  const uint32_t qSeed = static_cast<uint32_t>(q[0]) | (static_cast<uint32_t>(q[1]) << 16);
   unsigned long long* keys = sortKeys(a) + (static_cast<size_t>(r) * a.numKvHeads + g) * a.tableStride;
   // The loop bound is uniform over the CTA (every warp runs the same iterations: shuffles stay full-warp).
   for (int base = first; base < row.numPages; base += stride) {
@@ -245,7 +266,10 @@ __global__ void __launch_bounds__(kThreads) questScoreKernel(const HsQuestSelect
       mx = dmn[static_cast<size_t>(a.numKvHeads) * D / 8 + l];
     }
     const float best = laneScore(qs, G, L, l, mn, mx);
-    if (live && l == 0) keys[p] = forced ? 0ull : scored ? orderKey(static_cast<double>(best)) : 1ull;
+    if (live && l == 0) {
+      const bool kept = prev != nullptr && scored && prev[p] != 0 && keepPrevious(qSeed, g, p, a.overlapP);
+      keys[p] = forced ? 0ull : kept ? kKeptKey : scored ? orderKey(static_cast<double>(best)) : 1ull;
+    }
   }
 }
 
@@ -264,8 +288,13 @@ __global__ void __launch_bounds__(kThreads) questSelectKernel(const HsQuestSelec
     return;
   }
   const int numPages = row.numPages;
+  uint8_t* prev = a.prevSelected != nullptr
+                      ? a.prevSelected + (static_cast<size_t>(row.slot) * a.numKvHeads + g) * a.tableStride
+                      : nullptr;
   if (numPages <= a.budgetPages) {  // the whole context fits the budget: every page
     for (int p = threadIdx.x; p < numPages; p += blockDim.x) out[p] = p;
+    if (prev != nullptr)
+      for (int p = threadIdx.x; p < a.tableStride; p += blockDim.x) prev[p] = p < numPages ? 1 : 0;
     if (threadIdx.x == 0) a.selCount[item] = numPages;
     return;
   }
@@ -291,9 +320,12 @@ __global__ void __launch_bounds__(kThreads) questSelectKernel(const HsQuestSelec
     int selTotal = 0;
     const int idx = selSoFar + blockExclusiveScan(sel ? 1 : 0, &selTotal, warpSums);
     if (sel) out[idx] = p;
+    if (prev != nullptr && in) prev[p] = sel ? 1 : 0;  // read by the next step's scoring (stream order)
     eqSoFar += eqTotal;
     selSoFar += selTotal;
   }
+  if (prev != nullptr)
+    for (int p = numPages + threadIdx.x; p < a.tableStride; p += blockDim.x) prev[p] = 0;
   if (threadIdx.x == 0) a.selCount[item] = selSoFar;
 }
 

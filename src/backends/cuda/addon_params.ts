@@ -115,6 +115,8 @@ export const QUEST_SELECT_PARAMS = {
     ["budgetPages", "i32"],
     ["sinkPages", "i32"],
     ["windowPages", "i32"],
+    ["prevSelected", "ptr"],
+    ["overlapP", "f32"],
   ],
 } as const satisfies ParamStruct;
 
