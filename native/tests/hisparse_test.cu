@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   selectCase(tally, 4, 2, 96, 16, 22);
   selectCase(tally, 4, 2, 32, 16, 23);
   hsQuestSetScoreCtaCap(0);
+  overlapCase(tally);
   resolveCase(tally, 2, 64, 8, quick ? 6 : 40);
   resolveErrorCase(tally);
   mirrorCase(tally, 2, 64, 8);

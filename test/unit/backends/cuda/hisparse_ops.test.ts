@@ -131,6 +131,8 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       budgetPages: 6,
       sinkPages: 1,
       windowPages: 2,
+      prevSelected: 0, // benchmark overlap knob off
+      overlapP: 0,
     });
 
     const state: hs.ResolverState = {
@@ -243,6 +245,9 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       blockSize: 8,
       scale: 1 / 4,
       maxModelLen: 6 * 8, // max(dense width 4, per-head width 6) * blockSize
+      kvCacheFp8: 0,
+      kScale: 1,
+      vScale: 1,
       headBlockTables: ptr(tables.headBlockTables),
       headSeqLens: ptr(tables.headSeqLens),
       headTableStride: 6,
