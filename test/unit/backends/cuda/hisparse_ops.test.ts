@@ -70,6 +70,30 @@ describe("HiSparse ops marshalling (fake addon)", () => {
     );
   });
 
+  it("questSelect with the benchmark overlap knob passes the flag bytes and p", () => {
+    const { fake, be, i32 } = setup();
+    const prev = be.allocateFilled([5 * 2 * 40], "i32");
+    hs.questSelect(be, {
+      qkv: be.allocateFilled([4, W], "bf16"),
+      layout,
+      tokenRow: null,
+      digests: be.allocateFilled([100, 2, 2, 16], "bf16"),
+      seqLens: i32([3]),
+      rowFlags: null,
+      reqSlot: i32([3]),
+      hostBlockTable: i32([5, 40]),
+      pinnedTable: null,
+      blockSize: 8,
+      budgetPages: 6,
+      sinkPages: 1,
+      windowPages: 2,
+      overlap: { prevSelected: prev, p: 0.97 },
+    });
+    const c = fake.calls.at(-1)!;
+    assert.equal(c.fn, "questSelect");
+    assert.deepEqual([c.params!.prevSelected, c.params!.overlapP], [ptr(prev), 0.97]);
+  });
+
   it("questSelect and resolve pass every field of their C structs by name; outputs are [R, Hkv, W] and [R, Hkv]", () => {
     const { fake, be, i32 } = setup();
     const R = 3;
