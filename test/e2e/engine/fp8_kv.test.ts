@@ -43,6 +43,7 @@ describeIfFound("fp8 KV cache on the CPU backend: ref-small", "ref-small", dir, 
     const b = await nll(fp8);
     const total = (v: number[]) => v.reduce((s, x) => s + x, 0);
     const rel = (total(b) - total(a)) / total(a);
+    t.diagnostic(`NLL f32 ${total(a).toFixed(4)}, fp8 ${total(b).toFixed(4)} (${(100 * rel).toFixed(3)}%)`);
     assert.ok(
       Math.abs(rel) < 0.01,
       `NLL f32 ${total(a).toFixed(3)} vs fp8 ${total(b).toFixed(3)} (${(100 * rel).toFixed(2)}%)`,
