@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "../kernels/fp8.cuh"
@@ -16,8 +17,14 @@
 
 namespace hs_test {
 
+/** Whether a case name passes attention_test's --only filter (null: every case). */
+inline bool fp8Selected(const std::string& name, const char* only) {
+  return only == nullptr || name.find(only) != std::string::npos;
+}
+
 /** Case 1: reshape_and_cache into an fp8 cache against the host rounding. */
-inline void fp8ReshapeCase(Tally& tally) {
+inline void fp8ReshapeCase(Tally& tally, const char* only) {
+  if (!fp8Selected("fp8 reshape_and_cache", only)) return;
   const int Hq = 4, Hkv = 2, D = 64, bs = 16, numBlocks = 5, T = 7;
   const int stride = (Hq + 2 * Hkv) * D;
   Rng rng(901);
@@ -54,7 +61,8 @@ inline void fp8ReshapeCase(Tally& tally) {
 }
 
 /** Case 2: one decode or prefill spec, fp8 cache vs the bf16 cache of its dequantised values. */
-inline void fp8AttentionCase(const CaseSpec& spec0, bool decode, Tally& tally) {
+inline void fp8AttentionCase(const CaseSpec& spec0, bool decode, Tally& tally, const char* only) {
+  if (!fp8Selected(spec0.name, only)) return;
   CaseSpec spec = spec0;
   spec.poison = false;  // e4m3 has one NaN code; masked slots are zero-filled by the loader anyway
   PagedCase c = buildCase(spec);
