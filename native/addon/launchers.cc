@@ -53,6 +53,13 @@ Napi::Value ReshapeAndCache(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+Napi::Value ReshapeAndCacheFp8(const Napi::CallbackInfo& info) {
+  Args a(info, 13, "reshapeAndCacheFp8");
+  HS_LAUNCH(hsReshapeAndCacheFp8, a.stream(0), a.ptr(1), a.ptr(2), a.as<const int32_t>(3), a.i32(4), a.i32(5),
+            a.i32(6), a.i32(7), a.i32(8), a.i32(9), a.i32(10), a.f32(11), a.f32(12));
+  return info.Env().Undefined();
+}
+
 Napi::Value BiasAdd(const Napi::CallbackInfo& info) {
   Args a(info, 7, "biasAdd");
   HS_LAUNCH(hsBiasAdd, a.stream(0), a.ptr(1), a.ptr(2), a.i32(3), a.i32(4), a.i32(5), a.i32(6));
@@ -75,6 +82,7 @@ void initLaunchers(Napi::Env env, Napi::Object exports) {
   exports.Set("rotaryEmbedding", Napi::Function::New(env, RotaryEmbedding, "rotaryEmbedding"));
   exports.Set("siluAndMul", Napi::Function::New(env, SiluAndMul, "siluAndMul"));
   exports.Set("reshapeAndCache", Napi::Function::New(env, ReshapeAndCache, "reshapeAndCache"));
+  exports.Set("reshapeAndCacheFp8", Napi::Function::New(env, ReshapeAndCacheFp8, "reshapeAndCacheFp8"));
   exports.Set("biasAdd", Napi::Function::New(env, BiasAdd, "biasAdd"));
   exports.Set("cast", Napi::Function::New(env, Cast, "cast"));
 }

@@ -32,6 +32,9 @@ inline void readParams(const ParamObject& o, HsPagedAttentionParams& p) {
   p.maxModelLen = o.i32("maxModelLen");
   p.workspace = o.ptr("workspace");
   p.workspaceBytes = o.size("workspaceBytes");
+  p.kvCacheFp8 = o.i32("kvCacheFp8");
+  p.kScale = o.f32("kScale");
+  p.vScale = o.f32("vScale");
 }
 
 /** HsSparseDecodeParams (native/kernels/attention.h). */
@@ -71,6 +74,8 @@ inline void readParams(const ParamObject& o, HsQuestSelectParams& p) {
   p.budgetPages = o.i32("budgetPages");
   p.sinkPages = o.i32("sinkPages");
   p.windowPages = o.i32("windowPages");
+  p.prevSelected = o.ptr("prevSelected");
+  p.overlapP = o.f32("overlapP");
 }
 
 /** HsResolveParams (native/kernels/hisparse.h). */

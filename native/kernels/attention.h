@@ -65,6 +65,15 @@ typedef struct HsPagedAttentionParams {
   void* workspace;
   /** Bytes available at `workspace`. */
   size_t workspaceBytes;
+  /**
+   * Nonzero: `kvCache` holds fp8 e4m3 bytes ([numBlocks, 2, blockSize, Hkv, D] uint8, fp8.cuh),
+   * read as bf16(e4m3 * kScale) for K and bf16(e4m3 * vScale) for V; 0: bf16 (scales unused).
+   */
+  int kvCacheFp8;
+  /** Per-tensor K scale of an fp8 cache (vLLM k_scale; 1.0 by default). */
+  float kScale;
+  /** Per-tensor V scale of an fp8 cache (vLLM v_scale). */
+  float vScale;
 } HsPagedAttentionParams;
 
 /**

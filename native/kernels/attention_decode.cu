@@ -185,8 +185,7 @@ __global__ void __launch_bounds__(kDecodeThreads) pagedDecodeKernel(const Decode
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < numTiles)
-      loader.issue(sK0 + st * Cfg::kTileBytes, sV0 + st * Cfg::kTileBytes, kvHead, st, kvStart, a.log2BlockSize,
-                   tokenStride);
+      issueKvTile(loader, a, sK0 + st * Cfg::kTileBytes, sV0 + st * Cfg::kTileBytes, kvHead, st, kvStart, tokenStride);
     cpAsyncCommit();
   }
 
@@ -209,8 +208,7 @@ __global__ void __launch_bounds__(kDecodeThreads) pagedDecodeKernel(const Decode
     const int next = it + kStages - 1;
     if (next < numTiles) {
       const int st = next % kStages;
-      loader.issue(sK0 + st * Cfg::kTileBytes, sV0 + st * Cfg::kTileBytes, kvHead, next, kvStart, a.log2BlockSize,
-                   tokenStride);
+      issueKvTile(loader, a, sK0 + st * Cfg::kTileBytes, sV0 + st * Cfg::kTileBytes, kvHead, next, kvStart, tokenStride);
     }
     loader.storeIds(next + 1);
     loader.loadIds(btRow, next + 2, kvStart, kvEnd, a.log2BlockSize);
@@ -268,6 +266,9 @@ cudaError_t launchDecode(const HsPagedAttentionParams* p, const HsSparseDecodePa
   a.log2BlockSize = log2Pow2(p->blockSize);
   a.numSplits = numSplits;
   a.scaleLog2 = p->scale * kLog2e;
+  a.kvFp8 = p->kvCacheFp8 != 0 ? 1 : 0;
+  a.kScale = p->kScale;
+  a.vScale = p->vScale;
   if (numSplits > 1) {
     const size_t rows = static_cast<size_t>(p->numReqs) * numSplits * p->numHeads;
     a.partialO = static_cast<float*>(p->workspace);

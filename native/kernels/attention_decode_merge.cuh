@@ -27,6 +27,9 @@ struct DecodeArgs {
   int log2BlockSize;
   int numSplits;
   float scaleLog2;
+  int kvFp8;     // nonzero: kvCache holds e4m3 bytes (HsPagedAttentionParams.kvCacheFp8)
+  float kScale;  // fp8 per-tensor scales
+  float vScale;
   // HiSparse (null / 0 for dense attention): see HsSparseDecodeParams in attention.h.
   const int* headBlockTables;  // [numReqs, Hkv, headTableStride]
   const int* headSeqLens;      // [numReqs, Hkv]

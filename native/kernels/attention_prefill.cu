@@ -64,6 +64,9 @@ struct PrefillArgs {
   int groupSize;
   int log2BlockSize;
   float scaleLog2;
+  int kvFp8;     // nonzero: kvCache holds e4m3 bytes (HsPagedAttentionParams.kvCacheFp8)
+  float kScale;  // fp8 per-tensor scales
+  float vScale;
 };
 
 /** Row range of one CTA and its causal geometry. */
@@ -176,8 +179,7 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads) pagedPrefillKernel(co
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < numTiles)
-      loader.issue(sK0 + st * Cfg::kTileBytes, sV0 + st * Cfg::kTileBytes, kvHead, st, 0, a.log2BlockSize,
-                   tokenStride);
+      issueKvTile(loader, a, sK0 + st * Cfg::kTileBytes, sV0 + st * Cfg::kTileBytes, kvHead, st, 0, tokenStride);
     cpAsyncCommit();
   }
 
@@ -200,8 +202,7 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads) pagedPrefillKernel(co
     const int next = it + kStages - 1;
     if (next < numTiles) {
       const int st = next % kStages;
-      loader.issue(sK0 + st * Cfg::kTileBytes, sV0 + st * Cfg::kTileBytes, kvHead, next, 0, a.log2BlockSize,
-                   tokenStride);
+      issueKvTile(loader, a, sK0 + st * Cfg::kTileBytes, sV0 + st * Cfg::kTileBytes, kvHead, next, 0, tokenStride);
     }
     loader.storeIds(next + 1);
     loader.loadIds(btRow, next + 2, 0, kvEnd, a.log2BlockSize);
@@ -246,6 +247,9 @@ cudaError_t launchPrefill(const HsPagedAttentionParams* p, int maxQueryLen, cuda
   a.groupSize = p->numHeads / p->numKvHeads;
   a.log2BlockSize = log2Pow2(p->blockSize);
   a.scaleLog2 = p->scale * kLog2e;
+  a.kvFp8 = p->kvCacheFp8 != 0 ? 1 : 0;
+  a.kScale = p->kScale;
+  a.vScale = p->vScale;
   const long long rows = static_cast<long long>(maxQueryLen) * a.groupSize;
   const long long tiles = (rows + Cfg::kRows - 1) / Cfg::kRows;
   if (tiles > 0x7fffffffLL || p->numKvHeads > 65535) return cudaErrorInvalidValue;

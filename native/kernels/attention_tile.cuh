@@ -34,6 +34,7 @@
 #endif
 
 #include "attention.h"
+#include "fp8.cuh"
 
 namespace hs_attn {
 
@@ -56,6 +57,12 @@ __device__ __forceinline__ uint32_t smemAddr(const void* p) {
 /** cp.async of 16 bytes global -> shared, L1 bypass; srcBytes 0 writes 16 zero bytes (zfill). */
 __device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, int srcBytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(srcBytes)
+               : "memory");
+}
+
+/** 16-byte store to shared memory (the fp8 loader's dequantised chunks). */
+__device__ __forceinline__ void stShared16(uint32_t dst, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
 }
 
@@ -167,6 +174,8 @@ __device__ __forceinline__ void loadVFrag(uint32_t (&b)[4], uint32_t tile, int k
  */
 template <int D, int kThreads, int kStages, int kKeys = kTileKeys>
 struct KvTileLoader {
+  static constexpr int kDim = D;
+  static constexpr int kKeysPerTile = kKeys;
   static constexpr int kChunks = D / 8;
   static constexpr int kRowsPerPass = kThreads / kChunks;
   static constexpr int kPasses = kKeys / kRowsPerPass;
@@ -241,6 +250,82 @@ struct KvTileLoader {
     }
   }
 };
+
+/**
+ * 8 e4m3 codes (one uint2, element 0 in the low byte) dequantised as bf16(e4m3 * scale) into one
+ * 16-byte chunk of a bf16 tile row. With scale 1 the conversion is exact (fp8.cuh).
+ */
+__device__ __forceinline__ uint4 dequantE4m3x8(uint2 codes, float scale) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t src = i < 2 ? codes.x : codes.y;
+    const int sh = (i & 1) * 16;
+    w[i] = packBf16x2(hs_fp8::e4m3ToFloat(static_cast<uint8_t>(src >> sh)) * scale,
+                      hs_fp8::e4m3ToFloat(static_cast<uint8_t>(src >> (sh + 8))) * scale);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/**
+ * KvTileLoader::issue for an fp8 cache (HsPagedAttentionParams.kvCacheFp8): the same rows and
+ * chunks, but each chunk is 8 e4m3 bytes loaded with one 8-byte global load, dequantised in
+ * registers and stored into the same swizzled bf16 tile, so the compute that follows is the bf16
+ * path unchanged. The loads of all owned rows are issued before the first conversion (kPasses x 2
+ * loads in flight per thread); they are synchronous, so unlike cp.async their latency is hidden
+ * by the other CTAs of the SM, not by the pipeline (the wait/commit calls around stay harmless).
+ * kvHead: the fp8 cache + kvHead * D bytes; tokenStride: Hkv * D bytes between token rows.
+ */
+template <typename Loader>
+__device__ __forceinline__ void issueFp8(const Loader& ld, uint32_t sK, uint32_t sV,
+                                         const uint8_t* __restrict__ kvHead, int tile, int tileBase,
+                                         int log2BlockSize, int tokenStride, float kScale, float vScale) {
+  const int blockMask = (1 << log2BlockSize) - 1;
+  const size_t vOffset = static_cast<size_t>(tokenStride) << log2BlockSize;
+  const int* slot = ld.ids + (tile % Loader::kIdSlots) * Loader::kKeysPerTile;
+  const int tileStart = tileBase + tile * Loader::kKeysPerTile;
+  uint2 kc[Loader::kPasses];
+  uint2 vc[Loader::kPasses];
+#pragma unroll
+  for (int i = 0; i < Loader::kPasses; ++i) {
+    const int row = ld.row0 + i * Loader::kRowsPerPass;
+    const int b = slot[row];
+    const int off = (tileStart + row) & blockMask;
+    kc[i] = make_uint2(0u, 0u);
+    vc[i] = make_uint2(0u, 0u);
+    if (b >= 0) {
+      const uint8_t* src =
+          kvHead + ((static_cast<size_t>(b) * 2 << log2BlockSize) + off) * tokenStride + ld.chunk * 8;
+      kc[i] = *reinterpret_cast<const uint2*>(src);
+      vc[i] = *reinterpret_cast<const uint2*>(src + vOffset);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < Loader::kPasses; ++i) {
+    const int row = ld.row0 + i * Loader::kRowsPerPass;
+    const uint32_t dst = swz<Loader::kDim>(row, ld.chunk);
+    stShared16(sK + dst, dequantE4m3x8(kc[i], kScale));  // zero codes give zero bf16
+    stShared16(sV + dst, dequantE4m3x8(vc[i], vScale));
+  }
+}
+
+/**
+ * Issues tile `tile` of the kernel's K/V stream from a bf16 cache (cp.async) or an fp8 one
+ * (issueFp8), as the kernel arguments `a` say (a.kvFp8, a.kScale, a.vScale, a.log2BlockSize).
+ * kvHead: the cache + kvHead * D elements of its dtype (computed here for fp8).
+ */
+template <typename Loader, typename Args>
+__device__ __forceinline__ void issueKvTile(const Loader& ld, const Args& a, uint32_t sK, uint32_t sV,
+                                            const __nv_bfloat16* kvHead, int tile, int tileBase, int tokenStride) {
+  if (a.kvFp8) {
+    // kvHead was formed in bf16 elements: the head's offset in fp8 bytes is half of it.
+    const size_t headElems = static_cast<size_t>(kvHead - a.kvCache);
+    issueFp8(ld, sK, sV, reinterpret_cast<const uint8_t*>(a.kvCache) + headElems, tile, tileBase, a.log2BlockSize,
+             tokenStride, a.kScale, a.vScale);
+  } else {
+    ld.issue(sK, sV, kvHead, tile, tileBase, a.log2BlockSize, tokenStride);
+  }
+}
 
 // ---- warp-level attention steps ----------------------------------------------------------------
 

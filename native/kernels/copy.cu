@@ -4,6 +4,7 @@
 #include <initializer_list>
 
 #include "common.cuh"
+#include "fp8.cuh"
 
 namespace hs {
 namespace {
@@ -49,6 +50,30 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/**
+ * One block per token: quantises the k and v heads (kvElems bf16 each) of row t to e4m3 into the
+ * slot's K and V rows of the fp8 paged cache; one element per thread and pass (coalesced).
+ */
+__global__ void __launch_bounds__(256)
+    reshapeAndCacheFp8Kernel(const __nv_bfloat16* __restrict__ qkv, uint8_t* __restrict__ cache,
+                             const int32_t* __restrict__ slots, int rowStride, int kOffset, int kvElems,
+                             int blockSize, long long numSlots, float kInv, float vInv) {
+  const int t = blockIdx.x;
+  const long long slot = slots[t];
+  if (slot < 0 || slot >= numSlots) return;  // PAD_SLOT_ID or out of range: skip
+  const long long block = slot / blockSize;
+  const long long offset = slot % blockSize;
+  const __nv_bfloat16* k = qkv + static_cast<size_t>(t) * rowStride + kOffset;
+  const __nv_bfloat16* v = k + kvElems;
+  uint8_t* kd = cache + static_cast<size_t>((block * 2) * blockSize + offset) * kvElems;
+  uint8_t* vd = cache + static_cast<size_t>((block * 2 + 1) * blockSize + offset) * kvElems;
+  for (int i = threadIdx.x; i < kvElems; i += blockDim.x) {
+    // x * (1 / scale): exact for the default scale 1 (and any power of two).
+    kd[i] = hs_fp8::floatToE4m3(__bfloat162float(k[i]) * kInv);
+    vd[i] = hs_fp8::floatToE4m3(__bfloat162float(v[i]) * vInv);
+  }
+}
+
 template <typename D, typename S>
 __global__ void __launch_bounds__(256) castKernel(D* __restrict__ dst, const S* __restrict__ src, size_t n) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -79,6 +104,8 @@ extern "C" size_t hsDtypeBytes(int dtype) {
     case HS_DTYPE_BF16:
     case HS_DTYPE_F16:
       return 2;
+    case HS_DTYPE_FP8:
+      return 1;
     default:
       return 0;
   }
@@ -111,7 +138,7 @@ extern "C" cudaError_t hsReshapeAndCache(const void* qkv, void* kvCache, const i
                                          int rowStride, int numHeads, int numKvHeads, int headDim, int blockSize,
                                          int numBlocks, int dtype, cudaStream_t stream) {
   const size_t eb = hsDtypeBytes(dtype);
-  if (eb == 0 || dtype == HS_DTYPE_I32) return cudaErrorInvalidValue;
+  if (eb == 0 || dtype == HS_DTYPE_I32 || dtype == HS_DTYPE_FP8) return cudaErrorInvalidValue;  // fp8: hsReshapeAndCacheFp8
   if (numTokens < 0 || numHeads <= 0 || numKvHeads <= 0 || headDim <= 0 || blockSize <= 0 || numBlocks < 0)
     return cudaErrorInvalidValue;
   if (rowStride < (numHeads + 2 * numKvHeads) * headDim) return cudaErrorInvalidValue;
@@ -135,6 +162,24 @@ extern "C" cudaError_t hsReshapeAndCache(const void* qkv, void* kvCache, const i
     hs::reshapeAndCacheKernel<uint8_t><<<numTokens, threads, 0, stream>>>(
         q, c, slotMapping, rowStrideBytes, kOffsetBytes, kvBytes, blockSize, numSlots);
   }
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t hsReshapeAndCacheFp8(const void* qkv, void* kvCache, const int32_t* slotMapping,
+                                            int numTokens, int rowStride, int numHeads, int numKvHeads, int headDim,
+                                            int blockSize, int numBlocks, float kScale, float vScale,
+                                            cudaStream_t stream) {
+  if (numTokens < 0 || numHeads <= 0 || numKvHeads <= 0 || headDim <= 0 || blockSize <= 0 || numBlocks < 0 ||
+      !(kScale > 0.f) || !(vScale > 0.f))
+    return cudaErrorInvalidValue;
+  if (rowStride < (numHeads + 2 * numKvHeads) * headDim) return cudaErrorInvalidValue;
+  if (numTokens == 0) return cudaSuccess;
+  const int kvElems = numKvHeads * headDim;
+  const int threads = hs::threadsFor(static_cast<long long>(kvElems), 256);
+  hs::reshapeAndCacheFp8Kernel<<<numTokens, threads, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(qkv), static_cast<uint8_t*>(kvCache), slotMapping, rowStride,
+      numHeads * headDim, kvElems, blockSize, static_cast<long long>(numBlocks) * blockSize, 1.f / kScale,
+      1.f / vScale);
   return cudaGetLastError();
 }
 

@@ -98,6 +98,16 @@ typedef struct HsQuestSelectParams {
   int budgetPages;
   int sinkPages;
   int windowPages;
+  /**
+   * Benchmark only (bench/hisparse_throughput.ts --overlap; NULL in the engine): uint8
+   * [numSlots, Hkv, tableStride], nonzero where the slot's previous selection (this layer) took
+   * the page. When set, each such page that is not forced is kept with probability overlapP (a
+   * hash of the query and the page decides), ranking above every scored page, and the kernels
+   * rewrite the flags with this selection. Sets how much a step's selection overlaps the last.
+   */
+  uint8_t* prevSelected;
+  /** Probability in [0, 1] of keeping a previously selected page (read only with prevSelected). */
+  float overlapP;
 } HsQuestSelectParams;
 
 /** Scratch bytes hsQuestSelect needs: one 64-bit sort key per (request, kv head, page). */
@@ -111,16 +121,25 @@ size_t hsQuestSelectScratchBytes(int numReqs, int numKvHeads, int tableStride);
  * k <= 0). Score (Quest, arXiv 2406.10774, the largest per-head bound of the GQA group, as
  * quest.ts questScore): for each q head h of the group, with qPos = max(q[h, i], 0) and
  * qNeg = min(q[h, i], 0) (q > 0 ? q : 0 and q > 0 ? 0 : q),
- *   s_h = sum over i in order of (qPos * max[i] + qNeg * min[i]);  score = max over h in order of s_h,
- * in float64 with the oracle's operation order and no fused multiply-add, so the scores, and so
- * the selections, are the oracle's bit for bit. Selection is a radix select over order-preserving
- * 64-bit keys of the scores (-0 taken as +0). Two kernels: scoring, grid
- * (ceil(tableStride / 256), Hkv, numReqs), one page per thread; selection, grid (Hkv, numReqs);
- * 256 threads each.
- * Requirements: D a multiple of 8 and <= 256, Hq a multiple of Hkv, (Hq / Hkv) * D * 8 bytes of
+ *   s_h = sum over i of (qPos * max[i] + qNeg * min[i]);  score = max over h in order of s_h,
+ * in float32 with the oracle's operation order (lanes of 8 dims summed in order, then a butterfly
+ * over the lanes; no fused multiply-add), so the scores, and so the selections, are the oracle's
+ * bit for bit. Selection is a radix select over order-preserving 64-bit keys of the scores (-0
+ * taken as +0). Two kernels: scoring, grid (CTAs per item, Hkv, numReqs) with CTAs per item
+ * bounded by the pages of the table and by about 4 waves in all, each CTA looping over the row's
+ * live pages, L = ceil(D / 8) (rounded to a power of two) lanes per page; selection, grid
+ * (Hkv, numReqs); 256 threads each.
+ * Requirements: D a multiple of 8 and <= 256, Hq a multiple of Hkv, (Hq / Hkv) * 8L * 8 bytes of
  * queries within 48 KiB of shared memory, scratch as sized above.
  */
 cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t stream);
+
+/**
+ * Tests and benchmarks only: caps the scoring CTAs per (kv head, request) at `maxCtasPerItem`
+ * (0 restores the default rule), process-wide, so the tests reach the grid-stride loop and the
+ * benchmark can compare grid shapes. Not part of the addon.
+ */
+void hsQuestSetScoreCtaCap(int maxCtasPerItem);
 
 /** Arguments of hsResolve (device pointers; see the file comment for the tables). */
 typedef struct HsResolveParams {

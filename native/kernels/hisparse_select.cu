@@ -1,24 +1,28 @@
 // Quest page selection (hisparse.h hsQuestSelect), two kernels:
-// questScoreKernel, one CTA per (chunk of kScorePages pages, kv head, request), so that even one
-// request with a long context spreads over the GPU:
-// 1. the group's queries in float64 (shared memory, [G, D]);
-// 2. one thread per page computes its score, the largest of the group's per-head Quest bounds
-//    (quest.ts questScore), each sequentially over the head dim in float64 with the oracle's
-//    operation order (no FMA: __dmul_rn / __dadd_rn), and stores an order-preserving 64-bit key
-//    (0 marks a forced page, which is not a candidate);
+// questScoreKernel, kScoreCtasPerItem(..) CTAs per (kv head, request), each looping over the
+// row's live pages (a grid-stride loop bounded by the row's page count, read on the device;
+// the grid itself is static, sized for about 4 waves of CTAs, so the launch can be captured):
+// 1. the group's queries split as qPos = max(q, 0) and qNeg = min(q, 0) in float32 shared
+//    memory, laid out per (head, half-chunk, lane) so that a lane's 16-byte loads are
+//    conflict-free;
+// 2. L = questScoreLanes(D) lanes per page (8 head dims each; 2 pages per warp at D = 128): lane
+//    l loads 16 bytes of the page's min digest and 16 of its max (the lanes of a page read 2 x
+//    D x 2 contiguous bytes: coalesced), sums qPos*max + qNeg*min over its 8 dims in float32
+//    without FMA, then a butterfly of shuffles over the L lanes; the page's score is the
+//    largest head bound (quest.ts questScore: the same operation order, so the same ranks), and
+//    lane 0 stores an order-preserving 64-bit key of it (0 marks a forced page);
 // questSelectKernel, one CTA per (kv head, request):
 // 3. a radix select over the keys (8 passes of 8 bits, MSB first, shared-memory histograms)
 //    finds the k-th largest key T and how many keys equal to T are taken;
 // 4. one ordered pass over the pages (CTA scans) takes the forced pages, the keys > T and the
 //    first keys == T in page order (the oracle's tie rule: lower page first), and writes the
 //    selection ascending.
-// Scores read 2 * D bf16 of digest per page, once for up to kHeadTile heads, and do 4 float64
-// ops per element and head: G heads per group cost about G float64 ops per digest byte, so on an
-// H100/H200 class GPU (~34 TFLOP/s FP64, ~4.8 TB/s) scoring stays memory-bound up to ~7 heads
-// per group and becomes FP64-bound beyond. Both grids are static (the
-// chunk count comes from tableStride), rows read their lengths from device memory.
+// Scoring reads 4 * D bytes of digest per page and kv head and does 4 * D float32 operations
+// per q head of the group: memory-bound at any group size on an H100/H200 class GPU
+// (bench: native/tests/quest_score_bench.cu).
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -43,60 +47,38 @@ __device__ __forceinline__ unsigned long long* sortKeys(const HsQuestSelectParam
   return static_cast<unsigned long long*>(a.scratch);
 }
 
-/** Pages scored by one CTA of questScoreKernel (one per thread). */
-constexpr int kScorePages = kThreads;
-
 /** Order-preserving 64-bit key of a float64 score (larger score, larger key); -0 counts as +0. */
 __device__ __forceinline__ unsigned long long orderKey(double s) {
   const unsigned long long b = s == 0.0 ? 0ull : static_cast<unsigned long long>(__double_as_longlong(s));
   return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
 }
 
-/** Heads of a group whose sums stay in registers; larger groups take several passes. */
-constexpr int kHeadTile = 8;
+/** Lanes per page (quest.ts questScoreLanes): ceil(D / 8) rounded up to a power of two, <= 32. */
+__host__ __device__ inline int scoreLanes(int headDim) {
+  int l = 1;
+  while (l * 8 < headDim) l *= 2;
+  return l;
+}
+
+/** Key of a page kept from the previous selection (HsQuestSelectParams.prevSelected): above every score's. */
+constexpr unsigned long long kKeptKey = 0xfffffffffffffffeull;
 
 /**
- * The largest per-head Quest bound of the group over one page (quest.ts questScore):
- * max over h of sum_i (qPos[h,i] * max[i] + qNeg[h,i] * min[i]), qPos = max(q, 0), qNeg = min(q, 0);
- * a NaN head sum counts as -inf (all NaN: -inf), as in the oracle.
- * q: the group's queries [G, D] in float64 (shared memory).
+ * Whether a previously selected page is kept this step (benchmark overlap knob): a hash of the
+ * query's first two elements (they change every step), the kv head and the page, below overlapP.
  */
-__device__ __forceinline__ double pageScore(const HsQuestSelectParams& a, const double* q, int G, int hb, int g) {
-  const int D = a.headDim;
-  const uint4* mn = reinterpret_cast<const uint4*>(digestBits(a) + (static_cast<size_t>(hb) * 2 * a.numKvHeads + g) * D);
-  const uint4* mx = mn + static_cast<size_t>(a.numKvHeads) * D / 8;
-  double best = -INFINITY;
-  for (int h0 = 0; h0 < G; h0 += kHeadTile) {
-    double s[kHeadTile];
-#pragma unroll
-    for (int t = 0; t < kHeadTile; ++t) s[t] = 0.0;
-    for (int c = 0; c < D / 8; ++c) {
-      const uint4 lo = mn[c];
-      const uint4 hi = mx[c];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int i = c * 8 + e;
-        const double vhi = static_cast<double>(bf16Bits(lane16(hi, e)));
-        const double vlo = static_cast<double>(bf16Bits(lane16(lo, e)));
-#pragma unroll
-        for (int t = 0; t < kHeadTile; ++t) {
-          if (h0 + t >= G) break;
-          const double v = q[(h0 + t) * D + i];
-          const double up = __dmul_rn(v > 0.0 ? v : 0.0, vhi);
-          const double dn = __dmul_rn(v > 0.0 ? 0.0 : v, vlo);
-          s[t] = __dadd_rn(s[t], __dadd_rn(up, dn));
-        }
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < kHeadTile; ++t) {
-      if (h0 + t >= G) break;
-      const double v = s[t] != s[t] ? -INFINITY : s[t];
-      if (v > best) best = v;
-    }
-  }
-  return best;
+__device__ __forceinline__ bool keepPrevious(uint32_t qSeed, int g, int p, float overlapP) {
+  uint32_t h = qSeed ^ (static_cast<uint32_t>(p) * 0x9e3779b1u) ^ (static_cast<uint32_t>(g) << 24);
+  h ^= h >> 16;
+  h *= 0x7feb352du;
+  h ^= h >> 15;
+  h *= 0x846ca68bu;
+  h ^= h >> 16;
+  return static_cast<float>(h >> 8) < overlapP * 16777216.f;  // 24 uniform bits
 }
+
+/** Warps of a scoring CTA. */
+constexpr int kScoreWarps = kThreads / 32;
 
 /**
  * Radix select: the k-th largest nonzero key of keys[0, n) (k >= 1, at least k nonzero keys).
@@ -194,30 +176,101 @@ __device__ __forceinline__ SelectRow selectRow(const HsQuestSelectParams& a, int
   return row;
 }
 
-/** Scores one chunk of pages of one (row, kv head) into the keys (step 2 of the file comment). */
+/**
+ * The score of one page for one lane's 8 dims, all heads of the group (step 2 of the file
+ * comment); every lane of the warp calls it (the butterfly shuffles span the warp). qs: the
+ * group's [G][2][L] float4 qPos then [G][2][L] float4 qNeg; mn / mx: this lane's 8 bf16 of the
+ * page's min / max digest (zeros past D or for an unscored page).
+ */
+__device__ __forceinline__ float laneScore(const float4* qs, int G, int L, int l, const uint4& mn, const uint4& mx) {
+  const float4* qNeg = qs + static_cast<size_t>(G) * 2 * L;
+  float best = -INFINITY;
+  for (int h = 0; h < G; ++h) {
+    float s = 0.f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float4 pp = qs[(h * 2 + half) * L + l];
+      const float4 nn = qNeg[(h * 2 + half) * L + l];
+      const float qp[4] = {pp.x, pp.y, pp.z, pp.w};
+      const float qn[4] = {nn.x, nn.y, nn.z, nn.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int k = half * 4 + e;
+        s = __fadd_rn(s, __fmul_rn(qp[e], bf16Bits(lane16(mx, k))));
+        s = __fadd_rn(s, __fmul_rn(qn[e], bf16Bits(lane16(mn, k))));
+      }
+    }
+    for (int o = L >> 1; o >= 1; o >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
+    const float v = s != s ? -INFINITY : s;
+    if (v > best) best = v;
+  }
+  return best;
+}
+
+/** Scores the live pages of one (row, kv head) into the keys (steps 1-2 of the file comment). */
 __global__ void __launch_bounds__(kThreads) questScoreKernel(const HsQuestSelectParams a) {
   extern __shared__ __align__(16) unsigned char smem[];
-  double* qg = reinterpret_cast<double*>(smem);  // [G, D]
-  const int chunk = blockIdx.x;
+  float4* qs = reinterpret_cast<float4*>(smem);  // [2 (pos, neg)][G][2][L] float4
   const int g = blockIdx.y;
   const int r = blockIdx.z;
   const SelectRow row = selectRow(a, r);
   // Rows that fit the budget take every page and need no score.
-  if (!row.valid || row.numPages <= a.budgetPages || chunk * kScorePages >= row.numPages) return;
+  if (!row.valid || row.numPages <= a.budgetPages) return;
+  const int D = a.headDim;
+  const int L = scoreLanes(D);
+  const int pagesPerWarp = 32 / L;
+  const int pagesPerIter = kScoreWarps * pagesPerWarp;
+  const int first = blockIdx.x * pagesPerIter;
+  const int stride = gridDim.x * pagesPerIter;
+  if (first >= row.numPages) return;
   const int G = a.numHeads / a.numKvHeads;
-  const uint16_t* q = qkvBits(a) + static_cast<size_t>(row.qRow) * a.qkvRowStride;
-  for (int j = threadIdx.x; j < G * a.headDim; j += blockDim.x)
-    qg[j] = static_cast<double>(bf16Bits(q[static_cast<size_t>(g * G) * a.headDim + j]));
-  __syncthreads();
-  const int p = chunk * kScorePages + static_cast<int>(threadIdx.x);
-  if (p >= row.numPages) return;
-  unsigned long long key = 0;  // forced: not a candidate
-  if (!row.forced(a, p)) {
-    const int hb = a.hostBlockTable[static_cast<size_t>(row.slot) * a.tableStride + p];
-    // An invalid host block (never in a consistent table) ranks lowest instead of faulting.
-    key = hb >= 0 && hb < a.numHostBlocks ? orderKey(pageScore(a, qg, G, hb, g)) : 1ull;
+  const uint16_t* q = qkvBits(a) + static_cast<size_t>(row.qRow) * a.qkvRowStride + static_cast<size_t>(g * G) * D;
+  float* qf = reinterpret_cast<float*>(qs);
+  const int padded = 8 * L;  // dims per head with the lanes past D
+  for (int j = threadIdx.x; j < G * padded; j += blockDim.x) {
+    const int h = j / padded;
+    const int i = j - h * padded;
+    const float v = i < D ? bf16Bits(q[static_cast<size_t>(h) * D + i]) : 0.f;
+    // float4 (h, half, lane) holds dims 8 lane + 4 half .. + 3.
+    const int l = i >> 3;
+    const int half = (i >> 2) & 1;
+    const size_t at = static_cast<size_t>(((h * 2 + half) * L + l) * 4 + (i & 3));
+    qf[at] = v > 0.f ? v : 0.f;
+    qf[static_cast<size_t>(G) * 2 * L * 4 + at] = v > 0.f ? 0.f : v;
   }
-  sortKeys(a)[(static_cast<size_t>(r) * a.numKvHeads + g) * a.tableStride + p] = key;
+  __syncthreads();
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int sub = lane / L;  // page of this lane within the warp's group
+  const int l = lane - sub * L;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  const uint8_t* prev = a.prevSelected != nullptr
+                            ? a.prevSelected + (static_cast<size_t>(row.slot) * a.numKvHeads + g) * a.tableStride
+                            : nullptr;
+  const uint32_t qSeed = static_cast<uint32_t>(q[0]) | (static_cast<uint32_t>(q[1]) << 16);
+  unsigned long long* keys = sortKeys(a) + (static_cast<size_t>(r) * a.numKvHeads + g) * a.tableStride;
+  // The loop bound is uniform over the CTA (every warp runs the same iterations: shuffles stay full-warp).
+  for (int base = first; base < row.numPages; base += stride) {
+    const int p = base + warp * pagesPerWarp + sub;
+    const bool live = p < row.numPages;
+    const bool forced = live && row.forced(a, p);
+    const int hb = live && !forced ? a.hostBlockTable[static_cast<size_t>(row.slot) * a.tableStride + p] : -1;
+    // An invalid host block (never in a consistent table) ranks lowest instead of faulting.
+    const bool scored = hb >= 0 && hb < a.numHostBlocks;
+    uint4 mn = zero;
+    uint4 mx = zero;
+    if (scored && 8 * l < D) {
+      const uint4* dmn =
+          reinterpret_cast<const uint4*>(digestBits(a) + (static_cast<size_t>(hb) * 2 * a.numKvHeads + g) * D);
+      mn = dmn[l];
+      mx = dmn[static_cast<size_t>(a.numKvHeads) * D / 8 + l];
+    }
+    const float best = laneScore(qs, G, L, l, mn, mx);
+    if (live && l == 0) {
+      const bool kept = prev != nullptr && scored && prev[p] != 0 && keepPrevious(qSeed, g, p, a.overlapP);
+      keys[p] = forced ? 0ull : kept ? kKeptKey : scored ? orderKey(static_cast<double>(best)) : 1ull;
+    }
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) questSelectKernel(const HsQuestSelectParams a) {
@@ -235,8 +288,13 @@ __global__ void __launch_bounds__(kThreads) questSelectKernel(const HsQuestSelec
     return;
   }
   const int numPages = row.numPages;
+  uint8_t* prev = a.prevSelected != nullptr
+                      ? a.prevSelected + (static_cast<size_t>(row.slot) * a.numKvHeads + g) * a.tableStride
+                      : nullptr;
   if (numPages <= a.budgetPages) {  // the whole context fits the budget: every page
     for (int p = threadIdx.x; p < numPages; p += blockDim.x) out[p] = p;
+    if (prev != nullptr)
+      for (int p = threadIdx.x; p < a.tableStride; p += blockDim.x) prev[p] = p < numPages ? 1 : 0;
     if (threadIdx.x == 0) a.selCount[item] = numPages;
     return;
   }
@@ -262,14 +320,47 @@ __global__ void __launch_bounds__(kThreads) questSelectKernel(const HsQuestSelec
     int selTotal = 0;
     const int idx = selSoFar + blockExclusiveScan(sel ? 1 : 0, &selTotal, warpSums);
     if (sel) out[idx] = p;
+    if (prev != nullptr && in) prev[p] = sel ? 1 : 0;  // read by the next step's scoring (stream order)
     eqSoFar += eqTotal;
     selSoFar += selTotal;
   }
+  if (prev != nullptr)
+    for (int p = numPages + threadIdx.x; p < a.tableStride; p += blockDim.x) prev[p] = 0;
   if (threadIdx.x == 0) a.selCount[item] = selSoFar;
 }
 
-/** Dynamic shared memory of a scoring CTA: the group's queries, float64 [G, D]. */
-size_t scoreSmemBytes(int groupSize, int headDim) { return sizeof(double) * groupSize * headDim; }
+/** Dynamic shared memory of a scoring CTA: the group's qPos and qNeg, float32 [2, G, 8 L]. */
+size_t scoreSmemBytes(int groupSize, int headDim) {
+  return sizeof(float) * 2 * static_cast<size_t>(groupSize) * 8 * scoreLanes(headDim);
+}
+
+/** hsQuestSetScoreCtaCap's value (0: none). */
+int gScoreCtaCap = 0;
+
+/** SM count of the current device (132 if it cannot be read; a host query, capture-safe). */
+int smCount() {
+  int dev = 0;
+  int sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) return 132;
+  return sms;
+}
+
+/**
+ * Scoring CTAs per (kv head, request): enough to cover tableStride pages in one pass, at most
+ * about 4 waves of CTAs over the SMs in all (and at least 1); each CTA loops over the row's live
+ * pages with this stride, so a short row ends early whatever the table width.
+ */
+int scoreCtasPerItem(const HsQuestSelectParams* p) {
+  const int L = scoreLanes(p->headDim);
+  const int pagesPerIter = kScoreWarps * (32 / L);
+  const long long cover = (p->tableStride + pagesPerIter - 1) / pagesPerIter;
+  const long long items = static_cast<long long>(p->numReqs) * p->numKvHeads;
+  const long long waves = 4LL * smCount() * (2048 / kThreads);
+  const long long cap = std::max(1LL, waves / std::max(1LL, items));
+  const long long n = std::min(cover, cap);
+  return static_cast<int>(gScoreCtaCap > 0 ? std::min<long long>(n, gScoreCtaCap) : n);
+}
 
 /** Dynamic shared memory of a selection CTA: histogram, scan and broadcast words. */
 size_t selectSmemBytes() { return (256 + 32 + 8) * sizeof(int); }
@@ -281,6 +372,8 @@ extern "C" size_t hsQuestSelectScratchBytes(int numReqs, int numKvHeads, int tab
   if (numReqs <= 0 || numKvHeads <= 0 || tableStride <= 0) return 0;
   return static_cast<size_t>(numReqs) * numKvHeads * tableStride * sizeof(unsigned long long);
 }
+
+extern "C" void hsQuestSetScoreCtaCap(int maxCtasPerItem) { hs_sparse::gScoreCtaCap = std::max(0, maxCtasPerItem); }
 
 extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t stream) {
   using namespace hs_sparse;
@@ -297,8 +390,7 @@ extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t 
       !aligned16(p->digests) || (reinterpret_cast<uintptr_t>(p->scratch) & 7) != 0 ||
       p->scratchBytes < hsQuestSelectScratchBytes(p->numReqs, p->numKvHeads, p->tableStride))
     return cudaErrorInvalidValue;
-  const int chunks = (p->tableStride + kScorePages - 1) / kScorePages;
-  const dim3 scoreGrid(chunks, p->numKvHeads, p->numReqs);
+  const dim3 scoreGrid(scoreCtasPerItem(p), p->numKvHeads, p->numReqs);
   if (p->numKvHeads > 65535) return cudaErrorInvalidValue;
   questScoreKernel<<<scoreGrid, kThreads, scoreSmemBytes(p->numHeads / p->numKvHeads, p->headDim), stream>>>(*p);
   cudaError_t err = cudaGetLastError();

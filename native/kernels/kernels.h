@@ -24,7 +24,8 @@ extern "C" {
 #endif
 
 /** Element type codes; must match DTYPE_CODE in src/backends/cuda/addon.ts. */
-enum HsDtype { HS_DTYPE_F32 = 0, HS_DTYPE_BF16 = 1, HS_DTYPE_F16 = 2, HS_DTYPE_I32 = 3 };
+/** Element types; HS_DTYPE_FP8 (OCP e4m3, fp8.cuh) is a KV cache storage type only. */
+enum HsDtype { HS_DTYPE_F32 = 0, HS_DTYPE_BF16 = 1, HS_DTYPE_F16 = 2, HS_DTYPE_I32 = 3, HS_DTYPE_FP8 = 4 };
 
 /** Bytes per element of a dtype code, 0 for an unknown code. */
 size_t hsDtypeBytes(int dtype);
@@ -90,6 +91,16 @@ cudaError_t hsSiluAndMul(void* out, const void* x, int numTokens, int intermedia
 cudaError_t hsReshapeAndCache(const void* qkv, void* kvCache, const int32_t* slotMapping, int numTokens,
                               int rowStride, int numHeads, int numKvHeads, int headDim, int blockSize,
                               int numBlocks, int dtype, cudaStream_t stream);
+
+/**
+ * reshape_and_cache into an fp8 (e4m3) cache (vLLM reshape_and_cache_flash with kv_cache_dtype
+ * "fp8"): like hsReshapeAndCache, but qkv is bf16 and each K (V) element is stored as
+ * e4m3(x / kScale) (e4m3(x / vScale)), rounded as fp8.cuh floatToE4m3. kvCache: uint8
+ * [numBlocks, 2, blockSize, numKvHeads, headDim]. kScale, vScale > 0.
+ */
+cudaError_t hsReshapeAndCacheFp8(const void* qkv, void* kvCache, const int32_t* slotMapping, int numTokens,
+                                 int rowStride, int numHeads, int numKvHeads, int headDim, int blockSize,
+                                 int numBlocks, float kScale, float vScale, cudaStream_t stream);
 
 /** In place y[r, c] = T(y[r, c] + bias[c]). y: [rows, cols] of yDtype; bias: [cols] of biasDtype. */
 cudaError_t hsBiasAdd(void* y, const void* bias, int rows, int cols, int yDtype, int biasDtype, cudaStream_t stream);

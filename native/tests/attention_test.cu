@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "attention_test_fp8.h"
 #include "paged_case.h"
 
 using namespace hs_test;
@@ -190,6 +191,14 @@ int main(int argc, char** argv) {
     runCase(prefillSpec("decode batch through prefill kernel", 32, 8, 128, 16,
                         {{1, 1}, {1, 17}, {1, 300}, {1, 4096}, {1, 65}, {1, 1000}}, 4096, 207),
             false, tally);
+  }
+  // ---- fp8 (e4m3) KV cache ----
+  fp8ReshapeCase(tally, gOnly);
+  fp8AttentionCase(decodeSpec("fp8 d64 g4 bs16 decode", 8, 2, 64, 16, randomLens(21, 6, 1, 1500, 1), 2048, 301), true, tally, gOnly);
+  fp8AttentionCase(prefillSpec("fp8 d128 g4 bs16 prefill", 16, 4, 128, 16, {{100, 100}, {33, 300}, {1, 70}}, 512, 302), false, tally, gOnly);
+  if (!quick) {
+    fp8AttentionCase(decodeSpec("fp8 llama-8b shape decode", 32, 8, 128, 16, randomLens(22, 9, 1, 9000, 1), 16384, 303), true, tally, gOnly);
+    fp8AttentionCase(prefillSpec("fp8 d64 g3 prefill", 12, 4, 64, 32, {{200, 200}, {45, 1000}, {1, 1}}, 2048, 304), false, tally, gOnly);
   }
   invalidCases(tally);
   return tally.finish("attention_test");

@@ -63,10 +63,13 @@ inline std::vector<int> refSelectOne(const RefSelectConfig& c, const std::vector
   const int k = c.budgetPages - numForced;
   if (k > 0) {
     const int G = c.Hq / c.Hkv;
-    std::vector<double> qg(static_cast<size_t>(G) * c.D);
+    std::vector<float> qg(static_cast<size_t>(G) * c.D);
     for (int h = 0; h < G; ++h)
       for (int i = 0; i < c.D; ++i)
         qg[static_cast<size_t>(h) * c.D + i] = bf16ToFloat(q[static_cast<size_t>(g * G + h) * c.D + i]);
+    int L = 1;  // quest.ts questScoreLanes
+    while (L * 8 < c.D) L *= 2;
+    std::vector<float> lane(L);
     std::vector<std::pair<double, int>> scored;
     for (int p = 0; p < numPages; ++p) {
       if (isForced[p]) continue;
@@ -74,16 +77,24 @@ inline std::vector<int> refSelectOne(const RefSelectConfig& c, const std::vector
       const size_t mn = base + static_cast<size_t>(g) * c.D;
       const size_t mx = base + static_cast<size_t>(c.Hkv + g) * c.D;
       double best = -std::numeric_limits<double>::infinity();
-      for (int h = 0; h < G; ++h) {  // questScore: the largest per-head bound, a NaN sum as -inf
-        double s = 0;
-        for (int i = 0; i < c.D; ++i) {
-          const double v = qg[static_cast<size_t>(h) * c.D + i];
-          const double up = (v > 0 ? v : 0.0) * static_cast<double>(dg[mx + i]);
-          const double dn = (v > 0 ? 0.0 : v) * static_cast<double>(dg[mn + i]);
-          s = s + (up + dn);
+      for (int h = 0; h < G; ++h) {  // quest.ts questScore: f32 lanes of 8 dims, then a butterfly
+        for (int l = 0; l < L; ++l) {
+          float s = 0.f;
+          for (int i = 8 * l; i < std::min(8 * l + 8, c.D); ++i) {
+            const float v = qg[static_cast<size_t>(h) * c.D + i];
+            const float qPos = v > 0 ? v : 0.f;
+            const float qNeg = v > 0 ? 0.f : v;
+            s = s + qPos * dg[mx + i];  // ISO C++ (-std=c++20): no contraction, each op rounded
+            s = s + qNeg * dg[mn + i];
+          }
+          lane[l] = s;
         }
-        if (s != s) s = -std::numeric_limits<double>::infinity();
-        if (s > best) best = s;
+        for (int o = L / 2; o >= 1; o /= 2)
+          for (int l = 0; l < L; ++l)
+            if ((l & o) == 0) lane[l] = lane[l] + lane[l | o];
+        double v = lane[0];
+        if (v != v) v = -std::numeric_limits<double>::infinity();
+        if (v > best) best = v;
       }
       scored.emplace_back(best, p);
     }

@@ -41,7 +41,15 @@ int main(int argc, char** argv) {
   selectCase(tally, 8, 2, 64, 16, 11);
   selectCase(tally, 20, 2, 64, 16, 14);  // 10 heads per group: two head tiles of the scoring kernel
   selectCase(tally, 2, 2, 64, 16, 15);   // 1 head per group
-  selectCase(tally, 16, 2, 64, 16, 16);  // 8 heads per group: one full tile
+  selectCase(tally, 16, 2, 64, 16, 16);  // 8 heads per group
+  // One scoring CTA per (row, kv head): every page through the grid-stride loop; D = 96 has
+  // 12 lanes of dims padded to 16, D = 32 puts 8 pages in a warp.
+  hsQuestSetScoreCtaCap(1);
+  selectCase(tally, 8, 2, 64, 16, 21);
+  selectCase(tally, 4, 2, 96, 16, 22);
+  selectCase(tally, 4, 2, 32, 16, 23);
+  hsQuestSetScoreCtaCap(0);
+  overlapCase(tally);
   resolveCase(tally, 2, 64, 8, quick ? 6 : 40);
   resolveErrorCase(tally);
   mirrorCase(tally, 2, 64, 8);

@@ -61,6 +61,8 @@ struct Tables {
 void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs);
 /** hsQuestSelect against refSelectOne, ties included (hisparse_test_select.cu). */
 void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed);
+/** hsQuestSelect's benchmark overlap knob (prevSelected) at p = 1 and 0 (hisparse_test_select.cu). */
+void overlapCase(Tally& tally);
 /** hsResolve over a scripted multi-step sequence against refResolveOne (hisparse_test_resolve.cu). */
 void resolveCase(Tally& tally, int Hkv, int D, int bs, int steps);
 /** hsResolve: a selection without its tail page (hisparse_test_resolve.cu). */

@@ -96,3 +96,99 @@ void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed) {
 }
 
 }  // namespace hs_test
+
+namespace hs_test {
+
+// ---- 2b. the benchmark's selection-overlap knob (HsQuestSelectParams.prevSelected) -----------------
+
+void overlapCase(Tally& tally) {
+  const char* name = "select overlap knob (prevSelected, p = 0 / 1)";
+  if (!selected(name)) return;
+  const int Hq = 4, Hkv = 2, D = 64, bs = 16, W = 64, R = 2;
+  Rng rng(31);
+  const RefSelectConfig c{Hq, Hkv, D, bs, 12, 1, 2};
+  const std::vector<int> seqLens = {60 * bs + 3, 40 * bs};
+  const std::vector<int> reqSlot = {1, 0};
+  const int numHostBlocks = 2 * W;
+  std::vector<int> hostTable(static_cast<size_t>(2) * W);
+  for (size_t i = 0; i < hostTable.size(); ++i) hostTable[i] = static_cast<int>(i);
+  const auto dg = randomBf16Vec(rng, static_cast<size_t>(numHostBlocks) * 2 * Hkv * D);
+  std::vector<float> dgF(dg.size());
+  for (size_t i = 0; i < dg.size(); ++i) dgF[i] = bf16ToFloat(dg[i]);
+  const int stride = (Hq + 2 * Hkv) * D;
+  auto dDg = toDevice(dg);
+  auto dSeq = toDevice(seqLens);
+  auto dSlot = toDevice(reqSlot);
+  auto dHostT = toDevice(hostTable);
+  DeviceBuffer<int32_t> dSel(static_cast<size_t>(R) * Hkv * W), dCnt(static_cast<size_t>(R) * Hkv);
+  DeviceBuffer<uint8_t> dPrev(static_cast<size_t>(2) * Hkv * W);
+  HS_CHECK(cudaMemset(dPrev.ptr, 0, dPrev.bytes()));
+  const size_t scratch = hsQuestSelectScratchBytes(R, Hkv, W);
+  DeviceBuffer<unsigned char> dScratch(scratch);
+  // Runs one selection with fresh random queries; returns the pages per (row, head) and the oracle's.
+  auto run = [&](float p, std::vector<std::vector<int>>& want) {
+    const auto qkv = randomBf16Vec(rng, static_cast<size_t>(R) * stride);
+    auto dQkv = toDevice(qkv);
+    HsQuestSelectParams a{};
+    a.qkv = dQkv.ptr;
+    a.qkvRowStride = stride;
+    a.digests = dDg.ptr;
+    a.numHostBlocks = numHostBlocks;
+    a.seqLens = dSeq.ptr;
+    a.reqSlot = dSlot.ptr;
+    a.hostBlockTable = dHostT.ptr;
+    a.tableStride = W;
+    a.numSlots = 2;
+    a.selPages = dSel.ptr;
+    a.selCount = dCnt.ptr;
+    a.scratch = dScratch.ptr;
+    a.scratchBytes = scratch;
+    a.numReqs = R;
+    a.numHeads = Hq;
+    a.numKvHeads = Hkv;
+    a.headDim = D;
+    a.blockSize = bs;
+    a.budgetPages = c.budgetPages;
+    a.sinkPages = c.sinkPages;
+    a.windowPages = c.windowPages;
+    a.prevSelected = dPrev.ptr;
+    a.overlapP = p;
+    HS_CHECK(hsQuestSelect(&a, 0));
+    HS_CHECK(cudaDeviceSynchronize());
+    const auto sel = fromDevice(dSel, dSel.count);
+    const auto cnt = fromDevice(dCnt, dCnt.count);
+    std::vector<std::vector<int>> got(R * Hkv);
+    want.assign(R * Hkv, {});
+    for (int r = 0; r < R; ++r)
+      for (int g = 0; g < Hkv; ++g) {
+        const size_t item = static_cast<size_t>(r) * Hkv + g;
+        got[item].assign(sel.begin() + item * W, sel.begin() + item * W + std::max(cnt[item], 0));
+        want[item] = refSelectOne(c, dgF, qkv.data() + static_cast<size_t>(r) * stride,
+                                  hostTable.data() + static_cast<size_t>(reqSlot[r]) * W, nullptr, seqLens[r], g);
+      }
+    return got;
+  };
+  std::vector<std::vector<int>> want1, want2, want3;
+  // Step 1, no flags yet: the oracle's selection; the flags then hold it.
+  const auto s1 = run(1.f, want1);
+  int bad = s1 == want1 ? 0 : 1;
+  const auto flags = dPrev.download();
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < Hkv; ++g) {
+      std::vector<int> fromFlags;
+      for (int p = 0; p < W; ++p)
+        if (flags[(static_cast<size_t>(reqSlot[r]) * Hkv + g) * W + p] != 0) fromFlags.push_back(p);
+      bad += fromFlags == s1[r * Hkv + g] ? 0 : 1;
+    }
+  // Step 2, new queries, p = 1: every page of step 1 is kept (same count as the budget's k).
+  const auto s2 = run(1.f, want2);
+  bad += s2 == s1 ? 0 : 1;
+  bad += want2 != s1 ? 0 : 1;  // the queries did change the oracle's choice
+  // Step 3, p = 0: the oracle's selection for the new queries.
+  const auto s3 = run(0.f, want3);
+  bad += s3 == want3 ? 0 : 1;
+  std::printf("%-52s failures=%d %s\n", name, bad, bad == 0 ? "ok" : "FAIL");
+  tally.record(bad == 0, name);
+}
+
+}  // namespace hs_test

@@ -37,6 +37,7 @@ objects=(
   "attention_decode|$K/attention_decode.cu|"
   "attention_prefill|$K/attention_prefill.cu|"
   "sampling|$K/sampling.cu|"
+  "copy|$K/copy.cu|"
   "attention_decode_s2|$K/attention_decode.cu|-DHS_ATTN_SUFFIX=_s2 -DHS_DECODE_STAGES_128=3"
   "attention_decode_s4|$K/attention_decode.cu|-DHS_ATTN_SUFFIX=_s4 -DHS_DECODE_STAGES_128=4"
   "attention_prefill_k64|$K/attention_prefill.cu|-DHS_ATTN_SUFFIX=_k64 -DHS_PREFILL_KEYS_128=32 -DHS_PREFILL_STAGES_128=3"
@@ -60,7 +61,8 @@ for entry in "${pids[@]}"; do
   fi
 done
 [ $fail = 0 ] || exit 1
-"$NVCC" $FLAGS "$BUILD/attention_test.o" "$BUILD/attention_decode.o" "$BUILD/attention_prefill.o" -o "$BUILD/attention_test"
+"$NVCC" $FLAGS "$BUILD/attention_test.o" "$BUILD/attention_decode.o" "$BUILD/attention_prefill.o" "$BUILD/copy.o" \
+  -o "$BUILD/attention_test"
 "$NVCC" $FLAGS "$BUILD/sampling_test.o" "$BUILD/sampling.o" -o "$BUILD/sampling_test"
 "$NVCC" $FLAGS "$BUILD/attention_bench.o" "$BUILD/attention_decode.o" "$BUILD/attention_prefill.o" \
   "$BUILD/attention_decode_s2.o" "$BUILD/attention_decode_s4.o" "$BUILD/attention_prefill_k64.o" -o "$BUILD/attention_bench"

@@ -18,15 +18,26 @@
 
 import type { MoeRoutingRule } from "../config/moe_config.js";
 import type { ExtensionData } from "../core/extension_data.js";
+import { KV_CACHE_DTYPE_BYTES } from "../core/kv/kv_cache_dtype.js";
 import type { WeightFill } from "./weight_fill.js";
 
 export type { WeightFill } from "./weight_fill.js";
 
 /** Element types of tensors. "i32" is for ids, positions, slot mappings and block tables. */
-export type DType = "f32" | "bf16" | "f16" | "i32";
+/**
+ * Tensor element types. "fp8" (OCP FP8 E4M3, core/kv/kv_cache_dtype.ts) is a storage type of KV
+ * caches only (`--kv-cache-dtype fp8`): reshapeAndCache quantizes into it, attention dequantizes.
+ */
+export type DType = "f32" | "bf16" | "f16" | "i32" | "fp8";
 
-/** Bytes per element of each dtype. */
-export const DTYPE_BYTES: Record<DType, number> = { f32: 4, bf16: 2, f16: 2, i32: 4 };
+/** Bytes per element of each dtype (KV dtypes: core/kv/kv_cache_dtype.ts KV_CACHE_DTYPE_BYTES). */
+export const DTYPE_BYTES: Record<DType, number> = {
+  f32: 4,
+  bf16: 2,
+  f16: 2,
+  i32: 4,
+  fp8: KV_CACHE_DTYPE_BYTES.fp8,
+};
 
 /** A backend-owned tensor. Backends cast to their own concrete type. */
 export interface Tensor {

@@ -1,6 +1,7 @@
 import { type Command, Option } from "commander";
 import { ConfigError, type EngineArgs, makeEngineArgs } from "../config/engine_args.js";
 import { validateHiSparseConfig } from "../config/hisparse_config.js";
+import { KV_CACHE_DTYPES } from "../core/kv/kv_cache_dtype.js";
 import { addHiSparseFlags, hisparseConfigFromOptions } from "./hisparse_flags.js";
 import { parseFloatArg, parseGibArg, parseIntArg } from "./parse_args.js";
 
@@ -33,8 +34,8 @@ export function addEngineFlags(cmd: Command): Command {
         .default(2 ** 30, "1"),
     )
     .addOption(
-      new Option("--kv-cache-dtype <dtype>", "KV cache storage dtype")
-        .choices(["auto", "bf16", "f16", "f32"])
+      new Option("--kv-cache-dtype <dtype>", "KV cache storage dtype (fp8: e4m3, per-tensor scales 1.0)")
+        .choices([...KV_CACHE_DTYPES])
         .default("auto"),
     )
     .option("--max-num-seqs <n>", "maximum running requests", parseIntArg, 256)

@@ -23,8 +23,11 @@ export interface CacheConfig {
   numGpuBlocks: number;
   /** Fraction of device memory the engine may use (`--gpu-memory-utilization`). */
   gpuMemoryUtilization: number;
-  /** KV storage dtype: "auto" follows the backend's activation dtype. */
-  kvCacheDtype: "auto" | "bf16" | "f16" | "f32";
+  /**
+   * KV storage dtype (`--kv-cache-dtype`): "auto" follows the backend's activation dtype; "fp8" is
+   * e4m3 with per-tensor scales (core/kv/kv_cache_dtype.ts).
+   */
+  kvCacheDtype: "auto" | "bf16" | "f16" | "f32" | "fp8";
   /** Reuse KV of identical prompt prefixes through block hashes (`--enable-prefix-caching`). */
   enablePrefixCaching: boolean;
 }

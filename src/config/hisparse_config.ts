@@ -60,6 +60,13 @@ export interface HiSparseConfig {
   hostPoolBytes: number | null;
   /** Token ids whose pages are pinned: always attended, never spilled (`--hybrid-sparse-whitelist-tokens`). */
   whitelistTokenIds: number[];
+  /**
+   * Benchmark only, CUDA Quest (bench/hisparse_throughput.ts `--overlap`; no CLI flag or JSON
+   * key sets it): each page of a request's previous selection is kept with this probability, so
+   * throughput can be measured as a function of how much selections overlap (trained models
+   * re-select 96-99% of pages, dummy weights far fewer). Absent: the engine's selection.
+   */
+  benchSelectionOverlap?: number;
 }
 
 /** Default top-k budget: DeepSeek-V3.2 / GLM-5 DSA attend to 2048 tokens (LMSYS HiSparse blog). */

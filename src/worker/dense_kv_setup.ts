@@ -4,8 +4,9 @@
  */
 import { DensePagedAttention } from "../attention/backend.js";
 import { DenseMlaAttention } from "../attention/mla.js";
-import { type Backend, DTYPE_BYTES, type Tensor } from "../backends/backend.js";
+import type { Backend, Tensor } from "../backends/backend.js";
 import { ConfigError } from "../config/engine_args.js";
+import { kvCacheDtypeBytes } from "../core/kv/kv_cache_dtype.js";
 import { modelKVCacheGroups } from "../core/kv/kv_cache_interface.js";
 import { sizeKVMemory } from "../core/kv/kv_memory.js";
 import { kvRefusalMessage } from "../core/kv/kv_refusals.js";
@@ -33,7 +34,11 @@ export function formatGiB(bytes: number): string {
 export function setupDenseKVCache(backend: Backend, ctx: KVCacheSetupContext): KVCacheSetup {
   const { config, layout } = ctx.model;
   const blockSize = ctx.args.blockSize;
-  const groups = modelKVCacheGroups(config, { elementBytes: DTYPE_BYTES[ctx.kvCacheDtype] });
+  if (config.mla != null && ctx.kvCacheDtype === "fp8")
+    throw new ConfigError([
+      "--kv-cache-dtype fp8 covers GQA attention; MLA latent rows are not quantized yet",
+    ]);
+  const groups = modelKVCacheGroups(config, { elementBytes: kvCacheDtypeBytes(ctx.kvCacheDtype) });
   const sizing = sizeKVMemory({
     groups,
     blockSize,

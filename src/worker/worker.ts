@@ -1,5 +1,5 @@
 import { totalmem } from "node:os";
-import type { Backend, DType } from "../backends/backend.js";
+import { type Backend, DTYPE_BYTES, type DType } from "../backends/backend.js";
 import { createBackend } from "../backends/registry.js";
 import type { EngineArgs } from "../config/engine_args.js";
 import { ConfigError } from "../config/engine_args.js";
@@ -63,7 +63,7 @@ export class Worker {
         model,
         args,
         kvCacheDtype,
-        deviceBudgetBytes: kvMemoryBudget(args, backend),
+        deviceBudgetBytes: kvMemoryBudget(args, backend, kvCacheDtype),
         maxModelLen,
       });
       const runner = new ModelRunner(backend, model, kv, {
@@ -109,12 +109,16 @@ function resolveKvDtype(args: EngineArgs, backend: Backend): DType {
 }
 
 /**
- * Device bytes for the KV cache. CPU: `cpuKvCacheBytes`. GPU: what is left of
+ * Device bytes for the KV cache. CPU: `cpuKvCacheBytes` (for an emulated fp8 cache, which the CPU
+ * stores in f32, scaled by 1/4 so that the formula's 1-byte elements fit the real storage). GPU: what is left of
  * `gpuMemoryUtilization × total` after the weights and the backend's workspace are allocated
  * (vLLM determine_num_available_blocks, without a profiling run: our workspace is preallocated).
  */
-function kvMemoryBudget(args: EngineArgs, backend: Backend): number {
-  if (backend.name === "cpu") return args.cpuKvCacheBytes;
+function kvMemoryBudget(args: EngineArgs, backend: Backend, kvCacheDtype: DType): number {
+  if (backend.name === "cpu")
+    return kvCacheDtype === "fp8"
+      ? args.cpuKvCacheBytes * (DTYPE_BYTES.fp8 / DTYPE_BYTES.f32)
+      : args.cpuKvCacheBytes;
   const { free, total } = backend.memoryInfo();
   const used = total - free;
   return Math.max(0, total * args.gpuMemoryUtilization - used);

@@ -204,6 +204,13 @@ inline void cpAsync16(uint32_t dst, const void* src, int srcBytes) {
     hs_emu::landCopy(c);
   }
 }
+inline void stShared16(uint32_t dst, uint4 v) {
+  if (dst + 16 > hs_emu::kSmemBytes || (dst & 15) != 0) {
+    std::fprintf(stderr, "emu: bad st.shared destination %u\n", dst);
+    std::abort();
+  }
+  std::memcpy(hs_emu::gSmem + dst, &v, 16);
+}
 inline void cpAsyncCommit() {
   hs_emu::tlGroups.push_back(std::move(hs_emu::tlOpenGroup));
   hs_emu::tlOpenGroup.clear();

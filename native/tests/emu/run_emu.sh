@@ -38,7 +38,8 @@ build() {  # name sources...
 }
 status=0
 if [ "$what" = attention ] || [ "$what" = all ]; then
-  build attention_test "$work/tests/attention_test.cu" "$work/kernels/attention_decode.cu" "$work/kernels/attention_prefill.cu"
+  build attention_test "$work/tests/attention_test.cu" "$work/kernels/attention_decode.cu" "$work/kernels/attention_prefill.cu" \
+    "$work/kernels/copy.cu"
   "$work/attention_test" "$@" || status=1
 fi
 if [ "$what" = hisparse ] || [ "$what" = all ]; then

@@ -11,15 +11,20 @@ import type { PageSelection, Selector, SparseBatch } from "./selector.js";
  * bounds instead lets a head with a large query outvote the others: on ref-small at 1/8 of the
  * context with 4-token pages, perplexity +14.0% summed vs +2.4% with the max,
  * bench/results/hisparse_scorers_cpu.md.) Each term is q*max when q > 0, else q*min; it is
- * computed as qPos*max + qNeg*min with qPos = max(q, 0), qNeg = min(q, 0), in float64, dims in
- * order (the CUDA kernel hisparse_select.cu repeats this order, so both rank pages identically).
+ * computed as qPos*max + qNeg*min with qPos = max(q, 0), qNeg = min(q, 0).
+ *
+ * Arithmetic: float32, in the order of the CUDA scoring kernel (hisparse_select.cu), so both rank
+ * pages identically: the head dim is cut into {@link questScoreLanes} lanes of 8 dims (lane l:
+ * dims 8l..8l+7; lanes past D hold 0); each lane sums its dims in order, s = s + qPos*max, then
+ * s = s + qNeg*min (every product and sum rounded to f32, no fused multiply-add); then the lanes
+ * are combined by a butterfly, for o = L/2, L/4, .., 1: s[l] = s[l] + s[l xor o]; the bound is s[0].
  * A head whose sum is NaN (a NaN query, or 0 * an infinite digest) counts as -Infinity.
- * @param q [G, D] the group's queries (float64)
+ * @param q [G, D] the group's queries (f32 values)
  * @param digest per page [2, Hkv, D]: element-wise min then max of the page's keys
  * @param base offset of the page's digest; G q heads per kv head; D head dim; g kv head; Hkv kv heads
  */
 export function questScore(
-  q: Float64Array,
+  q: Float32Array | Float64Array,
   G: number,
   digest: Float32Array,
   base: number,
@@ -29,21 +34,40 @@ export function questScore(
 ): number {
   const mn = base + g * D;
   const mx = base + (Hkv + g) * D;
+  const L = questScoreLanes(D);
+  const lane = new Float64Array(L);
+  const f = Math.fround;
   let best = -Infinity;
   for (let h = 0; h < G; h++) {
-    let s = 0;
-    for (let i = 0; i < D; i++) {
-      const v = q[h * D + i]!;
-      // biome-ignore lint/complexity/useMathMinMax: the kernel's select (NaN -> 0), not Math.max
-      const up = (v > 0 ? v : 0) * digest[mx + i]!;
-      // biome-ignore lint/complexity/useMathMinMax: the kernel's select, not Math.min
-      const dn = (v > 0 ? 0 : v) * digest[mn + i]!;
-      s += up + dn;
+    for (let l = 0; l < L; l++) {
+      let s = 0;
+      for (let i = 8 * l; i < Math.min(8 * l + 8, D); i++) {
+        const v = f(q[h * D + i]!);
+        // biome-ignore lint/complexity/useMathMinMax: the kernel's select (NaN -> 0), not Math.max
+        const qPos = v > 0 ? v : 0;
+        // biome-ignore lint/complexity/useMathMinMax: the kernel's select, not Math.min
+        const qNeg = v > 0 ? 0 : v;
+        s = f(s + f(qPos * digest[mx + i]!));
+        s = f(s + f(qNeg * digest[mn + i]!));
+      }
+      lane[l] = s;
     }
+    for (let o = L >> 1; o >= 1; o >>= 1) {
+      for (let l = 0; l < L; l++) if ((l & o) === 0) lane[l] = f(lane[l]! + lane[l | o]!);
+    }
+    // Lane 0 holds the sum (the kernel's lanes all hold it: + is commutative).
+    const s = lane[0]!;
     const bound = Number.isNaN(s) ? Number.NEGATIVE_INFINITY : s;
     if (bound > best) best = bound;
   }
   return best;
+}
+
+/** Lanes of 8 dims in the Quest score's summation tree: ceil(D / 8) rounded up to a power of two. */
+export function questScoreLanes(D: number): number {
+  let L = 1;
+  while (L * 8 < D) L *= 2;
+  return L;
 }
 
 /** Settings of a {@link QuestSelector} and of its CUDA twin; token counts are multiples of blockSize. */
@@ -190,12 +214,12 @@ export class QuestSelector implements Selector {
     return all.filter((p) => isForced[p] === 1);
   }
 
-  /** The group's queries [G, D] in float64 (see questScore). */
-  private groupQuery(x: Float32Array, t: number, g: number, Hq: number, Hkv: number): Float64Array {
+  /** The group's queries [G, D] (see questScore). */
+  private groupQuery(x: Float32Array, t: number, g: number, Hq: number, Hkv: number): Float32Array {
     const D = this.config.layout.headDim;
     const G = Hq / Hkv;
     const row = (Hq + 2 * Hkv) * D;
-    const q = new Float64Array(G * D);
+    const q = new Float32Array(G * D);
     for (let h = 0; h < G; h++) {
       const o = t * row + (g * G + h) * D;
       for (let i = 0; i < D; i++) q[h * D + i] = x[o + i]!;

@@ -1,5 +1,6 @@
 import { availableParallelism, freemem, totalmem } from "node:os";
 import { PAD_SLOT_ID } from "../../core/ids.js";
+import { DEFAULT_KV_CACHE_SCALE } from "../../core/kv/kv_cache_dtype.js";
 import type {
   AttentionMetadata,
   Backend,
@@ -68,6 +69,8 @@ export class CpuBackend implements Backend {
   /** Multi-head latent attention and DSA indexer ops (mla_ops.ts). */
   readonly mla: CpuMlaOps;
   private sampleScratch = new Float32Array(0);
+  /** KV caches allocated as "fp8": reshapeAndCache rounds what it writes to e4m3 (scale 1.0). */
+  private readonly fp8Caches = new WeakSet<Tensor>();
 
   /** @throws Error when numThreads is not a positive integer. */
   constructor(options: CpuBackendOptions = {}) {
@@ -131,14 +134,22 @@ export class CpuBackend implements Backend {
   }
 
   /**
-   * One zeroed f32 tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim].
-   * @throws Error when spec.dtype is not f32 (the CPU backend keeps its KV cache in f32).
+   * One zeroed f32 tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim]. An "fp8"
+   * cache (`--kv-cache-dtype fp8`) is emulated: f32 storage holding exactly the values an e4m3
+   * cache with the per-tensor scales reads back (../fp8.ts; reshapeAndCache rounds), so
+   * it takes 4 bytes per element here, not 1.
+   * @throws Error when spec.dtype is neither f32 nor fp8.
    */
   allocateKvCache(spec: KvCacheSpec): Tensor[] {
-    if (spec.dtype !== "f32") throw new Error(`the CPU backend keeps its KV cache in f32, got ${spec.dtype}`);
+    if (spec.dtype !== "f32" && spec.dtype !== "fp8")
+      throw new Error(`the CPU backend keeps its KV cache in f32 (or emulated fp8), got ${spec.dtype}`);
     const shape = [spec.numBlocks, 2, spec.blockSize, spec.numKvHeads, spec.headDim];
     const out: Tensor[] = [];
-    for (let l = 0; l < spec.numLayers; l++) out.push(this.mem.allocPersistent(shape, "f32"));
+    for (let l = 0; l < spec.numLayers; l++) {
+      const t = this.mem.allocPersistent(shape, "f32");
+      if (spec.dtype === "fp8") this.fp8Caches.add(t);
+      out.push(t);
+    }
     return out;
   }
 
@@ -306,6 +317,7 @@ export class CpuBackend implements Backend {
       blockSize,
       numBlocks,
       PAD_SLOT_ID,
+      this.fp8Caches.has(kvCache) ? { kScale: DEFAULT_KV_CACHE_SCALE, vScale: DEFAULT_KV_CACHE_SCALE } : null,
     );
   }
 

@@ -122,6 +122,22 @@ export interface NativeOpsApi {
     numBlocks: number,
     dtype: number,
   ): void;
+  /** hsReshapeAndCacheFp8: bf16 qkv into an e4m3 cache, stored = e4m3(x / scale) (kernels.h). */
+  reshapeAndCacheFp8(
+    stream: number,
+    qkv: DevicePtr,
+    kvCache: DevicePtr,
+    slotMapping: DevicePtr,
+    numTokens: number,
+    rowStride: number,
+    numHeads: number,
+    numKvHeads: number,
+    headDim: number,
+    blockSize: number,
+    numBlocks: number,
+    kScale: number,
+    vScale: number,
+  ): void;
   biasAdd(
     stream: number,
     y: DevicePtr,

@@ -65,6 +65,9 @@ export const PAGED_ATTENTION_PARAMS = {
     ["maxModelLen", "i32"],
     ["workspace", "ptr"],
     ["workspaceBytes", "size"],
+    ["kvCacheFp8", "i32"],
+    ["kScale", "f32"],
+    ["vScale", "f32"],
   ],
 } as const satisfies ParamStruct;
 
@@ -112,6 +115,8 @@ export const QUEST_SELECT_PARAMS = {
     ["budgetPages", "i32"],
     ["sinkPages", "i32"],
     ["windowPages", "i32"],
+    ["prevSelected", "ptr"],
+    ["overlapP", "f32"],
   ],
 } as const satisfies ParamStruct;
 

@@ -3,6 +3,7 @@
  * native/kernels/attention.h and sampling.h (branch wip/cuda-attn). Contracts: Backend.pagedAttention
  * and DeviceSamplingRows in ../backend.ts.
  */
+import { DEFAULT_KV_CACHE_SCALE } from "../../core/kv/kv_cache_dtype.js";
 import type { AttentionMetadata, DeviceSamplingRows, QkvLayout, Tensor } from "../backend.js";
 import { type DevicePtr, NULL_PTR, offsetPtr, type PagedAttentionParams } from "./addon.js";
 import type { CudaOpsContext } from "./ops.js";
@@ -24,7 +25,8 @@ export interface CudaAttentionContext extends CudaOpsContext {
  * The static bound on context length used for grid sizing (maxModelLen) is the block-table width
  * times the block size, which is fixed for a captured graph. The kernels' scratch space comes from
  * the step workspace.
- * qkv: bf16 [T, (Hq+2Hkv)*D]; kvCache: bf16 [numBlocks, 2, blockSize, Hkv, D] -> bf16 [T, Hq*D].
+ * qkv: bf16 [T, (Hq+2Hkv)*D]; kvCache: bf16 or fp8 (e4m3, dequantised in the kernels)
+ * [numBlocks, 2, blockSize, Hkv, D] -> bf16 [T, Hq*D].
  */
 export function pagedAttention(
   ctx: CudaAttentionContext,
@@ -41,7 +43,7 @@ export function pagedAttention(
   expectShape(qkv, "pagedAttention qkv", [meta.numTokens, W]);
   expectDtype(qkv, "pagedAttention qkv", ["bf16"]);
   expectShape(kvCache, "pagedAttention kvCache", [null, 2, blockSize, Hkv, D]);
-  expectDtype(kvCache, "pagedAttention kvCache", ["bf16"]);
+  expectDtype(kvCache, "pagedAttention kvCache", ["bf16", "fp8"]);
   const numReqs = meta.numReqs;
   const T = meta.numTokens;
   const qsl = ctx.dev(meta.queryStartLoc, "pagedAttention queryStartLoc");
@@ -84,6 +86,7 @@ export function pagedAttention(
     maxModelLen,
     workspace,
     workspaceBytes,
+    ...kvCacheReadFields(kvCache),
   });
   if (isDecode) {
     // Split-KV partials; every layer's decode reuses the same region (stream order).
@@ -95,6 +98,15 @@ export function pagedAttention(
     a.pagedPrefillAttention(ctx.stream, params(NULL_PTR, 0), meta.maxQueryLen);
   }
   return out;
+}
+
+/**
+ * The HsPagedAttentionParams fields that say how to read a cache: fp8 (e4m3 with the per-tensor
+ * scales, 1.0 until --calculate-kv-scales exists: core/kv/kv_cache_dtype.ts) or bf16.
+ */
+export function kvCacheReadFields(kvCache: Tensor): { kvCacheFp8: number; kScale: number; vScale: number } {
+  const fp8 = kvCache.dtype === "fp8";
+  return { kvCacheFp8: fp8 ? 1 : 0, kScale: DEFAULT_KV_CACHE_SCALE, vScale: DEFAULT_KV_CACHE_SCALE };
 }
 
 /**

@@ -166,12 +166,12 @@ export class CudaBackend implements Backend {
   }
 
   allocateKvCache(spec: KvCacheSpec): Tensor[] {
-    if (spec.dtype !== "bf16")
-      throw new Error(`the CUDA backend stores the KV cache in bf16, not ${spec.dtype}`);
+    if (spec.dtype !== "bf16" && spec.dtype !== "fp8")
+      throw new Error(`the CUDA backend stores the KV cache in bf16 or fp8, not ${spec.dtype}`);
     const shape = [spec.numBlocks, 2, spec.blockSize, spec.numKvHeads, spec.headDim];
     const caches: CudaTensor[] = [];
     for (let l = 0; l < spec.numLayers; l++) {
-      const t = this.allocPersistent(shape, "bf16");
+      const t = this.allocPersistent(shape, spec.dtype);
       this.addon.memsetAsync(t.ptr, 0, t.bytes, this.stream);
       caches.push(t);
     }

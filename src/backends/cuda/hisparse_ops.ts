@@ -93,6 +93,11 @@ export interface QuestSelectInputs {
   budgetPages: number;
   sinkPages: number;
   windowPages: number;
+  /**
+   * Benchmark only (HsQuestSelectParams.prevSelected): bytes [S, Hkv, W] of the previous
+   * selection (any dtype, >= S * Hkv * W bytes), and the probability of keeping each of its pages.
+   */
+  overlap?: { prevSelected: Tensor; p: number };
 }
 
 /** Selected pages per (row, kv head), ascending (workspace tensors). */
@@ -151,6 +156,8 @@ export function questSelect(ctx: CudaAttentionContext, a: QuestSelectInputs): Pa
     budgetPages: a.budgetPages,
     sinkPages: a.sinkPages,
     windowPages: a.windowPages,
+    prevSelected: ptrOf(ctx, a.overlap?.prevSelected ?? null, "questSelect prevSelected"),
+    overlapP: a.overlap?.p ?? 0,
   });
   return { selPages, selCount };
 }

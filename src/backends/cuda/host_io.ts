@@ -1,4 +1,5 @@
 import { DTYPE_BYTES, type DType } from "../backend.js";
+import { E4M3_VALUES } from "../fp8.js";
 import { DTYPE_CODE, type HisparseNative, type NativeEvent, type NativePinnedBuffer } from "./addon.js";
 import { type DevicePtr, offsetPtr } from "./device_ptr.js";
 import { bf16ArrayToF32, f16ArrayToF32 } from "./half.js";
@@ -167,6 +168,14 @@ export function readConverted(
     case "f32": {
       const out = dtype === "i32" ? new Int32Array(n) : new Float32Array(n);
       staging.toHost(out, src);
+      return out;
+    }
+    case "fp8": {
+      // e4m3 codes, read back as their exact values (backends/fp8.ts)
+      const codes = new Uint8Array(n);
+      staging.toHost(codes, src);
+      const out = new Float32Array(n);
+      for (let i = 0; i < n; i++) out[i] = E4M3_VALUES[codes[i]!]!;
       return out;
     }
     default: {

@@ -4,6 +4,7 @@
  * Contracts (shapes, semantics) are those of the Backend interface (../backend.ts); numerics are
  * documented per kernel in kernels.h.
  */
+import { DEFAULT_KV_CACHE_SCALE } from "../../core/kv/kv_cache_dtype.js";
 import { DTYPE_BYTES, type DType, type QkvLayout, type Tensor } from "../backend.js";
 import { type DevicePtr, DTYPE_CODE, type HisparseNative, type NativeBlas, NULL_PTR } from "./addon.js";
 import { type CudaTensor, describe, expectDtype, expectShape } from "./tensor.js";
@@ -277,11 +278,31 @@ export function reshapeAndCache(
   expectDtype(qkv, "reshapeAndCache qkv", FLOAT_DTYPES);
   const T = dim(qkv, 0);
   expectShape(kvCache, "reshapeAndCache kvCache", [null, 2, blockSize, layout.numKvHeads, layout.headDim]);
-  expectDtype(kvCache, "reshapeAndCache kvCache", [qkv.dtype]);
+  expectDtype(kvCache, "reshapeAndCache kvCache", kvCache.dtype === "fp8" ? ["fp8"] : [qkv.dtype]);
   expectShape(slotMapping, "reshapeAndCache slotMapping", [T]);
   expectDtype(slotMapping, "reshapeAndCache slotMapping", ["i32"]);
   const numBlocks = dim(kvCache, 0);
   const { numHeads, numKvHeads, headDim } = layout;
+  if (kvCache.dtype === "fp8") {
+    // e4m3 with the per-tensor scales (core/kv/kv_cache_dtype.ts: 1.0 until --calculate-kv-scales)
+    expectDtype(qkv, "reshapeAndCache qkv (fp8 cache)", ["bf16"]);
+    ctx.addon.reshapeAndCacheFp8(
+      ctx.stream,
+      q.ptr,
+      cache.ptr,
+      slots.ptr,
+      T,
+      W,
+      numHeads,
+      numKvHeads,
+      headDim,
+      blockSize,
+      numBlocks,
+      DEFAULT_KV_CACHE_SCALE,
+      DEFAULT_KV_CACHE_SCALE,
+    );
+    return;
+  }
   ctx.addon.reshapeAndCache(
     ctx.stream,
     q.ptr,

@@ -4,9 +4,11 @@
  * (hisparse_ops.ts resolve), and the Backend.sparsePagedAttention adapter over it. Imports the
  * resolver's output type from hisparse_ops.ts (one direction: that file imports nothing here).
  */
+
 import type { AttentionMetadata, PerHeadBlockTables, QkvLayout, Tensor } from "../backend.js";
 import { NULL_PTR } from "./addon.js";
 import type { CudaAttentionContext } from "./attention_ops.js";
+import { kvCacheReadFields } from "./attention_ops.js";
 import { dim, i32, ptrOf } from "./hisparse_args.js";
 import type { ResolvedTensors } from "./hisparse_ops.js";
 import { expectDtype, expectShape } from "./tensor.js";
@@ -48,7 +50,7 @@ export function sparseDecodeAttention(
   expectDtype(qkv, "sparseDecodeAttention qkv", ["bf16"]);
   const cache = ctx.dev(kvCache, "sparseDecodeAttention kvCache");
   expectShape(kvCache, "sparseDecodeAttention kvCache", [null, 2, blockSize, Hkv, D]);
-  expectDtype(kvCache, "sparseDecodeAttention kvCache", ["bf16"]);
+  expectDtype(kvCache, "sparseDecodeAttention kvCache", ["bf16", "fp8"]);
   const R = meta.numReqs;
   const T = meta.numTokens;
   if (!opts.tokenRow && T !== R)
@@ -87,6 +89,7 @@ export function sparseDecodeAttention(
     maxModelLen,
     workspace: ws,
     workspaceBytes: wsBytes,
+    ...kvCacheReadFields(kvCache),
     headBlockTables: headT.ptr,
     headSeqLens: headS.ptr,
     headTableStride: headW,

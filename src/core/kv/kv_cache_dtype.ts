@@ -11,6 +11,11 @@
  *   `fp8_ds_mla` layout (656 B a row: 512 fp8 + 4 f32 tile scales + 64 bf16 rope values) and its
  *   DSA indexer keys in fp8 with an f32 scale per 128 values whatever the dtype; neither is this
  *   engine's layout (bench/results/plan_glm5_tp8.md shows what each changes).
+ *
+ * fp8 is OCP FP8 E4M3 (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; finite range +-448,
+ * no infinities, one NaN pattern): stored = e4m3(x / scale), read = stored * scale. Every scale
+ * is {@link DEFAULT_KV_CACHE_SCALE} today (vLLM's default when the checkpoint gives none);
+ * `--calculate-kv-scales` (scales measured from the first batch) is not implemented yet.
  */
 import type { KVStorage } from "./kv_cache_interface.js";
 
@@ -43,4 +48,28 @@ export function resolveKVCacheDtype(dtype: KVCacheDtype, activationDtype: KVStor
  */
 export function kvStorageFor(dtype: KVStorageDtype, tensorParallelSize = 1): KVStorage {
   return { elementBytes: KV_CACHE_DTYPE_BYTES[dtype], scaleBytesPerToken: 0, tensorParallelSize };
+}
+
+/** vLLM's k_scale / v_scale when a checkpoint carries none (vllm/attention/layer.py). */
+export const DEFAULT_KV_CACHE_SCALE = 1.0;
+
+/** Largest finite FP8 E4M3 magnitude (OCP 8-bit floating point spec, v1.0, table 1). */
+export const FP8_E4M3_MAX = 448;
+
+/**
+ * Bytes per element of a KV storage dtype.
+ * @throws Error for a name that is not a KV storage dtype ("auto" must be resolved first).
+ */
+export function kvCacheDtypeBytes(dtype: string): number {
+  const b = (KV_CACHE_DTYPE_BYTES as Record<string, number | undefined>)[dtype];
+  if (b === undefined) {
+    const names = KV_CACHE_DTYPES.filter((d) => d !== "auto").join(", ");
+    throw new Error(`unknown KV cache dtype "${dtype}" (expected ${names})`);
+  }
+  return b;
+}
+
+/** Whether a KV storage dtype is quantized (reads dequantize with the layer's scales). */
+export function isQuantizedKVCacheDtype(dtype: string): boolean {
+  return dtype === "fp8";
 }

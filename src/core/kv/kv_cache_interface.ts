@@ -196,7 +196,7 @@ export interface KVModelGeometry {
 
 /** How the cache is stored: element bytes, quantization scales, ranks. */
 export interface KVStorage extends KVQuantization {
-  /** Bytes per K/V element (DTYPE_BYTES of --kv-cache-dtype). */
+  /** Bytes per K/V element (kv_cache_dtype.ts kvCacheDtypeBytes of --kv-cache-dtype). */
   elementBytes: number;
   /** Ranks the heads are split over; default 1. */
   tensorParallelSize?: number;

@@ -5,9 +5,10 @@
  * backend and worker extension.
  */
 import type { AttentionBackend } from "../../attention/backend.js";
-import { type Backend, DTYPE_BYTES, type Tensor } from "../../backends/backend.js";
+import type { Backend, Tensor } from "../../backends/backend.js";
 import { ConfigError } from "../../config/engine_args.js";
 import { type HiSparseConfig, sparseLayersOf } from "../../config/hisparse_config.js";
+import { kvCacheDtypeBytes } from "../../core/kv/kv_cache_dtype.js";
 import {
   hisparseKVCacheGroups,
   type KVCacheGroupSpec,
@@ -68,7 +69,7 @@ export function layOutHiSparse(
   const { config } = ctx.model;
   const bs = ctx.args.blockSize;
   const groups = hisparseKVCacheGroups(
-    modelKVCacheGroups(config, { elementBytes: DTYPE_BYTES[ctx.kvCacheDtype] }),
+    modelKVCacheGroups(config, { elementBytes: kvCacheDtypeBytes(ctx.kvCacheDtype) }),
     {
       denseLayers: hs.denseLayers,
       digestElementBytes: o.digestElementBytes,

@@ -19,7 +19,7 @@ export interface DeviceSelectorTables {
  * Quest selection on CUDA (the device twin of QuestSelector, quest.ts, its oracle): per sparse
  * layer bf16 digests [numHostBlocks, 2, Hkv, D] (min, max of the page's post-RoPE keys),
  * updated by the KV write kernel; selection per (row, kv head) by hsQuestSelect, page for page
- * the oracle's (float64 scores, same tie rule). bf16 digests are exact on CUDA: the keys are
+ * the oracle's (float32 scores in the oracle's order, same tie rule). bf16 digests are exact on CUDA: the keys are
  * bf16 in the cache, and min / max of bf16 values are bf16 values; they take half the device
  * memory of f32 ones (at Llama-3.1-8B shape, 120 KiB instead of 240 KiB per page).
  */
@@ -28,11 +28,22 @@ export class CudaQuestSelector implements DeviceSelector {
   readonly digests: Tensor[];
   private readonly budget: QuestPageBudget;
 
-  /** @throws Error when a token count is not a multiple of the block size (questPageBudget). */
+  /**
+   * Per sparse layer, benchmark only (`benchSelectionOverlap`): bytes [numSlots, Hkv, W] of the
+   * previous selection (HsQuestSelectParams.prevSelected); empty otherwise.
+   */
+  private readonly prevSelected: Tensor[] = [];
+
+  /**
+   * @param benchSelectionOverlap benchmark only (HiSparseConfig.benchSelectionOverlap): keep each
+   *   page of a row's previous selection with this probability (bench/hisparse_throughput.ts).
+   * @throws Error when a token count is not a multiple of the block size (questPageBudget).
+   */
   constructor(
     private readonly backend: CudaBackend,
     readonly config: QuestSelectorConfig,
     private readonly tables: DeviceSelectorTables,
+    private readonly benchSelectionOverlap: number | null = null,
   ) {
     this.budget = questPageBudget(config);
     const { numKvHeads: Hkv, headDim: D } = config.layout;
@@ -40,6 +51,12 @@ export class CudaQuestSelector implements DeviceSelector {
     this.digests = Array.from({ length: config.numSparseLayers }, () =>
       backend.allocateFilled(shape, "bf16"),
     );
+    if (benchSelectionOverlap !== null) {
+      const [S, W] = tables.hostBlockTable.shape as [number, number];
+      const words = Math.ceil((S * Hkv * W) / 4); // i32 words holding the flag bytes
+      for (let l = 0; l < config.numSparseLayers; l++)
+        this.prevSelected.push(backend.allocateFilled([words], "i32"));
+    }
   }
 
   writeKvAndDigests(
@@ -74,11 +91,14 @@ export class CudaQuestSelector implements DeviceSelector {
       pinnedTable: this.tables.pinnedTable,
       blockSize: this.config.blockSize,
       ...this.budget,
+      ...(this.benchSelectionOverlap === null
+        ? {}
+        : { overlap: { prevSelected: this.prevSelected[sparseLayer]!, p: this.benchSelectionOverlap } }),
     });
   }
 
-  /** Frees the digests. */
+  /** Frees the digests (and the benchmark's selection flags). */
   dispose(): void {
-    for (const t of this.digests) this.backend.free(t);
+    for (const t of [...this.digests, ...this.prevSelected]) this.backend.free(t);
   }
 }

@@ -8,6 +8,7 @@
  * `pagedAttentionKernel` is worker-safe (no imports, closures or module state; see linear.ts):
  * the thread pool runs it in its worker threads on shared buffers.
  */
+import { roundToE4m3 } from "../../fp8.js";
 
 /**
  * Causal attention of the step's query tokens over paged KV, for the (token, kv head) items
@@ -169,7 +170,8 @@ export function pagedAttentionKernel(
  * goes to slot s = slotMapping[t] (block floor(s / blockSize), offset s % blockSize); tokens with
  * slot PAD_SLOT_ID (-1) are skipped.
  * qkv: f32 [T, (Hq + 2 * Hkv) * D]; kv: f32 [numBlocks, 2, blockSize, Hkv, D];
- * slotMapping: i32 [T].
+ * slotMapping: i32 [T]. fp8: the layer's scales when the cache emulates fp8 (the written rows are
+ * rounded as an e4m3 cache reads them back, backends/fp8.ts roundToE4m3), null for f32.
  * @throws Error when a slot is outside [0, numBlocks * blockSize) and not PAD_SLOT_ID.
  */
 export function reshapeAndCacheKernel(
@@ -183,6 +185,7 @@ export function reshapeAndCacheKernel(
   blockSize: number,
   numBlocks: number,
   padSlotId: number,
+  fp8: Fp8KvScales | null = null,
 ): void {
   const rowStride = (Hq + 2 * Hkv) * D;
   const kvTok = Hkv * D;
@@ -200,5 +203,15 @@ export function reshapeAndCacheKernel(
     const kSrc = t * rowStride + Hq * D;
     kv.set(qkv.subarray(kSrc, kSrc + kvTok), kDst);
     kv.set(qkv.subarray(kSrc + kvTok, kSrc + 2 * kvTok), vDst);
+    if (fp8 !== null) {
+      roundToE4m3(kv, kDst, kDst + kvTok, fp8.kScale);
+      roundToE4m3(kv, vDst, vDst + kvTok, fp8.vScale);
+    }
   }
+}
+
+/** Per-tensor scales of an fp8 KV cache layer (vLLM k_scale / v_scale): stored = e4m3(x / scale). */
+export interface Fp8KvScales {
+  kScale: number;
+  vScale: number;
 }

@@ -64,6 +64,7 @@ export function setupCudaHiSparse(
     backend,
     { ...tier, layout, topk: hs.topk, sinkTokens: hs.sinkTokens, windowTokens: hs.windowTokens },
     tables,
+    hs.benchSelectionOverlap ?? null,
   );
   const resolver = new CudaLruResolver(backend, tables, hostTier, bs);
   const attention = new CudaHiSparseAttention(
@@ -88,7 +89,7 @@ function cudaReasons(ctx: KVCacheSetupContext): string[] {
     reasons.push(
       `HiSparse on CUDA needs a head dim that is a multiple of 8 and at most 256, got ${config.headDim}`,
     );
-  // The Quest scoring kernel keeps the group's queries in float64 shared memory (hisparse.h).
+  // The Quest scoring kernel keeps the group's qPos and qNeg in float32 shared memory (hisparse.h).
   const group = config.numAttentionHeads / config.numKeyValueHeads;
   if (group * config.headDim * 8 > QUEST_SMEM_LIMIT_BYTES)
     reasons.push(

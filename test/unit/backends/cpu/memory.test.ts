@@ -66,7 +66,7 @@ describe("CpuBackend memory", () => {
           headDim: 1,
           dtype: "bf16",
         }),
-      /keeps its KV cache in f32, got bf16/,
+      /keeps its KV cache in f32 \(or emulated fp8\), got bf16/,
     );
     b.dispose();
   });

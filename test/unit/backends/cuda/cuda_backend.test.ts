@@ -292,6 +292,9 @@ describe("CudaBackend op marshalling (fake addon)", () => {
       scale: 1 / Math.sqrt(8),
       maxModelLen: 64,
       workspaceBytes: 3 * 4 * 4 * 2 + 3 * 8, // from pagedAttentionWorkspaceBytes
+      kvCacheFp8: 0, // a bf16 cache (fp8: 1, with the per-tensor scales)
+      kScale: 1,
+      vScale: 1,
     });
 
     const p = meta(be, [5, 1], [9, 30], 4);

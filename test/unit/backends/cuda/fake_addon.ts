@@ -111,7 +111,7 @@ function writeValue(v: DataView, off: number, dtype: DType, x: number): void {
   else throw new Error("fake: casts to f16 are not implemented");
 }
 
-const BYTES: Record<DType, number> = { f32: 4, bf16: 2, f16: 2, i32: 4 };
+const BYTES: Record<DType, number> = { f32: 4, bf16: 2, f16: 2, i32: 4, fp8: 1 };
 
 export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?: boolean } = {}): FakeAddon {
   const mem = new AddressSpace();
@@ -424,6 +424,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     rotaryEmbedding: record("rotaryEmbedding"),
     siluAndMul: record("siluAndMul"),
     reshapeAndCache: record("reshapeAndCache"),
+    reshapeAndCacheFp8: record("reshapeAndCacheFp8"),
     biasAdd: record("biasAdd"),
     pagedAttentionWorkspaceBytes: (maxNumReqs, maxNumTokens, numHeads, headDim) =>
       maxNumReqs * numHeads * 4 * 2 + maxNumTokens * headDim,

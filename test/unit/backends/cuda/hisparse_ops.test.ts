@@ -70,6 +70,30 @@ describe("HiSparse ops marshalling (fake addon)", () => {
     );
   });
 
+  it("questSelect with the benchmark overlap knob passes the flag bytes and p", () => {
+    const { fake, be, i32 } = setup();
+    const prev = be.allocateFilled([5 * 2 * 40], "i32");
+    hs.questSelect(be, {
+      qkv: be.allocateFilled([4, W], "bf16"),
+      layout,
+      tokenRow: null,
+      digests: be.allocateFilled([100, 2, 2, 16], "bf16"),
+      seqLens: i32([3]),
+      rowFlags: null,
+      reqSlot: i32([3]),
+      hostBlockTable: i32([5, 40]),
+      pinnedTable: null,
+      blockSize: 8,
+      budgetPages: 6,
+      sinkPages: 1,
+      windowPages: 2,
+      overlap: { prevSelected: prev, p: 0.97 },
+    });
+    const c = fake.calls.at(-1)!;
+    assert.equal(c.fn, "questSelect");
+    assert.deepEqual([c.params!.prevSelected, c.params!.overlapP], [ptr(prev), 0.97]);
+  });
+
   it("questSelect and resolve pass every field of their C structs by name; outputs are [R, Hkv, W] and [R, Hkv]", () => {
     const { fake, be, i32 } = setup();
     const R = 3;
@@ -131,6 +155,8 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       budgetPages: 6,
       sinkPages: 1,
       windowPages: 2,
+      prevSelected: 0, // benchmark overlap knob off
+      overlapP: 0,
     });
 
     const state: hs.ResolverState = {
@@ -243,6 +269,9 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       blockSize: 8,
       scale: 1 / 4,
       maxModelLen: 6 * 8, // max(dense width 4, per-head width 6) * blockSize
+      kvCacheFp8: 0,
+      kScale: 1,
+      vScale: 1,
       headBlockTables: ptr(tables.headBlockTables),
       headSeqLens: ptr(tables.headSeqLens),
       headTableStride: 6,
