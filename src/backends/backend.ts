@@ -214,9 +214,11 @@ export interface Backend {
    * Writes elements [0, count) of a generated fill (weight_fill.ts: constant or counter-based table
    * lookup) into elements [elemOffset, elemOffset + count) of a weight, with the values that
    * writeWeight would store for the fill's host copy (generateFill). CUDA runs the rule on the
-   * device (no host data). @throws Error when the range leaves the tensor.
+   * device (no host data). `first` (default 0): the fill's element written first, so that a
+   * tensor-parallel shard takes elements [first, first + count) of the HF tensor's rule.
+   * @throws Error when the range leaves the tensor.
    */
-  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill): void;
+  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill, first?: number): void;
   /**
    * Optional: streams byte ranges of open files into weights (CUDA: parallel reads into pinned,
    * multi-buffered staging overlapped with host-to-device copies, dtype cast on the device) and

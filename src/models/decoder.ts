@@ -1,6 +1,14 @@
 import type { Backend, QkvLayout, Tensor } from "../backends/backend.js";
 import { type ModelConfig, ModelConfigError, mlpKindOf } from "../config/model_config.js";
-import type { AttentionKind, AttentionLayer, ForwardContext, MlpLayer } from "./blocks.js";
+import { shardOf, vocabIsSharded } from "../core/tensor_parallel.js";
+import {
+  type AttentionKind,
+  type AttentionLayer,
+  type ForwardContext,
+  type MlpLayer,
+  type ModelParallel,
+  NO_PARALLEL,
+} from "./blocks.js";
 import { DenseMlp } from "./mlp.js";
 import { MoeMlp } from "./moe_mlp.js";
 import { type LoadProgress, WeightLoader } from "./weight_loader.js";
@@ -40,8 +48,12 @@ export class DecoderForCausalLM {
     /** Number of positions the RoPE table covers. */
     readonly maxPositions: number,
     attention: AttentionKind,
+    /** The rank this model was loaded for (its shards; the communicator of its group). */
+    readonly tp: ModelParallel,
+    /** The LM head holds this rank's vocabulary rows only; logits are gathered (vocab-parallel). */
+    private readonly vocabParallel: boolean,
   ) {
-    this.layout = attention.layout(config);
+    this.layout = attention.layout(config, tp);
   }
 
   /**
@@ -50,6 +62,10 @@ export class DecoderForCausalLM {
    * fused, experts stacked per layer, each HF tensor into its row range.
    * @param maxPositions positions covered by the RoPE table (the engine's max model length).
    * @param onProgress bytes of weights placed so far / in all.
+   * @param tp the rank to load (vLLM's Megatron layout: attention_gqa.ts and mlp.ts split their
+   *   weights; the LM head is vocab-parallel when the vocabulary divides, its logits gathered;
+   *   the embedding table is replicated); default one rank. The caller has checked the shapes
+   *   (core/tensor_parallel.ts tensorParallelReasons).
    * @throws ModelConfigError when the model has MoE layers and the backend no MoE ops.
    * @throws WeightLoadError when a tensor is missing or has the wrong shape, or a file cannot be
    *   read.
@@ -61,6 +77,7 @@ export class DecoderForCausalLM {
     maxPositions: number,
     attention: AttentionKind,
     onProgress?: LoadProgress,
+    tp: ModelParallel = NO_PARALLEL,
   ): DecoderForCausalLM {
     const moe = config.moe ?? null;
     if (moe !== null && moe.moeLayers.length > 0 && backend.moe === undefined) {
@@ -77,24 +94,30 @@ export class DecoderForCausalLM {
       const p = `model.layers.${l}`;
       layers.push({
         inputLayernorm: loader.upload(`${p}.input_layernorm.weight`, [H]),
-        attention: attention.loadLayer(config, loader, l, shared),
+        attention: attention.loadLayer(config, loader, l, shared, tp),
         postAttentionLayernorm: loader.upload(`${p}.post_attention_layernorm.weight`, [H]),
         mlp:
           moe !== null && mlpKindOf(moe, l) === "moe"
             ? MoeMlp.load(config, moe, loader, l)
-            : DenseMlp.load(loader, `${p}.mlp`, H, config.intermediateSize, config.mlpBias),
+            : DenseMlp.load(loader, `${p}.mlp`, H, config.intermediateSize, config.mlpBias, tp),
       });
     }
     const norm = loader.upload("model.norm.weight", [H]);
     // Tied embeddings reuse embed_tokens as lm_head (HF tie_word_embeddings); some tied
     // checkpoints still store lm_head.weight, which is then identical.
-    const lmHead =
-      config.tieWordEmbeddings || !source.has("lm_head.weight")
-        ? embedTokens
-        : loader.upload("lm_head.weight", [config.vocabSize, H]);
-    if (!config.tieWordEmbeddings && lmHead === embedTokens) {
+    const tied = config.tieWordEmbeddings || !source.has("lm_head.weight");
+    if (!config.tieWordEmbeddings && tied) {
       throw new WeightLoadError("checkpoint has no tensor lm_head.weight and tie_word_embeddings is false");
     }
+    // Vocab-parallel LM head (vLLM ParallelLMHead): this rank's rows of lm_head (or of the tied
+    // embedding table), logits gathered over the ranks in forward().
+    const vocabParallel = tp.comm !== null && vocabIsSharded(config.vocabSize, tp.size);
+    const headName = tied ? "model.embed_tokens.weight" : "lm_head.weight";
+    const lmHead = vocabParallel
+      ? loader.upload(headName, [config.vocabSize, H], { dim: 0, ...shardOf(config.vocabSize, tp) })
+      : tied
+        ? embedTokens
+        : loader.upload(headName, [config.vocabSize, H]);
     loader.finish();
     return new DecoderForCausalLM(
       config,
@@ -106,6 +129,8 @@ export class DecoderForCausalLM {
       shared,
       maxPositions,
       attention,
+      tp,
+      vocabParallel,
     );
   }
 
@@ -133,7 +158,9 @@ export class DecoderForCausalLM {
     const hidden = this.forwardHidden(inputIds, positions, ctx);
     if (logitsIndices === null) return null;
     const selected = this.backend.gatherRows(hidden, logitsIndices);
-    return this.backend.linear(selected, this.lmHead, null, "f32");
+    const logits = this.backend.linear(selected, this.lmHead, null, "f32");
+    // [B, V / size] per rank -> [B, V] on every rank (each rank samples the same tokens).
+    return this.vocabParallel ? this.tp.comm!.allGatherColumns(logits) : logits;
   }
 
   /**

@@ -33,7 +33,10 @@ export function formatGiB(bytes: number): string {
 export function setupDenseKVCache(backend: Backend, ctx: KVCacheSetupContext): KVCacheSetup {
   const { config, layout } = ctx.model;
   const blockSize = ctx.args.blockSize;
-  const groups = modelKVCacheGroups(config, { elementBytes: DTYPE_BYTES[ctx.kvCacheDtype] });
+  const groups = modelKVCacheGroups(config, {
+    elementBytes: DTYPE_BYTES[ctx.kvCacheDtype],
+    tensorParallelSize: ctx.args.tensorParallelSize,
+  });
   const sizing = sizeKVMemory({
     groups,
     blockSize,

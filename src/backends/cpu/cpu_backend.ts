@@ -110,8 +110,8 @@ export class CpuBackend implements Backend {
   }
 
   /** Generates a fill (weight_fill.ts) into elements [elemOffset, elemOffset + count), widened to f32. */
-  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill): void {
-    fillWeightInto(cpu(t, this.mem, "fillWeight", false, "f32"), elemOffset, count, fill);
+  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill, first = 0): void {
+    fillWeightInto(cpu(t, this.mem, "fillWeight", false, "f32"), elemOffset, count, fill, first);
   }
 
   /** Copies host data into a persistent f32/i32 tensor. @throws Error on bf16/f16 or a length mismatch. */

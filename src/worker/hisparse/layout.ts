@@ -68,7 +68,10 @@ export function layOutHiSparse(
   const { config } = ctx.model;
   const bs = ctx.args.blockSize;
   const groups = hisparseKVCacheGroups(
-    modelKVCacheGroups(config, { elementBytes: DTYPE_BYTES[ctx.kvCacheDtype] }),
+    modelKVCacheGroups(config, {
+      elementBytes: DTYPE_BYTES[ctx.kvCacheDtype],
+      tensorParallelSize: ctx.args.tensorParallelSize,
+    }),
     {
       denseLayers: hs.denseLayers,
       digestElementBytes: o.digestElementBytes,

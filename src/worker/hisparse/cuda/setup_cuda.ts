@@ -39,7 +39,9 @@ export function setupCudaHiSparse(
   const bs = ctx.args.blockSize;
   const reasons = [...modelReasons(backend, config, ctx.args, hs), ...cudaReasons(ctx)];
   if (reasons.length > 0) throw new ConfigError(reasons);
-  const { numKeyValueHeads: Hkv, headDim: D, numHiddenLayers: L } = config;
+  // The rank's KV heads (tensor parallelism: its share, or one replicated head).
+  const { headDim: D, numHiddenLayers: L } = config;
+  const Hkv = layout.numKvHeads;
   const numSparseLayers = sparseLayersOf(hs, L).length;
   const tablesConfig: SlotTablesConfig = {
     numSlots: ctx.args.maxNumSeqs,

@@ -352,6 +352,13 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     sampleResult: [],
     lastSampleRows: null,
     abiVersion: ADDON_ABI_VERSION,
+    // NCCL: a one-rank communicator whose collectives are recorded (nothing moves).
+    ncclInfo: () => ({ version: 22803, path: "libnccl.so.2 (fake)" }),
+    ncclGetUniqueId: () => new Uint8Array(128),
+    ncclCommInitRank: () => 0x1000,
+    ncclCommDestroy: record("ncclCommDestroy"),
+    ncclAllReduce: record("ncclAllReduce"),
+    ncclAllGather: record("ncclAllGather"),
     buildInfo: {
       cudaRuntimeVersion: 13000,
       hasAttention: options.hasAttention ?? true,
