@@ -268,8 +268,13 @@ export interface Backend {
   dispose(): void;
 
   // ---- ops -----------------------------------------------------------------------------------
-  /** out[t] = table[ids[t]]. ids: i32 [T]; table: [V, H] -> [T, H]. */
-  embedding(ids: Tensor, table: Tensor): Tensor;
+  /**
+   * out[t] = table[ids[t] - vocabStart]. ids: i32 [T]; table: [V, H] -> [T, H]. `vocabStart`
+   * (vocab-parallel embedding, default 0): the table is the shard of rows [vocabStart,
+   * vocabStart + V); ids outside it give zero rows (another rank's tokens, summed in by the
+   * all-reduce that follows). Without it every id must be in [0, V).
+   */
+  embedding(ids: Tensor, table: Tensor, vocabStart?: number): Tensor;
   /** out = x / sqrt(mean(x^2) + eps) * weight, per row. x: [T, H]; weight: [H] -> [T, H]. */
   rmsNorm(x: Tensor, weight: Tensor, eps: number): Tensor;
   /**

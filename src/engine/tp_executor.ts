@@ -1,6 +1,6 @@
 import type { EngineArgs } from "../config/engine_args.js";
 import type { ModelRunnerOutput, SchedulerOutput } from "../core/sched/output.js";
-import { createRendezvous } from "../worker/parallel_state.js";
+import { checkTensorParallelShapes, createRendezvous } from "../worker/parallel_state.js";
 import type { WorkerInfo } from "../worker/worker.js";
 import { type Executor, type ProgressFn, ThreadExecutor, WorkerError } from "./executor.js";
 
@@ -30,9 +30,11 @@ export class TensorParallelExecutor implements Executor {
    * Starts every rank at once (they meet in their communicator's set-up), reports rank 0's
    * progress, and returns rank 0's info with the pools every rank can hold (the smallest) and
    * every rank's device.
-   * @throws the first rank's error (name kept); every rank is stopped then.
+   * @throws ConfigError before any rank starts when the model cannot be split; else the first
+   *   rank's error (name kept); every rank is stopped then.
    */
   async init(args: EngineArgs, onProgress?: ProgressFn): Promise<WorkerInfo> {
+    checkTensorParallelShapes(args);
     const infos = await this.all((r, i) => r.init(args, i === 0 ? onProgress : undefined));
     const first = infos[0]!;
     const numGpuBlocks = Math.min(...infos.map((x) => x.numGpuBlocks));

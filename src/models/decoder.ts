@@ -8,6 +8,7 @@ import {
   type MlpLayer,
   type ModelParallel,
   NO_PARALLEL,
+  reduceRowParallel,
 } from "./blocks.js";
 import { DenseMlp } from "./mlp.js";
 import { MoeMlp } from "./moe_mlp.js";
@@ -54,7 +55,11 @@ export class DecoderForCausalLM {
     private readonly vocabParallel: boolean,
   ) {
     this.layout = attention.layout(config, tp);
+    this.vocabStart = vocabParallel ? shardOf(config.vocabSize, tp).start : 0;
   }
+
+  /** First vocabulary row of this rank's embedding and LM head shards (0 when they are whole). */
+  private readonly vocabStart: number;
 
   /**
    * Loads every weight from `source` (weight_loader.ts: declared by each block, then filled in one
@@ -63,8 +68,8 @@ export class DecoderForCausalLM {
    * @param maxPositions positions covered by the RoPE table (the engine's max model length).
    * @param onProgress bytes of weights placed so far / in all.
    * @param tp the rank to load (vLLM's Megatron layout: attention_gqa.ts and mlp.ts split their
-   *   weights; the LM head is vocab-parallel when the vocabulary divides, its logits gathered;
-   *   the embedding table is replicated); default one rank. The caller has checked the shapes
+   *   weights; the embedding and the LM head are vocab-parallel when the vocabulary divides,
+   *   else replicated); default one rank. The caller has checked the shapes
    *   (core/tensor_parallel.ts tensorParallelReasons).
    * @throws ModelConfigError when the model has MoE layers and the backend no MoE ops.
    * @throws WeightLoadError when a tensor is missing or has the wrong shape, or a file cannot be
@@ -87,7 +92,12 @@ export class DecoderForCausalLM {
     }
     const H = config.hiddenSize;
     const loader = new WeightLoader(source, backend, onProgress);
-    const embedTokens = loader.upload("model.embed_tokens.weight", [config.vocabSize, H]);
+    // Vocab-parallel embedding and LM head (vLLM VocabParallelEmbedding / ParallelLMHead) when the
+    // vocabulary divides: this rank's rows of each table; lookups of other ranks' tokens give
+    // zero rows, summed in by an all-reduce; logits are gathered in forward().
+    const vocabParallel = tp.comm !== null && vocabIsSharded(config.vocabSize, tp.size);
+    const vocab = vocabParallel ? { dim: 0 as const, ...shardOf(config.vocabSize, tp) } : null;
+    const embedTokens = loader.upload("model.embed_tokens.weight", [config.vocabSize, H], vocab);
     const shared = attention.loadShared(config, loader, maxPositions);
     const layers: DecoderLayer[] = [];
     for (let l = 0; l < config.numHiddenLayers; l++) {
@@ -109,15 +119,7 @@ export class DecoderForCausalLM {
     if (!config.tieWordEmbeddings && tied) {
       throw new WeightLoadError("checkpoint has no tensor lm_head.weight and tie_word_embeddings is false");
     }
-    // Vocab-parallel LM head (vLLM ParallelLMHead): this rank's rows of lm_head (or of the tied
-    // embedding table), logits gathered over the ranks in forward().
-    const vocabParallel = tp.comm !== null && vocabIsSharded(config.vocabSize, tp.size);
-    const headName = tied ? "model.embed_tokens.weight" : "lm_head.weight";
-    const lmHead = vocabParallel
-      ? loader.upload(headName, [config.vocabSize, H], { dim: 0, ...shardOf(config.vocabSize, tp) })
-      : tied
-        ? embedTokens
-        : loader.upload(headName, [config.vocabSize, H]);
+    const lmHead = tied ? embedTokens : loader.upload("lm_head.weight", [config.vocabSize, H], vocab);
     loader.finish();
     return new DecoderForCausalLM(
       config,
@@ -176,7 +178,9 @@ export class DecoderForCausalLM {
     const ctx =
       this.config.mla?.indexer != null ? { ...stepCtx, dsaTopk: new Map<number, Tensor>() } : stepCtx;
     const eps = this.config.rmsNormEps;
-    const residual = b.embedding(inputIds, this.embedTokens);
+    const residual = this.vocabParallel
+      ? reduceRowParallel(b.embedding(inputIds, this.embedTokens, this.vocabStart), this.tp)
+      : b.embedding(inputIds, this.embedTokens);
     let h: Tensor | null = null;
     for (let l = 0; l < this.layers.length; l++) {
       const prev: Tensor | null = h;

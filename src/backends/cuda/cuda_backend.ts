@@ -309,8 +309,8 @@ export class CudaBackend implements Backend {
 
   // ---- ops (ops.ts, attention_ops.ts, sparse_attention_ops.ts) -------------------------------------------------------------
 
-  embedding(ids: Tensor, table: Tensor): Tensor {
-    return ops.embedding(this, ids, table);
+  embedding(ids: Tensor, table: Tensor, vocabStart = 0): Tensor {
+    return ops.embedding(this, ids, table, vocabStart);
   }
   rmsNorm(x: Tensor, weight: Tensor, eps: number): Tensor {
     return ops.rmsNorm(this, x, weight, eps);
