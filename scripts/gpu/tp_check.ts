@@ -60,9 +60,8 @@ async function run(opts: Record<string, unknown>, ps: number[][], maxTokens: num
   const engine = await LLMEngine.create(args);
   try {
     const params = makeSamplingParams({ temperature: 0, maxTokens, ignoreEos: true, logprobs: 2 });
-    ps.forEach((p, i) =>
-      engine.addRequest(`r${i}`, { promptTokenIds: p }, params, { outputKind: "final_only" }),
-    );
+    for (const [i, p] of ps.entries())
+      engine.addRequest(`r${i}`, { promptTokenIds: p }, params, { outputKind: "final_only" });
     const stepMs: number[] = [];
     let decodeTokens = 0;
     const done = new Map<string, { tokens: number[]; gaps: number[] }>();
