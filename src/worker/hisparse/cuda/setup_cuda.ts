@@ -53,7 +53,10 @@ export function setupCudaHiSparse(
   const lay = layOutHiSparse(backend, ctx, hs, {
     digestElementBytes: DIGEST_ELEMENT_BYTES.cuda,
     reservedDeviceBytes: HiSparseSlotTables.deviceBytes(tablesConfig),
-    defaultHostPoolMaxBytes: Math.floor(totalmem() * DEFAULT_HOST_POOL_MAX_RAM_FRACTION),
+    // Every rank pins its own host tier: the ranks share the cap.
+    defaultHostPoolMaxBytes: Math.floor(
+      (totalmem() * DEFAULT_HOST_POOL_MAX_RAM_FRACTION) / ctx.args.tensorParallelSize,
+    ),
   });
   const tables = new HiSparseSlotTables(backend, tablesConfig);
   const tier = { numSparseLayers, numHostBlocks: lay.numHostBlocks, blockSize: bs };
