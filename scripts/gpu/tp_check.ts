@@ -10,7 +10,8 @@
  *     partial sums round differently); then a scaling table (decode step ms and tokens/s at
  *     batch 1 and 32) for Llama-3.1-8B and the Llama-3.1-70B shape (dummy weights).
  * Prints one line per check ("PASS ..." / "FAIL ...") and the table; writes $OUT/tp_check.json.
- * Exit 0 iff every check passed. Options: --quick (part A only); --device cpu (a smoke run of
+ * Exit 0 iff every check passed. Options: --quick (part A only); --repeat K (K alternating
+ * rounds of the timing, default 1); --device cpu (a smoke run of
  * part A on the CPU backend with ref-small for the timing too, the shared-memory collectives in
  * place of NCCL; the 2% bound is then reported, not required).
  */
@@ -126,9 +127,12 @@ function tieAwareEqual(ref: RunResult, got: RunResult): { ok: boolean; nearTies:
       ? { model: "llama-3.1-8b", loadFormat: "dummy", maxModelLen: 1024 }
       : { maxModelLen: 512 };
   const ps = prompts(8, 128, 2);
-  // Alternate the paths twice and keep each one's best median (the GPU clock settles).
+  // The median decode step of each path (128 steps each); `--repeat K` alternates K rounds and
+  // keeps each path's best median.
   const times = { uni: [] as number[], nccl: [] as number[] };
-  for (let i = 0; i < 2; i++) {
+  const k = process.argv.indexOf("--repeat");
+  const rounds = k >= 0 ? Number(process.argv[k + 1]) : 1;
+  for (let i = 0; i < rounds; i++) {
     times.uni.push((await run({ ...big, distributedExecutorBackend: "uni" }, ps, 128)).decodeStepMs);
     times.nccl.push((await run({ ...big, distributedExecutorBackend: "threads" }, ps, 128)).decodeStepMs);
   }
