@@ -109,7 +109,7 @@ async function runServe(o: ServeOptions): Promise<void> {
     );
   logger.info(
     `hisparse serving ${server.context.modelName} on ${server.url} (${info.backend}: ${info.deviceName}, ` +
-      `${tp.size > 1 ? `tensor_parallel_size ${tp.size}, ` : ""}max_model_len ${info.maxModelLen}, ${info.numGpuBlocks} KV blocks per rank)`,
+      `${tp.size > 1 ? `tensor_parallel_size ${tp.size}, ` : ""}max_model_len ${info.maxModelLen}, ${info.numGpuBlocks} KV blocks${tp.size > 1 ? " per rank" : ""})`,
   );
   installSignalHandlers(server, logger);
 }
