@@ -8,8 +8,9 @@ namespace hs {
 namespace {
 
 Napi::Value GatherRows(const Napi::CallbackInfo& info) {
-  Args a(info, 7, "gatherRows");
-  HS_LAUNCH(hsGatherRows, a.stream(0), a.ptr(1), a.ptr(2), a.as<const int32_t>(3), a.i32(4), a.i32(5), a.size(6));
+  Args a(info, 8, "gatherRows");
+  HS_LAUNCH(hsGatherRows, a.stream(0), a.ptr(1), a.ptr(2), a.as<const int32_t>(3), a.i32(4), a.i32(5), a.size(6),
+            a.i32(7));
   return info.Env().Undefined();
 }
 

@@ -40,6 +40,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   initHiSparse(env, exports);
   initLoader(env, exports);
   initMoe(env, exports);
+  initNccl(env, exports);
   return exports;
 }
 

@@ -9,13 +9,16 @@
 namespace hs {
 namespace {
 
-/** One block per output row; rows whose index is out of range are zero-filled. */
+/**
+ * One block per output row; index i reads source row i - firstIndex; rows whose source row is out
+ * of range are zero-filled.
+ */
 template <typename V>
 __global__ void __launch_bounds__(256) gatherRowsKernel(V* __restrict__ out, const V* __restrict__ src,
                                                         const int32_t* __restrict__ indices, int numSrcRows,
-                                                        size_t rowElems) {
+                                                        size_t rowElems, int firstIndex) {
   const size_t r = blockIdx.x;
-  const int s = indices[r];
+  const int s = indices[r] - firstIndex;
   V* o = out + r * rowElems;
   if (s < 0 || s >= numSrcRows) {
     for (size_t i = threadIdx.x; i < rowElems; i += blockDim.x) o[i] = V{};
@@ -112,7 +115,7 @@ extern "C" size_t hsDtypeBytes(int dtype) {
 }
 
 extern "C" cudaError_t hsGatherRows(void* out, const void* src, const int32_t* indices, int numRows, int numSrcRows,
-                                    size_t rowBytes, cudaStream_t stream) {
+                                    size_t rowBytes, int firstIndex, cudaStream_t stream) {
   if (numRows < 0 || numSrcRows < 0 || rowBytes == 0) return cudaErrorInvalidValue;
   if (numRows == 0) return cudaSuccess;
   const int w = hs::widestAccess({rowBytes}, {out, src});
@@ -121,15 +124,15 @@ extern "C" cudaError_t hsGatherRows(void* out, const void* src, const int32_t* i
   if (w == 16) {
     hs::gatherRowsKernel<uint4><<<numRows, threads, 0, stream>>>(static_cast<uint4*>(out),
                                                                   static_cast<const uint4*>(src), indices,
-                                                                  numSrcRows, elems);
+                                                                  numSrcRows, elems, firstIndex);
   } else if (w == 4) {
     hs::gatherRowsKernel<uint32_t><<<numRows, threads, 0, stream>>>(static_cast<uint32_t*>(out),
                                                                      static_cast<const uint32_t*>(src), indices,
-                                                                     numSrcRows, elems);
+                                                                     numSrcRows, elems, firstIndex);
   } else {
     hs::gatherRowsKernel<uint8_t><<<numRows, threads, 0, stream>>>(static_cast<uint8_t*>(out),
                                                                     static_cast<const uint8_t*>(src), indices,
-                                                                    numSrcRows, elems);
+                                                                    numSrcRows, elems, firstIndex);
   }
   return cudaGetLastError();
 }

@@ -31,12 +31,13 @@ enum HsDtype { HS_DTYPE_F32 = 0, HS_DTYPE_BF16 = 1, HS_DTYPE_F16 = 2, HS_DTYPE_I
 size_t hsDtypeBytes(int dtype);
 
 /**
- * out[r] = src[indices[r]] for r < numRows, copying rowBytes bytes per row (embedding lookup,
- * gatherRows). An index outside [0, numSrcRows) yields a zero row (padded batch rows).
+ * out[r] = src[indices[r] - firstIndex] for r < numRows, copying rowBytes bytes per row (embedding
+ * lookup, gatherRows; firstIndex: the first vocabulary row of a vocab-parallel shard, else 0).
+ * A source row outside [0, numSrcRows) yields a zero row (padded batch rows, other ranks' tokens).
  * out: [numRows, rowBytes]; src: [numSrcRows, rowBytes]; indices: i32 [numRows].
  */
 cudaError_t hsGatherRows(void* out, const void* src, const int32_t* indices, int numRows, int numSrcRows,
-                         size_t rowBytes, cudaStream_t stream);
+                         size_t rowBytes, int firstIndex, cudaStream_t stream);
 
 /**
  * RMSNorm per row (HF LlamaRMSNorm): inv = rsqrt(mean(x^2) + eps) in fp32;

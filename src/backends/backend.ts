@@ -225,9 +225,11 @@ export interface Backend {
    * Writes elements [0, count) of a generated fill (weight_fill.ts: constant or counter-based table
    * lookup) into elements [elemOffset, elemOffset + count) of a weight, with the values that
    * writeWeight would store for the fill's host copy (generateFill). CUDA runs the rule on the
-   * device (no host data). @throws Error when the range leaves the tensor.
+   * device (no host data). `first` (default 0): the fill's element written first, so that a
+   * tensor-parallel shard takes elements [first, first + count) of the HF tensor's rule.
+   * @throws Error when the range leaves the tensor.
    */
-  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill): void;
+  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill, first?: number): void;
   /**
    * Optional: streams byte ranges of open files into weights (CUDA: parallel reads into pinned,
    * multi-buffered staging overlapped with host-to-device copies, dtype cast on the device) and
@@ -277,8 +279,13 @@ export interface Backend {
   dispose(): void;
 
   // ---- ops -----------------------------------------------------------------------------------
-  /** out[t] = table[ids[t]]. ids: i32 [T]; table: [V, H] -> [T, H]. */
-  embedding(ids: Tensor, table: Tensor): Tensor;
+  /**
+   * out[t] = table[ids[t] - vocabStart]. ids: i32 [T]; table: [V, H] -> [T, H]. `vocabStart`
+   * (vocab-parallel embedding, default 0): the table is the shard of rows [vocabStart,
+   * vocabStart + V); ids outside it give zero rows (another rank's tokens, summed in by the
+   * all-reduce that follows). Without it every id must be in [0, V).
+   */
+  embedding(ids: Tensor, table: Tensor, vocabStart?: number): Tensor;
   /** out = x / sqrt(mean(x^2) + eps) * weight, per row. x: [T, H]; weight: [H] -> [T, H]. */
   rmsNorm(x: Tensor, weight: Tensor, eps: number): Tensor;
   /**

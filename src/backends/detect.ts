@@ -1,4 +1,5 @@
 import { defaultAddonPath, type HisparseNative, loadAddon } from "./cuda/addon.js";
+import { ncclVersionString } from "./cuda/addon_nccl.js";
 
 /** Lowest compute capability the addon carries code for (sm_90a SASS + compute_90 PTX). */
 export const MIN_COMPUTE_CAPABILITY = 9.0;
@@ -78,5 +79,34 @@ export function detectCuda(addonPath?: string): CudaDetection {
   } catch (err) {
     result.reason = err instanceof Error ? err.message : String(err);
     return result;
+  }
+}
+
+/** What `hisparse info` and the tensor-parallel start-up say about NCCL. */
+export interface NcclDetection {
+  available: boolean;
+  /** "2.28.3", null when NCCL could not be loaded. */
+  version: string | null;
+  /** The library dlopen took, null when none. */
+  path: string | null;
+  /** Why not (one sentence), or "" when available. */
+  reason: string;
+}
+
+/**
+ * Loads NCCL through the addon (dlopen("libnccl.so.2"), native/addon/nccl_dl.h) and reports its
+ * version. Never throws.
+ */
+export function detectNccl(addonPath?: string): NcclDetection {
+  try {
+    const info = loadAddon(addonPath ?? defaultAddonPath()).ncclInfo();
+    return { available: true, version: ncclVersionString(info.version), path: info.path, reason: "" };
+  } catch (err) {
+    return {
+      available: false,
+      version: null,
+      path: null,
+      reason: err instanceof Error ? err.message : String(err),
+    };
   }
 }

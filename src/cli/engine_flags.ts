@@ -43,6 +43,18 @@ export function addEngineFlags(cmd: Command): Command {
     .option("--no-enable-chunked-prefill", "do not split long prompts across steps")
     .option("--enable-prefix-caching", "reuse the KV of identical prompt prefixes", false)
     .option("--enforce-eager", "disable CUDA graphs", false)
+    .option(
+      "--tensor-parallel-size <n>",
+      "ranks the model is split over (one worker thread per rank; CUDA: one GPU each)",
+      parseIntArg,
+      1,
+    )
+    .addOption(
+      new Option(
+        "--distributed-executor-backend <kind>",
+        "uni: one worker; threads: one worker thread per rank with collectives (default when --tensor-parallel-size > 1)",
+      ).choices(["uni", "threads"]),
+    )
     .option("--cpu-threads <n>", "threads of the CPU backend", parseIntArg);
   return addHiSparseFlags(cmd);
 }
@@ -85,6 +97,8 @@ export function engineArgsFromOptions(o: Record<string, unknown>): EngineArgs {
     enableChunkedPrefill: pick<boolean>("enableChunkedPrefill") ?? true,
     enablePrefixCaching: pick<boolean>("enablePrefixCaching") ?? false,
     enforceEager: pick<boolean>("enforceEager") ?? false,
+    tensorParallelSize: pick<number>("tensorParallelSize") ?? 1,
+    distributedExecutorBackend: pick<EngineArgs["distributedExecutorBackend"]>("distributedExecutorBackend"),
     cpuThreads: pick<number>("cpuThreads"),
     extensions: hs.config === null ? {} : { hisparse: hs.config },
   });

@@ -8,11 +8,13 @@ import {
   loadModelConfig,
   type ModelConfig,
 } from "../config/model_config.js";
-import { modelKVCacheGroups } from "../core/kv/kv_cache_interface.js";
+import { kvHeadsPerRank, modelKVCacheGroups } from "../core/kv/kv_cache_interface.js";
 import { bytesPerToken } from "../core/kv/kv_memory.js";
+import { tensorParallelReasons, vocabIsSharded } from "../core/tensor_parallel.js";
 import { packageRoot, resolveModelDir } from "../models/registry.js";
 import { Tokenizer } from "../tokenizer/tokenizer.js";
 import { action } from "./errors.js";
+import { parseIntArg } from "./parse_args.js";
 
 /** Package version from package.json. */
 export function packageVersion(): string {
@@ -45,22 +47,32 @@ export function registerInfo(program: Command): void {
     .command("info")
     .description("print versions, the compute backend found, and a summary of the model")
     .option("--model <dir>", "model directory (default: the bundled ref-small)")
+    .option(
+      "--tensor-parallel-size <n>",
+      "show how the model splits over this many ranks (and the GPUs and NCCL it needs)",
+      parseIntArg,
+      1,
+    )
     .option("--json", "print JSON", false)
     .action(action(runInfo));
 }
 
-async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
-  const { detectCuda } = await import("../backends/detect.js");
+async function runInfo(o: { model?: string; json: boolean; tensorParallelSize: number }): Promise<void> {
+  const { detectCuda, detectNccl } = await import("../backends/detect.js");
   const cuda = detectCuda();
+  const nccl = cuda.available ? detectNccl() : null;
   const dir = resolveModelDir(o.model);
   const cfg = loadModelConfig(dir);
+  const tp = o.tensorParallelSize;
   const info = {
     hisparse: packageVersion(),
     node: process.version,
     platform: `${os.platform()} ${os.arch()}`,
     cpus: os.availableParallelism(),
     cuda,
+    nccl,
     nvidiaDriver: nvidiaDriverPresent(),
+    tensorParallel: tensorParallelSummary(cfg, tp, cuda.available ? cuda.deviceCount : null),
     model: {
       dir,
       architecture: cfg.architecture,
@@ -105,6 +117,62 @@ async function runInfo(o: { model?: string; json: boolean }): Promise<void> {
   for (const l of mlaLines(cfg)) console.log(l);
   const moe = moeSummary(cfg);
   if (moe !== null) console.log(`  ${moe}`);
+  if (nccl !== null)
+    console.log(
+      nccl.available ? `NCCL: ${nccl.version} (${nccl.path})` : `NCCL: not available (${nccl.reason})`,
+    );
+  console.log(tensorParallelLine(info.tensorParallel));
+}
+
+/** How a model splits over `tp` ranks (core/tensor_parallel.ts), for `hisparse info`. */
+export interface TensorParallelSummary {
+  size: number;
+  /** GPUs present (null on the CPU backend, whose ranks are threads). */
+  gpus: number | null;
+  /** Why the model cannot be split (empty when it can); a missing GPU is one reason. */
+  reasons: string[];
+  /** Per rank, when it splits: query heads, KV heads (replicated when fewer than ranks), MLP rows, vocabulary rows. */
+  perRank: {
+    heads: number;
+    kvHeads: number;
+    kvReplicated: boolean;
+    intermediate: number;
+    vocab: number;
+  } | null;
+}
+
+export function tensorParallelSummary(
+  cfg: ModelConfig,
+  tp: number,
+  gpus: number | null,
+): TensorParallelSummary {
+  const reasons = tensorParallelReasons(cfg, tp);
+  if (gpus !== null && tp > gpus)
+    reasons.push(`--tensor-parallel-size ${tp} needs ${tp} GPUs, ${gpus} present`);
+  const split = tensorParallelReasons(cfg, tp).length === 0;
+  const perRank = split
+    ? {
+        heads: cfg.numAttentionHeads / tp,
+        kvHeads: kvHeadsPerRank(cfg.numKeyValueHeads, tp),
+        kvReplicated: cfg.numKeyValueHeads < tp,
+        intermediate: cfg.intermediateSize / tp,
+        vocab: vocabIsSharded(cfg.vocabSize, tp) ? cfg.vocabSize / tp : cfg.vocabSize,
+      }
+    : null;
+  return { size: tp, gpus, reasons, perRank };
+}
+
+/** "tensor parallel: 2 ranks (GPUs 0-1 of 8): per rank 16 heads, 4 KV heads, ..." or the reasons. */
+export function tensorParallelLine(s: TensorParallelSummary): string {
+  const where =
+    s.gpus === null ? "CPU threads" : `GPU${s.size > 1 ? `s 0-${s.size - 1}` : " 0"} of ${s.gpus}`;
+  const head = `tensor parallel: ${s.size} rank${s.size > 1 ? "s" : ""} (${where})`;
+  if (s.reasons.length > 0) return `${head}: refused: ${s.reasons.join("; ")}`;
+  const r = s.perRank!;
+  return (
+    `${head}: per rank ${r.heads} heads, ${r.kvHeads} KV head${r.kvHeads > 1 ? "s" : ""}` +
+    `${r.kvReplicated ? " (replicated)" : ""}, MLP ${r.intermediate}, vocab ${r.vocab}`
+  );
 }
 
 /**

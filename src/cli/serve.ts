@@ -101,9 +101,15 @@ async function runServe(o: ServeOptions): Promise<void> {
   const info = server.llm.engine.info;
   const kv = info.kvCache;
   logger[kv.logLevel]({ [kv.key]: kv.fields }, kv.line);
+  const tp = info.tensorParallel;
+  if (tp.communicator !== null)
+    logger.info(
+      { tensor_parallel: { size: tp.size, devices: tp.devices, communicator: tp.communicator } },
+      `tensor parallel: ${tp.size} rank${tp.size > 1 ? "s" : ""} over ${tp.communicator}: ${tp.devices.map((d, r) => `rank ${r} ${d}`).join(", ")}`,
+    );
   logger.info(
     `hisparse serving ${server.context.modelName} on ${server.url} (${info.backend}: ${info.deviceName}, ` +
-      `max_model_len ${info.maxModelLen}, ${info.numGpuBlocks} KV blocks)`,
+      `${tp.size > 1 ? `tensor_parallel_size ${tp.size}, ` : ""}max_model_len ${info.maxModelLen}, ${info.numGpuBlocks} KV blocks${tp.size > 1 ? " per rank" : ""})`,
   );
   installSignalHandlers(server, logger);
 }

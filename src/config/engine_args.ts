@@ -38,7 +38,19 @@ export interface EngineArgs {
   enforceEager: boolean;
   /** Threads the CPU backend may use (default: min(2, cores)). */
   cpuThreads?: number;
-  /** Run the worker on the calling thread instead of a worker_thread (tests, debugging). */
+  /**
+   * Ranks the model is split over (`--tensor-parallel-size`, vLLM's): one worker thread per rank,
+   * each with its own backend (CUDA: device i), in lock-step (engine/tp_executor.ts). Default 1.
+   */
+  tensorParallelSize: number;
+  /**
+   * How the workers run (vLLM `--distributed-executor-backend`): "uni" one worker (tensor
+   * parallel size 1), "threads" one worker thread per rank with collectives (the default when
+   * the size is above 1; with size 1 it runs the collectives path on one rank, to check it
+   * against "uni").
+   */
+  distributedExecutorBackend?: "uni" | "threads";
+  /** Run the worker on the calling thread instead of a worker_thread (tests, debugging; tensor parallel size 1 only). */
   inprocWorker: boolean;
   /** Extension settings of optional features (HiSparse), keyed by feature. */
   extensions: Record<string, unknown>;
@@ -59,6 +71,7 @@ export function defaultEngineArgs(): EngineArgs {
     enableChunkedPrefill: true,
     enablePrefixCaching: false,
     enforceEager: false,
+    tensorParallelSize: 1,
     inprocWorker: false,
     extensions: {},
   };
@@ -103,6 +116,17 @@ export function validateEngineArgs(a: EngineArgs): string[] {
   )
     r.push(`--num-gpu-blocks-override must be >= 1, got ${a.numGpuBlocksOverride}`);
   if (!(a.cpuKvCacheBytes > 0)) r.push(`CPU KV cache size must be > 0 bytes, got ${a.cpuKvCacheBytes}`);
+  if (!Number.isInteger(a.tensorParallelSize) || a.tensorParallelSize < 1)
+    r.push(`--tensor-parallel-size must be an integer >= 1, got ${a.tensorParallelSize}`);
+  const deb = a.distributedExecutorBackend;
+  if (deb !== undefined && deb !== "uni" && deb !== "threads")
+    r.push(`--distributed-executor-backend must be uni or threads, got ${deb}`);
+  if (a.tensorParallelSize > 1 && deb === "uni")
+    r.push(
+      `--tensor-parallel-size ${a.tensorParallelSize} needs --distributed-executor-backend threads (uni runs one rank)`,
+    );
+  if (a.inprocWorker && (a.tensorParallelSize > 1 || deb === "threads"))
+    r.push("the in-process worker runs one rank; tensor parallelism runs one worker thread per rank");
   if (a.cpuThreads !== undefined && (!Number.isInteger(a.cpuThreads) || a.cpuThreads < 1))
     r.push(`--cpu-threads must be >= 1, got ${a.cpuThreads}`);
   r.push(

@@ -23,7 +23,16 @@ export interface FamilyTraits {
   moe: MoeFamily | null;
   /** The MLA reader of config/mla_config.ts; absent for GQA families. */
   mla?: MlaFamily;
+  /**
+   * Why the family cannot be split over tensor-parallel ranks yet (config/parallel_config.ts);
+   * absent when its layers follow the Megatron layout of dense GQA models.
+   */
+  tensorParallel?: string;
 }
+
+/** The MoE families' refusal: expert sharding (tensor or expert parallel) is not implemented yet. */
+const MOE_TP_REFUSAL =
+  "tensor parallelism of mixture-of-experts layers is not implemented yet (run this model with --tensor-parallel-size 1)";
 
 const never = (): boolean => false;
 const always = (): boolean => true;
@@ -80,6 +89,7 @@ export const FAMILY_TRAITS: Record<ModelFamily, FamilyTraits> = {
     slidingWindow: "use_sliding_window",
     partialRotaryFactor: 1,
     moe: "qwen3_moe",
+    tensorParallel: MOE_TP_REFUSAL,
   },
   glm4_moe: {
     qkvBias: attentionBias,
@@ -89,6 +99,7 @@ export const FAMILY_TRAITS: Record<ModelFamily, FamilyTraits> = {
     slidingWindow: "none",
     partialRotaryFactor: 0.5,
     moe: "glm4_moe",
+    tensorParallel: MOE_TP_REFUSAL,
   },
   deepseek_v3: mlaTraits("deepseek_v3"),
   deepseek_v32: mlaTraits("deepseek_v32"),
@@ -110,6 +121,8 @@ function mlaTraits(family: MlaFamily): FamilyTraits {
     partialRotaryFactor: 1,
     moe: family,
     mla: family,
+    tensorParallel:
+      "tensor parallelism of multi-head latent attention (and its MoE layers) is not implemented yet (run this model with --tensor-parallel-size 1)",
   };
 }
 

@@ -1,7 +1,7 @@
 import { Worker as ThreadWorker } from "node:worker_threads";
 import type { EngineArgs } from "../config/engine_args.js";
 import type { ModelRunnerOutput, SchedulerOutput } from "../core/sched/output.js";
-import type { WorkerInfo } from "../worker/worker.js";
+import type { RankInit, WorkerInfo } from "../worker/worker.js";
 
 /** Loading progress reported by the worker: bytes of weights placed so far / in all (models/weight_loader.ts). */
 export type ProgressFn = (done: number, total: number) => void;
@@ -72,6 +72,9 @@ export class ThreadExecutor implements Executor {
   private pending: { resolve: (r: Reply) => void; reject: (e: Error) => void } | null = null;
   private onProgress: ProgressFn | undefined;
 
+  /** @param rank the tensor-parallel rank the thread's worker runs as (tp_executor.ts); none: the single worker. */
+  constructor(private readonly rank?: RankInit) {}
+
   async init(args: EngineArgs, onProgress?: ProgressFn): Promise<WorkerInfo> {
     this.onProgress = onProgress;
     this.thread = spawnWorkerThread(new URL("../worker/thread_main.js", import.meta.url));
@@ -82,7 +85,11 @@ export class ThreadExecutor implements Executor {
       this.thread = null;
       this.fail(new WorkerError("WorkerExit", `worker thread exited with code ${code}`));
     });
-    const r = await this.request({ type: "init", args });
+    const r = await this.request({
+      type: "init",
+      args,
+      ...(this.rank === undefined ? {} : { rank: this.rank }),
+    });
     if (r.type !== "ready") throw new Error(`unexpected worker reply ${r.type}`);
     return r.info;
   }

@@ -22,6 +22,7 @@ import { type Executor, InprocExecutor, type ProgressFn, ThreadExecutor } from "
 import { checkKVCacheCapacity } from "./kv_capacity.js";
 import { OutputProcessor } from "./output_processor.js";
 import type { RequestOutput, RequestOutputKind } from "./outputs.js";
+import { TensorParallelExecutor } from "./tp_executor.js";
 
 /** A request the engine refuses (bad prompt or parameters); the message is one sentence for the user. */
 export class EngineInputError extends Error {
@@ -99,7 +100,7 @@ export class LLMEngine {
   static async create(args: EngineArgs, opts: EngineCreateOptions = {}): Promise<LLMEngine> {
     const reasons = validateEngineArgs(args);
     if (reasons.length > 0) throw new ConfigError(reasons);
-    const executor: Executor = args.inprocWorker ? new InprocExecutor() : new ThreadExecutor();
+    const executor = executorFor(args);
     let info: WorkerInfo;
     try {
       info = await executor.init(args, opts.onLoadProgress);
@@ -295,6 +296,14 @@ export class LLMEngine {
   async shutdown(): Promise<void> {
     await this.executor.shutdown();
   }
+}
+
+/** The executor the args ask for: one rank per worker thread under tensor parallelism, else one worker. */
+function executorFor(args: EngineArgs): Executor {
+  const threads =
+    (args.distributedExecutorBackend ?? (args.tensorParallelSize > 1 ? "threads" : "uni")) === "threads";
+  if (threads) return new TensorParallelExecutor(args.tensorParallelSize);
+  return args.inprocWorker ? new InprocExecutor() : new ThreadExecutor();
 }
 
 /**

@@ -18,6 +18,12 @@ export interface MetricsRegistryOptions {
   modelName: string;
   /** Reads the engine's gauges now (the scheduler's running/waiting queues and block pool). */
   gauges: () => EngineGauges;
+  /**
+   * The engine's ranks, exported as an info gauge (`hisparse:parallel_config_info`, 1, labelled
+   * like vLLM's `vllm:cache_config_info`). Request and scheduler series are not labelled by rank:
+   * as in vLLM there is one scheduler for every rank. Default one rank, no communicator.
+   */
+  parallel?: { tensorParallelSize: number; communicator: string | null; devices: readonly string[] };
 }
 
 /**
@@ -80,6 +86,21 @@ export class MetricsRegistry {
     const registers = [this.registry];
     const labelNames = ["model_name"] as const;
     this.makeGauges();
+    const p = options.parallel ?? { tensorParallelSize: 1, communicator: null, devices: [] };
+    new Gauge({
+      name: "hisparse:parallel_config_info",
+      help: "Tensor parallelism of the engine (value 1): its size, communicator and devices.",
+      labelNames: ["model_name", "tensor_parallel_size", "communicator", "devices"] as const,
+      registers,
+    }).set(
+      {
+        model_name: options.modelName,
+        tensor_parallel_size: String(p.tensorParallelSize),
+        communicator: p.communicator ?? "none",
+        devices: p.devices.join(","),
+      },
+      1,
+    );
     const counter = (name: string, help: string) => new Counter({ name, help, labelNames, registers });
     const histogram = (name: string, help: string, buckets: number[]) =>
       new Histogram({ name, help, labelNames, buckets, registers });

@@ -1,7 +1,16 @@
 import type { Backend, QkvLayout, Tensor } from "../backends/backend.js";
 import type { ModelConfig } from "../config/model_config.js";
-import type { AttentionKind, AttentionLayer, ForwardContext } from "./blocks.js";
+import { kvHeadShard, shardOf } from "../core/tensor_parallel.js";
+import {
+  type AttentionKind,
+  type AttentionLayer,
+  type ForwardContext,
+  type ModelParallel,
+  NO_PARALLEL,
+  reduceRowParallel,
+} from "./blocks.js";
 import { buildCosSinCache, computeInvFreq, ropeAttentionFactor } from "./rope.js";
+import type { WeightShard } from "./weight_loader.js";
 
 /**
  * GQA attention with the HF Llama family's variants: fused q/k/v (+ biases), Qwen3 / GLM q/k
@@ -20,6 +29,7 @@ class GqaAttentionLayer implements AttentionLayer {
     private readonly kNorm: Tensor | null, // [D]
     private readonly oProj: Tensor, // [H, Hq * D]
     private readonly oBias: Tensor | null, // [H]
+    private readonly tp: ModelParallel,
   ) {}
 
   get weights(): readonly Tensor[] {
@@ -35,13 +45,23 @@ class GqaAttentionLayer implements AttentionLayer {
       b.qkNorm(qkv, this.layout, this.qNorm, this.kNorm, this.config.rmsNormEps);
     b.rotaryEmbedding(qkv, this.layout, positions, this.cosSinCache);
     const attnOut = ctx.attention.forward(l, qkv, ctx.kvCaches[l]!, ctx.meta);
-    return b.linear(attnOut, this.oProj, this.oBias);
+    return reduceRowParallel(b.linear(attnOut, this.oProj, this.oBias), this.tp);
   }
 }
 
-/** The GQA attention kind (HF modeling_llama / _qwen3 / _qwen3_moe / _glm4_moe attention). */
+/**
+ * The GQA attention kind (HF modeling_llama / _qwen3 / _qwen3_moe / _glm4_moe attention). Under
+ * tensor parallelism (vLLM QKVParallelLinear + RowParallelLinear) a rank holds its query heads'
+ * rows of q_proj, its KV heads' rows of k_proj / v_proj (core/tensor_parallel.ts kvHeadShard:
+ * split, or one replicated head), the matching columns of o_proj, and o_proj's bias on rank 0
+ * only (it is added once before the all-reduce).
+ */
 export const GQA_ATTENTION: AttentionKind = {
-  layout: (c) => ({ numHeads: c.numAttentionHeads, numKvHeads: c.numKeyValueHeads, headDim: c.headDim }),
+  layout: (c, tp = NO_PARALLEL) => ({
+    numHeads: c.numAttentionHeads / tp.size,
+    numKvHeads: kvHeadShard(c.numKeyValueHeads, tp).count,
+    headDim: c.headDim,
+  }),
 
   loadShared(config, loader, maxPositions) {
     const R = config.rotaryDim ?? config.headDim;
@@ -53,32 +73,44 @@ export const GQA_ATTENTION: AttentionKind = {
     return [loader.backend.upload(cos, [maxPositions, R], "f32")];
   },
 
-  loadLayer(config, loader, l, shared) {
+  loadLayer(config, loader, l, shared, tp = NO_PARALLEL) {
     const { hiddenSize: H, headDim: D, numAttentionHeads: Hq, numKeyValueHeads: Hkv } = config;
     const a = `model.layers.${l}.self_attn`;
     const names = ["q", "k", "v"].map((x) => `${a}.${x}_proj`);
     const rows = [Hq * D, Hkv * D, Hkv * D];
+    const q = shardOf(Hq, tp);
+    const kv = kvHeadShard(Hkv, tp);
+    const heads = (s: { start: number; count: number }): WeightShard | null =>
+      tp.size === 1 ? null : { dim: 0, start: s.start * D, count: s.count * D };
+    const shards = [heads(q), heads(kv), heads(kv)];
     const qkvProj = loader.uploadCat(
       names.map((n) => `${n}.weight`),
       rows.map((r) => [r, H]),
+      undefined,
+      shards,
     );
     const qkvBias = config.attentionBias
       ? loader.uploadCat(
           names.map((n) => `${n}.bias`),
           rows.map((r) => [r]),
+          undefined,
+          shards,
         )
       : null;
+    const oShard: WeightShard | null =
+      tp.size === 1 ? null : { dim: 1, start: q.start * D, count: q.count * D };
     return new GqaAttentionLayer(
       loader.backend,
       config,
-      GQA_ATTENTION.layout(config),
+      GQA_ATTENTION.layout(config, tp),
       shared[0]!,
       qkvProj,
       qkvBias,
       loader.uploadOpt(`${a}.q_norm.weight`, [D], config.qkNorm),
       loader.uploadOpt(`${a}.k_norm.weight`, [D], config.qkNorm),
-      loader.upload(`${a}.o_proj.weight`, [H, Hq * D]),
-      loader.uploadOpt(`${a}.o_proj.bias`, [H], config.oProjBias),
+      loader.upload(`${a}.o_proj.weight`, [H, Hq * D], oShard),
+      loader.uploadOpt(`${a}.o_proj.bias`, [H], config.oProjBias && tp.rank === 0),
+      tp,
     );
   },
 };

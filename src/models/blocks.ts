@@ -6,7 +6,9 @@
 import type { AttentionBackend } from "../attention/backend.js";
 import type { MlaAttentionBackend } from "../attention/mla.js";
 import type { AttentionMetadata, QkvLayout, Tensor } from "../backends/backend.js";
+import type { DeviceCommunicator } from "../backends/collectives.js";
 import type { ModelConfig } from "../config/model_config.js";
+import type { TensorParallelRank } from "../core/tensor_parallel.js";
 import type { WeightLoader } from "./weight_loader.js";
 
 /** Everything a forward pass needs besides token ids and positions. */
@@ -29,6 +31,30 @@ export interface ForwardContext {
   dsaTopk?: Map<number, Tensor>;
 }
 
+/**
+ * The rank a model is loaded for (tensor parallelism, vLLM's Megatron layout): its slice of
+ * every split weight, and the communicator of its group for the all-reduce after each
+ * row-parallel linear and the gather of vocab-parallel logits. Size 1: the whole model, no
+ * collective.
+ */
+export interface ModelParallel extends TensorParallelRank {
+  /** null on the single-worker path (size 1, no collective). */
+  comm: DeviceCommunicator | null;
+}
+
+/** The single-rank case. */
+export const NO_PARALLEL: ModelParallel = { rank: 0, size: 1, comm: null };
+
+/**
+ * x summed over the ranks (in place) after a row-parallel linear; nothing without a
+ * communicator (one rank on the single-worker path; one rank through the collectives path still
+ * calls it, which is how the NCCL path is checked against the single-GPU one).
+ */
+export function reduceRowParallel(x: Tensor, tp: ModelParallel): Tensor {
+  tp.comm?.allReduce(x);
+  return x;
+}
+
 /** One decoder layer's attention block: normed hidden states in, the o_proj output out. */
 export interface AttentionLayer {
   /**
@@ -47,10 +73,18 @@ export interface AttentionLayer {
  * (the RoPE table) and how one layer loads. The decoder skeleton (decoder.ts) calls it.
  */
 export interface AttentionKind {
-  layout(config: ModelConfig): QkvLayout;
+  /** The heads one rank computes (`tp` default: one rank, every head). */
+  layout(config: ModelConfig, tp?: ModelParallel): QkvLayout;
   /** Uploads the tensors every layer shares; `maxPositions` rows of RoPE. */
   loadShared(config: ModelConfig, loader: WeightLoader, maxPositions: number): readonly Tensor[];
-  loadLayer(config: ModelConfig, loader: WeightLoader, l: number, shared: readonly Tensor[]): AttentionLayer;
+  /** Loads layer l's weights, the rank's shards of them when `tp.size` > 1. */
+  loadLayer(
+    config: ModelConfig,
+    loader: WeightLoader,
+    l: number,
+    shared: readonly Tensor[],
+    tp?: ModelParallel,
+  ): AttentionLayer;
 }
 
 /** One decoder layer's MLP block: post_attention_layernorm output [T, H] in, [T, H] out. */

@@ -1,6 +1,15 @@
 import type { Backend, QkvLayout, Tensor } from "../backends/backend.js";
 import { type ModelConfig, ModelConfigError, mlpKindOf } from "../config/model_config.js";
-import type { AttentionKind, AttentionLayer, ForwardContext, MlpLayer } from "./blocks.js";
+import { shardOf, vocabIsSharded } from "../core/tensor_parallel.js";
+import {
+  type AttentionKind,
+  type AttentionLayer,
+  type ForwardContext,
+  type MlpLayer,
+  type ModelParallel,
+  NO_PARALLEL,
+  reduceRowParallel,
+} from "./blocks.js";
 import { DenseMlp } from "./mlp.js";
 import { MoeMlp } from "./moe_mlp.js";
 import { type LoadProgress, WeightLoader } from "./weight_loader.js";
@@ -40,9 +49,17 @@ export class DecoderForCausalLM {
     /** Number of positions the RoPE table covers. */
     readonly maxPositions: number,
     attention: AttentionKind,
+    /** The rank this model was loaded for (its shards; the communicator of its group). */
+    readonly tp: ModelParallel,
+    /** The LM head holds this rank's vocabulary rows only; logits are gathered (vocab-parallel). */
+    private readonly vocabParallel: boolean,
   ) {
-    this.layout = attention.layout(config);
+    this.layout = attention.layout(config, tp);
+    this.vocabStart = vocabParallel ? shardOf(config.vocabSize, tp).start : 0;
   }
+
+  /** First vocabulary row of this rank's embedding and LM head shards (0 when they are whole). */
+  private readonly vocabStart: number;
 
   /**
    * Loads every weight from `source` (weight_loader.ts: declared by each block, then filled in one
@@ -50,6 +67,10 @@ export class DecoderForCausalLM {
    * fused, experts stacked per layer, each HF tensor into its row range.
    * @param maxPositions positions covered by the RoPE table (the engine's max model length).
    * @param onProgress bytes of weights placed so far / in all.
+   * @param tp the rank to load (vLLM's Megatron layout: attention_gqa.ts and mlp.ts split their
+   *   weights; the embedding and the LM head are vocab-parallel when the vocabulary divides,
+   *   else replicated); default one rank. The caller has checked the shapes
+   *   (core/tensor_parallel.ts tensorParallelReasons).
    * @throws ModelConfigError when the model has MoE layers and the backend no MoE ops.
    * @throws WeightLoadError when a tensor is missing or has the wrong shape, or a file cannot be
    *   read.
@@ -61,6 +82,7 @@ export class DecoderForCausalLM {
     maxPositions: number,
     attention: AttentionKind,
     onProgress?: LoadProgress,
+    tp: ModelParallel = NO_PARALLEL,
   ): DecoderForCausalLM {
     const moe = config.moe ?? null;
     if (moe !== null && moe.moeLayers.length > 0 && backend.moe === undefined) {
@@ -70,31 +92,34 @@ export class DecoderForCausalLM {
     }
     const H = config.hiddenSize;
     const loader = new WeightLoader(source, backend, onProgress);
-    const embedTokens = loader.upload("model.embed_tokens.weight", [config.vocabSize, H]);
+    // Vocab-parallel embedding and LM head (vLLM VocabParallelEmbedding / ParallelLMHead) when the
+    // vocabulary divides: this rank's rows of each table; lookups of other ranks' tokens give
+    // zero rows, summed in by an all-reduce; logits are gathered in forward().
+    const vocabParallel = tp.comm !== null && vocabIsSharded(config.vocabSize, tp.size);
+    const vocab = vocabParallel ? { dim: 0 as const, ...shardOf(config.vocabSize, tp) } : null;
+    const embedTokens = loader.upload("model.embed_tokens.weight", [config.vocabSize, H], vocab);
     const shared = attention.loadShared(config, loader, maxPositions);
     const layers: DecoderLayer[] = [];
     for (let l = 0; l < config.numHiddenLayers; l++) {
       const p = `model.layers.${l}`;
       layers.push({
         inputLayernorm: loader.upload(`${p}.input_layernorm.weight`, [H]),
-        attention: attention.loadLayer(config, loader, l, shared),
+        attention: attention.loadLayer(config, loader, l, shared, tp),
         postAttentionLayernorm: loader.upload(`${p}.post_attention_layernorm.weight`, [H]),
         mlp:
           moe !== null && mlpKindOf(moe, l) === "moe"
             ? MoeMlp.load(config, moe, loader, l)
-            : DenseMlp.load(loader, `${p}.mlp`, H, config.intermediateSize, config.mlpBias),
+            : DenseMlp.load(loader, `${p}.mlp`, H, config.intermediateSize, config.mlpBias, tp),
       });
     }
     const norm = loader.upload("model.norm.weight", [H]);
     // Tied embeddings reuse embed_tokens as lm_head (HF tie_word_embeddings); some tied
     // checkpoints still store lm_head.weight, which is then identical.
-    const lmHead =
-      config.tieWordEmbeddings || !source.has("lm_head.weight")
-        ? embedTokens
-        : loader.upload("lm_head.weight", [config.vocabSize, H]);
-    if (!config.tieWordEmbeddings && lmHead === embedTokens) {
+    const tied = config.tieWordEmbeddings || !source.has("lm_head.weight");
+    if (!config.tieWordEmbeddings && tied) {
       throw new WeightLoadError("checkpoint has no tensor lm_head.weight and tie_word_embeddings is false");
     }
+    const lmHead = tied ? embedTokens : loader.upload("lm_head.weight", [config.vocabSize, H], vocab);
     loader.finish();
     return new DecoderForCausalLM(
       config,
@@ -106,6 +131,8 @@ export class DecoderForCausalLM {
       shared,
       maxPositions,
       attention,
+      tp,
+      vocabParallel,
     );
   }
 
@@ -133,7 +160,9 @@ export class DecoderForCausalLM {
     const hidden = this.forwardHidden(inputIds, positions, ctx);
     if (logitsIndices === null) return null;
     const selected = this.backend.gatherRows(hidden, logitsIndices);
-    return this.backend.linear(selected, this.lmHead, null, "f32");
+    const logits = this.backend.linear(selected, this.lmHead, null, "f32");
+    // [B, V / size] per rank -> [B, V] on every rank (each rank samples the same tokens).
+    return this.vocabParallel ? this.tp.comm!.allGatherColumns(logits) : logits;
   }
 
   /**
@@ -149,7 +178,9 @@ export class DecoderForCausalLM {
     const ctx =
       this.config.mla?.indexer != null ? { ...stepCtx, dsaTopk: new Map<number, Tensor>() } : stepCtx;
     const eps = this.config.rmsNormEps;
-    const residual = b.embedding(inputIds, this.embedTokens);
+    const residual = this.vocabParallel
+      ? reduceRowParallel(b.embedding(inputIds, this.embedTokens, this.vocabStart), this.tp)
+      : b.embedding(inputIds, this.embedTokens);
     let h: Tensor | null = null;
     for (let l = 0; l < this.layers.length; l++) {
       const prev: Tensor | null = h;

@@ -2,6 +2,7 @@ import type { Backend } from "../backends/backend.js";
 import type { ModelConfig } from "../config/model_config.js";
 import { GQA_ATTENTION } from "./attention_gqa.js";
 import { MLA_ATTENTION } from "./attention_mla.js";
+import type { ModelParallel } from "./blocks.js";
 import { DecoderForCausalLM, type LoadProgress } from "./decoder.js";
 import type { WeightSource } from "./weights.js";
 
@@ -26,8 +27,9 @@ export const LlamaForCausalLM = {
     backend: Backend,
     maxPositions: number,
     onProgress?: LoadProgress,
+    tp?: ModelParallel,
   ): DecoderForCausalLM {
-    return DecoderForCausalLM.load(config, source, backend, maxPositions, GQA_ATTENTION, onProgress);
+    return DecoderForCausalLM.load(config, source, backend, maxPositions, GQA_ATTENTION, onProgress, tp);
   },
 };
 export type LlamaForCausalLM = DecoderForCausalLM;

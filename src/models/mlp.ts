@@ -1,6 +1,7 @@
 import type { Backend, Tensor } from "../backends/backend.js";
-import type { MlpLayer } from "./blocks.js";
-import type { WeightLoader } from "./weight_loader.js";
+import { shardOf } from "../core/tensor_parallel.js";
+import { type MlpLayer, type ModelParallel, NO_PARALLEL, reduceRowParallel } from "./blocks.js";
+import type { WeightLoader, WeightShard } from "./weight_loader.js";
 
 /**
  * The SiLU-gated MLP (HF LlamaMLP / Qwen3MoeMLP / Glm4MoeMLP; also MoE shared experts):
@@ -13,26 +14,50 @@ export class DenseMlp implements MlpLayer {
     private readonly gateUpBias: Tensor | null, // [2 * I]
     private readonly downProj: Tensor, // [H, I]
     private readonly downBias: Tensor | null, // [H]
+    private readonly tp: ModelParallel,
   ) {}
 
   /**
    * Loads `${prefix}.gate_proj`, `.up_proj`, `.down_proj` (+ biases when `bias`), e.g. prefix
-   * `model.layers.0.mlp` or `model.layers.3.mlp.shared_experts`.
+   * `model.layers.0.mlp` or `model.layers.3.mlp.shared_experts`. Under tensor parallelism (vLLM
+   * MergedColumnParallelLinear + RowParallelLinear) a rank holds its I / size rows of gate and of
+   * up, the matching columns of down, and down's bias on rank 0 only.
    * @throws WeightLoadError when a tensor is missing or has the wrong shape.
    */
-  static load(loader: WeightLoader, prefix: string, H: number, I: number, bias: boolean): DenseMlp {
+  static load(
+    loader: WeightLoader,
+    prefix: string,
+    H: number,
+    I: number,
+    bias: boolean,
+    tp: ModelParallel = NO_PARALLEL,
+  ): DenseMlp {
+    const s = shardOf(I, tp);
+    const col: WeightShard | null = tp.size === 1 ? null : { dim: 0, ...s };
+    const row: WeightShard | null = tp.size === 1 ? null : { dim: 1, ...s };
+    const gateUp = [`${prefix}.gate_proj`, `${prefix}.up_proj`];
     return new DenseMlp(
       loader.backend,
       loader.uploadCat(
-        [`${prefix}.gate_proj.weight`, `${prefix}.up_proj.weight`],
+        gateUp.map((n) => `${n}.weight`),
         [
           [I, H],
           [I, H],
         ],
+        undefined,
+        [col, col],
       ),
-      bias ? loader.uploadCat([`${prefix}.gate_proj.bias`, `${prefix}.up_proj.bias`], [[I], [I]]) : null,
-      loader.upload(`${prefix}.down_proj.weight`, [H, I]),
-      loader.uploadOpt(`${prefix}.down_proj.bias`, [H], bias),
+      bias
+        ? loader.uploadCat(
+            gateUp.map((n) => `${n}.bias`),
+            [[I], [I]],
+            undefined,
+            [col, col],
+          )
+        : null,
+      loader.upload(`${prefix}.down_proj.weight`, [H, I], row),
+      loader.uploadOpt(`${prefix}.down_proj.bias`, [H], bias && tp.rank === 0),
+      tp,
     );
   }
 
@@ -46,6 +71,6 @@ export class DenseMlp implements MlpLayer {
   forward(x: Tensor): Tensor {
     const b = this.backend;
     const gateUp = b.linear(x, this.gateUpProj, this.gateUpBias);
-    return b.linear(b.siluAndMul(gateUp), this.downProj, this.downBias);
+    return reduceRowParallel(b.linear(b.siluAndMul(gateUp), this.downProj, this.downBias), this.tp);
   }
 }

@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Backend, HostTensorData } from "../backends/backend.js";
+import { ConfigError } from "../config/engine_args.js";
 import {
   type CheckpointDtype,
   loadModelConfig,
@@ -9,6 +10,8 @@ import {
   ModelConfigError,
   type SUPPORTED_ARCHITECTURES,
 } from "../config/model_config.js";
+import { tensorParallelReasons } from "../core/tensor_parallel.js";
+import type { ModelParallel } from "./blocks.js";
 import type { DecoderForCausalLM } from "./decoder.js";
 import { DummyWeights } from "./dummy.js";
 import { DeepseekV3ForCausalLM, LlamaForCausalLM, type LoadProgress } from "./llama.js";
@@ -26,6 +29,8 @@ export interface ModelClass {
     backend: Backend,
     maxPositions: number,
     onProgress?: LoadProgress,
+    /** The tensor-parallel rank to load (its weight shards); default one rank. */
+    tp?: ModelParallel,
   ): DecoderForCausalLM;
 }
 
@@ -60,6 +65,8 @@ export interface LoadModelOptions {
   maxModelLen?: number;
   /** Called after each weight group is uploaded: (done, total). */
   onProgress?: LoadProgress;
+  /** The tensor-parallel rank to load; default one rank. */
+  tensorParallel?: ModelParallel;
 }
 
 /** A loaded model and the settings it was loaded with. */
@@ -78,11 +85,14 @@ export interface LoadedModel {
  * @throws ModelConfigError when the directory or config.json is missing or unsupported, or
  *   maxModelLen exceeds max_position_embeddings or the model's sliding window.
  * @throws WeightLoadError when weights are missing, corrupt or of the wrong shape.
+ * @throws ConfigError when the model cannot be split over the tensor-parallel ranks (the reason).
  */
 export function loadModel(opts: LoadModelOptions): LoadedModel {
   const modelDir = resolveModelDir(opts.modelDir);
   const config = loadModelConfig(modelDir);
   const maxModelLen = resolveMaxModelLen(config, opts.maxModelLen);
+  const tpReasons = tensorParallelReasons(config, opts.tensorParallel?.size ?? 1);
+  if (tpReasons.length > 0) throw new ConfigError(tpReasons);
   const source = openWeightSource(modelDir, config, opts.loadFormat, opts.seed);
   try {
     const model = MODEL_REGISTRY[config.architecture].load(
@@ -91,6 +101,7 @@ export function loadModel(opts: LoadModelOptions): LoadedModel {
       opts.backend,
       maxModelLen,
       opts.onProgress,
+      opts.tensorParallel,
     );
     return { config, model, modelDir, maxModelLen };
   } finally {

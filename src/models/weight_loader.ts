@@ -10,9 +10,23 @@ import { WeightLoadError, type WeightLocation, type WeightSource } from "./weigh
 /** Progress while loading weights: bytes placed so far / bytes in all (of the source's dtypes). */
 export type LoadProgress = (doneBytes: number, totalBytes: number) => void;
 
+/**
+ * The part of an HF tensor one tensor-parallel rank holds (vLLM's Megatron layout): `count` rows
+ * of dim 0 from row `start` (column-parallel weights, their biases, vocab-parallel tables), or
+ * `count` columns of dim 1 of a [rows, cols] tensor from column `start` (row-parallel weights).
+ */
+export interface WeightShard {
+  dim: 0 | 1;
+  start: number;
+  count: number;
+}
+
 /** One part of a declared weight: an HF tensor and where it goes in the backend tensor. */
 interface Job {
   name: string;
+  /** The HF tensor's full shape (the shard, if any, is taken of it). */
+  shape: readonly number[];
+  shard: WeightShard | null;
   tensor: Tensor;
   /** Element of `tensor` where the part's element 0 goes (row offset × row length). */
   elemOffset: number;
@@ -65,28 +79,38 @@ export class WeightLoader {
    * Declares the weight of one HF tensor of the given shape (filled by finish()).
    * @throws WeightLoadError when it is missing or has another shape.
    */
-  upload(name: string, shape: readonly number[]): Tensor {
-    return this.uploadCat([name], [shape]);
+  upload(name: string, shape: readonly number[], shard: WeightShard | null = null): Tensor {
+    return this.uploadCat([name], [shape], undefined, [shard]);
   }
 
   /** upload() when `present`, else null. */
-  uploadOpt(name: string, shape: readonly number[], present: boolean): Tensor | null {
-    return present ? this.upload(name, shape) : null;
+  uploadOpt(
+    name: string,
+    shape: readonly number[],
+    present: boolean,
+    shard: WeightShard | null = null,
+  ): Tensor | null {
+    return present ? this.upload(name, shape, shard) : null;
   }
 
   /**
    * Declares one weight made of HF tensors concatenated along dim 0 (vLLM QKVParallelLinear,
    * MergedColumnParallelLinear, experts stacked as [E, 2I, H]): part i takes rows [sum of rows
    * before it, + shapes[i][0]). `as` gives the weight another shape of the same size (stacked
-   * experts); by default [sum of rows, ...trailing dims].
+   * experts); by default [sum of rows, ...trailing dims]. `shards[i]` (tensor parallelism): part i
+   * is only the rank's rows or columns of its HF tensor (`shapes` stay the HF shapes, checked
+   * against the source; the weight holds the shards' shapes).
    * @throws WeightLoadError when a part is missing or has another shape; Error when the parts'
-   *   trailing dims differ or `as` has another size (programming errors of the model).
+   *   trailing dims differ, a shard leaves its tensor, or `as` has another size (programming
+   *   errors of the model).
    */
   uploadCat(
     names: readonly string[],
-    shapes: readonly (readonly number[])[],
+    hfShapes: readonly (readonly number[])[],
     as?: readonly number[],
+    shards?: readonly (WeightShard | null)[],
   ): Tensor {
+    const shapes = hfShapes.map((s, i) => shardShape(s, shards?.[i] ?? null));
     const first = shapes[0];
     if (first === undefined || first.length === 0 || names.length !== shapes.length)
       throw new Error("uploadCat needs one shape (of rank >= 1) per tensor name, at least one");
@@ -100,7 +124,7 @@ export class WeightLoader {
     }
     if (as !== undefined && as.reduce((a, b) => a * b, 1) !== rows * rowElems)
       throw new Error(`uploadCat: shape [${as}] does not hold ${rows} rows of [${tail}]`);
-    const parts = names.map((name, i) => this.locatePart(name, shapes[i]!));
+    const parts = names.map((name, i) => this.locatePart(name, hfShapes[i]!));
     const tensor = this.backend.allocateWeight(as ?? [rows, ...tail]);
     let row = 0;
     for (let i = 0; i < parts.length; i++) {
@@ -115,7 +139,9 @@ export class WeightLoader {
             : location.fill.dtype;
       const elemOffset = row * rowElems;
       const bytes = numel * DTYPE_BYTES[dtype];
-      this.jobs.push({ name: names[i]!, tensor, elemOffset, numel, bytes, location, data });
+      const shard = shards?.[i] ?? null;
+      const shape = hfShapes[i]!;
+      this.jobs.push({ name: names[i]!, shape, shard, tensor, elemOffset, numel, bytes, location, data });
       row += partRows;
     }
     return tensor;
@@ -152,14 +178,24 @@ export class WeightLoader {
     for (const j of this.jobs) {
       const loc = j.location;
       if (loc?.kind === "generated") {
-        b.fillWeight(j.tensor, j.elemOffset, j.numel, loc.fill);
+        for (const r of shardRuns(j)) b.fillWeight(j.tensor, r.dst, r.count, loc.fill, r.src);
       } else if (loc?.kind === "file" && b.loadWeightFiles !== undefined) {
-        const { fd, path, position, byteLength, dtype } = loc;
-        ranges.push({ fd, path, position, byteLength, dtype, tensor: j.tensor, elemOffset: j.elemOffset });
+        const { fd, path, position, dtype } = loc;
+        const eb = DTYPE_BYTES[dtype];
+        for (const r of shardRuns(j))
+          ranges.push({
+            fd,
+            path,
+            position: position + r.src * eb,
+            byteLength: r.count * eb,
+            dtype,
+            tensor: j.tensor,
+            elemOffset: r.dst,
+          });
         rangeBytes += j.bytes;
         continue; // streamed below, all files in one pass
       } else {
-        b.writeWeight(j.tensor, j.elemOffset, j.data ?? this.source.get(j.name));
+        b.writeWeight(j.tensor, j.elemOffset, sliceShard(j.data ?? this.source.get(j.name), j));
         j.data = undefined;
       }
       report(j.bytes);
@@ -191,6 +227,54 @@ export class WeightLoader {
     checkShape(name, location?.shape ?? data!.shape, shape);
     return { location, data };
   }
+}
+
+/**
+ * The shape of a shard of an HF tensor of shape `shape` (the shape itself when unsharded).
+ * @throws Error when the shard leaves the tensor or is of a dim the tensor lacks.
+ */
+function shardShape(shape: readonly number[], shard: WeightShard | null): number[] {
+  if (shard === null) return [...shape];
+  const n = shape[shard.dim];
+  if (n === undefined || (shard.dim === 1 && shape.length !== 2))
+    throw new Error(`a dim-${shard.dim} shard of a tensor of shape [${shape}]`);
+  if (shard.start < 0 || shard.count < 1 || shard.start + shard.count > n)
+    throw new Error(`shard [${shard.start}, +${shard.count}) leaves dim ${shard.dim} of [${shape}]`);
+  const out = [...shape];
+  out[shard.dim] = shard.count;
+  return out;
+}
+
+/** A contiguous run of a job: `count` elements from element `src` of the HF tensor to element `dst` of the weight. */
+interface ShardRun {
+  src: number;
+  dst: number;
+  count: number;
+}
+
+/**
+ * The contiguous runs a job copies: the whole tensor, one run of rows (dim-0 shard), or one run
+ * per row (dim-1 shard of [rows, cols]: `count` columns from `start` of each row).
+ */
+function shardRuns(j: Job): ShardRun[] {
+  const s = j.shard;
+  if (s === null) return [{ src: 0, dst: j.elemOffset, count: j.numel }];
+  const rowElems = j.shape.slice(1).reduce((a, b) => a * b, 1);
+  if (s.dim === 0) return [{ src: s.start * rowElems, dst: j.elemOffset, count: j.numel }];
+  const [rows, cols] = [j.shape[0]!, j.shape[1]!];
+  return Array.from({ length: rows }, (_, r) => ({
+    src: r * cols + s.start,
+    dst: j.elemOffset + r * s.count,
+    count: s.count,
+  }));
+}
+
+/** The job's shard of host data of the whole HF tensor (the data itself when unsharded). */
+function sliceShard(t: HostTensorData, j: Job): HostTensorData {
+  if (j.shard === null) return t;
+  const out = t.data instanceof Float32Array ? new Float32Array(j.numel) : new Uint16Array(j.numel);
+  for (const r of shardRuns(j)) out.set(t.data.subarray(r.src, r.src + r.count), r.dst - j.elemOffset);
+  return { data: out, dtype: t.dtype, shape: shardShape(t.shape, j.shard) };
 }
 
 /** @throws WeightLoadError when `got` differs from `want`. */

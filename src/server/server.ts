@@ -93,7 +93,12 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     const tok = llm.engine.tokenizer;
     if (tok !== null) tokenizers = await TokenizerPool.create(tok.dir, o.tokenizerPool);
     const modelName = o.servedModelName ?? o.engineArgs.servedModelName ?? basename(llm.engine.info.modelDir);
-    const metrics = new MetricsRegistry({ modelName, gauges: () => engineGauges(llm) });
+    const tp = llm.engine.info.tensorParallel;
+    const metrics = new MetricsRegistry({
+      modelName,
+      gauges: () => engineGauges(llm),
+      parallel: { tensorParallelSize: tp.size, communicator: tp.communicator, devices: tp.devices },
+    });
     llm.on("step", (s: StepStats | null) => metrics.onStep(s));
     const context = new ServingContext(
       llm,

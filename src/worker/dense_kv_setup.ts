@@ -38,7 +38,10 @@ export function setupDenseKVCache(backend: Backend, ctx: KVCacheSetupContext): K
     throw new ConfigError([
       "--kv-cache-dtype fp8 covers GQA attention; MLA latent rows are not quantized yet",
     ]);
-  const groups = modelKVCacheGroups(config, { elementBytes: kvCacheDtypeBytes(ctx.kvCacheDtype) });
+  const groups = modelKVCacheGroups(config, {
+    elementBytes: kvCacheDtypeBytes(ctx.kvCacheDtype),
+    tensorParallelSize: ctx.args.tensorParallelSize,
+  });
   const sizing = sizeKVMemory({
     groups,
     blockSize,

@@ -5,9 +5,10 @@
 import { parentPort } from "node:worker_threads";
 import type { EngineArgs } from "../config/engine_args.js";
 import type { SchedulerOutput } from "../core/sched/output.js";
-import { Worker } from "./worker.js";
+import { type RankInit, Worker } from "./worker.js";
 
-type Msg = { type: "init"; args: EngineArgs } | { type: "execute"; so: SchedulerOutput };
+/** init: `rank` under tensor parallelism (one thread per rank, engine/tp_executor.ts). */
+type Msg = { type: "init"; args: EngineArgs; rank?: RankInit } | { type: "execute"; so: SchedulerOutput };
 
 const port = parentPort;
 if (port === null) throw new Error("worker/thread_main must run in a worker thread");
@@ -22,13 +23,17 @@ port.on("message", async (m: Msg) => {
   try {
     if (m.type === "init") {
       let last = 0;
-      worker = await Worker.create(m.args, (done, total) => {
-        const now = Date.now();
-        if (done === total || now - last > 50) {
-          last = now;
-          port.postMessage({ type: "progress", done, total });
-        }
-      });
+      worker = await Worker.create(
+        m.args,
+        (done, total) => {
+          const now = Date.now();
+          if (done === total || now - last > 50) {
+            last = now;
+            port.postMessage({ type: "progress", done, total });
+          }
+        },
+        m.rank,
+      );
       port.postMessage({ type: "ready", info: worker.info });
     } else if (m.type === "execute") {
       if (worker === null) throw new Error("worker is not initialised");

@@ -1,6 +1,7 @@
 import { totalmem } from "node:os";
 import { type Backend, DTYPE_BYTES, type DType } from "../backends/backend.js";
-import { createBackend } from "../backends/registry.js";
+import type { CommunicatorRendezvous, DeviceCommunicator } from "../backends/collectives.js";
+import { createBackend, createCommunicator } from "../backends/registry.js";
 import type { EngineArgs } from "../config/engine_args.js";
 import { ConfigError } from "../config/engine_args.js";
 import { countParameters, loadModelConfig, type ModelConfig } from "../config/model_config.js";
@@ -26,6 +27,21 @@ export interface WorkerInfo {
   hisparse: HiSparseWorkerInfo | null;
   /** The KV set-up's start-up log entry (KVCacheSetup.description). */
   kvCache: KVCacheDescription;
+  /** This worker's tensor-parallel rank: rank, size, and the communicator ("NCCL 2.28.3"; null on the single-worker path). */
+  tensorParallel: {
+    rank: number;
+    size: number;
+    communicator: string | null;
+    /** Every rank's device name (filled by the tensor-parallel executor; this rank's alone otherwise). */
+    devices: string[];
+  };
+}
+
+/** The rank a worker runs as, under tensor parallelism (engine/tp_executor.ts hands it out). */
+export interface RankInit {
+  rank: number;
+  /** What the ranks share to build their communicators (backends/collectives.ts). */
+  rendezvous: CommunicatorRendezvous;
 }
 
 /**
@@ -42,13 +58,23 @@ export class Worker {
 
   /**
    * Creates the backend, loads the model, and builds the KV set-up that the backend and the
-   * enabled feature call for (worker/kv_cache_registry.ts), sized from the memory budget.
+   * enabled feature call for (worker/kv_cache_registry.ts), sized from the memory budget. With
+   * `rank` (tensor parallelism) the backend is the rank's (CUDA: device `rank`), the model holds
+   * the rank's shards and the KV cache the rank's KV heads, and the rank joins its group's
+   * communicator first (every rank at once).
    * @throws ConfigError / ModelConfigError / WeightLoadError with a one-sentence message.
    */
-  static async create(args: EngineArgs, onProgress?: (done: number, total: number) => void): Promise<Worker> {
-    const backend = await createBackend(args);
+  static async create(
+    args: EngineArgs,
+    onProgress?: (done: number, total: number) => void,
+    rank?: RankInit,
+  ): Promise<Worker> {
+    const backend = await createBackend(args, rank?.rank ?? 0);
+    let comm: DeviceCommunicator | null = null;
     try {
       if (backend.name === "cpu") checkCpuMemory(args);
+      if (rank !== undefined) comm = await createCommunicator(backend, rank.rendezvous, rank.rank);
+      const tp = { rank: rank?.rank ?? 0, size: rank?.rendezvous.worldSize ?? 1, comm };
       const loaded = loadModel({
         modelDir: args.model,
         backend,
@@ -56,6 +82,7 @@ export class Worker {
         seed: args.seed,
         maxModelLen: args.maxModelLen,
         onProgress,
+        tensorParallel: tp,
       });
       const { config, model, modelDir, maxModelLen } = loaded;
       const kvCacheDtype = resolveKvDtype(args, backend);
@@ -84,9 +111,19 @@ export class Worker {
         kvBytesPerBlock: kv.info.kvBytesPerBlock,
         hisparse: kv.info.hisparse,
         kvCache: kv.description,
+        tensorParallel: {
+          rank: tp.rank,
+          size: tp.size,
+          communicator: comm?.description ?? null,
+          devices: [backend.deviceName],
+        },
       };
-      return new Worker(info, backend, runner, () => model.dispose());
+      return new Worker(info, backend, runner, () => {
+        model.dispose();
+        comm?.dispose();
+      });
     } catch (e) {
+      comm?.dispose();
       backend.dispose();
       throw e;
     }

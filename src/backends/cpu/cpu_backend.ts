@@ -113,8 +113,8 @@ export class CpuBackend implements Backend {
   }
 
   /** Generates a fill (weight_fill.ts) into elements [elemOffset, elemOffset + count), widened to f32. */
-  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill): void {
-    fillWeightInto(cpu(t, this.mem, "fillWeight", false, "f32"), elemOffset, count, fill);
+  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill, first = 0): void {
+    fillWeightInto(cpu(t, this.mem, "fillWeight", false, "f32"), elemOffset, count, fill, first);
   }
 
   /** Copies host data into a persistent f32/i32 tensor. @throws Error on bf16/f16 or a length mismatch. */
@@ -198,13 +198,19 @@ export class CpuBackend implements Backend {
   // ---- ops -----------------------------------------------------------------------------------
 
   /** ids: i32 [T]; table: [V, H] -> [T, H]. @throws Error for an id outside [0, V). */
-  embedding(ids: Tensor, table: Tensor): Tensor {
+  embedding(ids: Tensor, table: Tensor, vocabStart?: number): Tensor {
     const i = cpu(ids, this.mem, "embedding ids", false, "i32");
     const w = cpu(table, this.mem, "embedding table");
     const [V, H] = expectShape(w, 2, "embedding table");
     const [T] = expectShape(i, 1, "embedding ids");
     const out = this.ws([T, H]);
-    gatherRowsKernel(w.f32, V, H, i.i32, out.f32, "embedding");
+    if (vocabStart === undefined) gatherRowsKernel(w.f32, V, H, i.i32, out.f32, "embedding");
+    else
+      for (let t = 0; t < T; t++) {
+        const r = i.i32[t]! - vocabStart;
+        if (r >= 0 && r < V) out.f32.set(w.f32.subarray(r * H, (r + 1) * H), t * H);
+        else out.f32.fill(0, t * H, (t + 1) * H);
+      }
     return out;
   }
 

@@ -61,7 +61,13 @@ function widened(fill: WeightFill): WeightFill {
 }
 
 /** t[offset + j] = element j of the fill (j < count), widened to f32. @throws Error when the range leaves t. */
-export function fillWeightInto(t: CpuTensor, offset: number, count: number, fill: WeightFill): void {
+export function fillWeightInto(
+  t: CpuTensor,
+  offset: number,
+  count: number,
+  fill: WeightFill,
+  first = 0,
+): void {
   checkRange(t, offset, count, "fillWeight");
-  generateFill(widened(fill), 0, count, t.f32, offset);
+  generateFill(widened(fill), first, count, t.f32, offset);
 }

@@ -6,7 +6,7 @@
  * The typings are split by area and re-exported here: addon_memory.ts (device, memory, streams,
  * events, graphs), addon_ops.ts (GEMM, element-wise kernels), addon_attention.ts (paged attention,
  * sampling), addon_hisparse.ts (HiSparse kernels), addon_moe.ts (mixture-of-experts kernels),
- * addon_loader.ts (file reader, generated weights).
+ * addon_loader.ts (file reader, generated weights), addon_nccl.ts (NCCL, loaded at run time).
  *
  * Conventions of the flat functions:
  * - Device (and UVA host) addresses are `DevicePtr` (device_ptr.ts: branded JS numbers; user
@@ -29,6 +29,7 @@ import type { NativeHiSparseApi } from "./addon_hisparse.js";
 import type { NativeLoaderApi } from "./addon_loader.js";
 import type { NativeMemoryApi } from "./addon_memory.js";
 import type { NativeMoeApi } from "./addon_moe.js";
+import type { NativeNcclApi } from "./addon_nccl.js";
 import type { NativeOpsApi } from "./addon_ops.js";
 
 export type { NativeAttentionApi } from "./addon_attention.js";
@@ -47,6 +48,7 @@ export type {
   NativeWorkspace,
 } from "./addon_memory.js";
 export { MOE_LIMITS, MOE_SCORING, type NativeMoeApi } from "./addon_moe.js";
+export type { NativeNcclApi } from "./addon_nccl.js";
 export type { NativeBlas, NativeOpsApi } from "./addon_ops.js";
 export {
   NATIVE_PARAM_STRUCTS,
@@ -90,7 +92,8 @@ export interface HisparseNative
     NativeAttentionApi,
     NativeHiSparseApi,
     NativeMoeApi,
-    NativeLoaderApi {
+    NativeLoaderApi,
+    NativeNcclApi {
   readonly abiVersion: number;
   readonly buildInfo: AddonBuildInfo;
 }

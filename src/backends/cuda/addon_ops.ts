@@ -40,7 +40,7 @@ export interface NativeOpsApi {
   }) => NativeBlas;
 
   // ---- kernels (native/kernels/kernels.h; argument order = the C launcher's, stream first) -----
-  /** out[r] = src[indices[r]] (rowBytes per row); out-of-range index -> zero row. */
+  /** out[r] = src[indices[r] - firstIndex] (rowBytes per row); out-of-range source row -> zero row. */
   gatherRows(
     stream: number,
     out: DevicePtr,
@@ -49,6 +49,7 @@ export interface NativeOpsApi {
     numRows: number,
     numSrcRows: number,
     rowBytes: number,
+    firstIndex: number,
   ): void;
   rmsNorm(
     stream: number,

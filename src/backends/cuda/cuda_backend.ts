@@ -131,9 +131,10 @@ export class CudaBackend implements Backend {
   }
 
   /** Generated on the device (native/kernels/dummy_init.cu); the fill's table is kept there (weights.ts). */
-  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill): void {
+  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill, first = 0): void {
     this.notCapturing("fillWeight");
-    weights.fillWeight(this.weightCtx, this.fillTables, this.dev(t, "fillWeight"), elemOffset, count, fill);
+    const dst = this.dev(t, "fillWeight");
+    weights.fillWeight(this.weightCtx, this.fillTables, dst, elemOffset, count, fill, first);
   }
 
   /** Streams file ranges through pinned staging (weight_stream.ts); returns when they are on the device. */
@@ -308,8 +309,8 @@ export class CudaBackend implements Backend {
 
   // ---- ops (ops.ts, attention_ops.ts, sparse_attention_ops.ts) -------------------------------------------------------------
 
-  embedding(ids: Tensor, table: Tensor): Tensor {
-    return ops.embedding(this, ids, table);
+  embedding(ids: Tensor, table: Tensor, vocabStart = 0): Tensor {
+    return ops.embedding(this, ids, table, vocabStart);
   }
   rmsNorm(x: Tensor, weight: Tensor, eps: number): Tensor {
     return ops.rmsNorm(this, x, weight, eps);

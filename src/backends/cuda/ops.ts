@@ -35,8 +35,11 @@ function qkvWidth(layout: QkvLayout): number {
   return (layout.numHeads + 2 * layout.numKvHeads) * layout.headDim;
 }
 
-/** out[t] = table[ids[t]]. ids: i32 [T]; table: [V, H] -> [T, H] (table's dtype). */
-export function embedding(ctx: CudaOpsContext, ids: Tensor, table: Tensor): Tensor {
+/**
+ * out[t] = table[ids[t] - vocabStart], zero rows for ids outside the table (Backend.embedding).
+ * ids: i32 [T]; table: [V, H] -> [T, H] (table's dtype).
+ */
+export function embedding(ctx: CudaOpsContext, ids: Tensor, table: Tensor, vocabStart = 0): Tensor {
   const idsT = ctx.dev(ids, "embedding ids");
   const tab = ctx.dev(table, "embedding table");
   expectDtype(ids, "embedding ids", ["i32"]);
@@ -45,7 +48,16 @@ export function embedding(ctx: CudaOpsContext, ids: Tensor, table: Tensor): Tens
   const T = dim(ids, 0);
   const [V, H] = [dim(table, 0), dim(table, 1)];
   const out = ctx.out([T, H], table.dtype);
-  ctx.addon.gatherRows(ctx.stream, out.ptr, tab.ptr, idsT.ptr, T, V, H * DTYPE_BYTES[table.dtype]);
+  ctx.addon.gatherRows(
+    ctx.stream,
+    out.ptr,
+    tab.ptr,
+    idsT.ptr,
+    T,
+    V,
+    H * DTYPE_BYTES[table.dtype],
+    vocabStart,
+  );
   return out;
 }
 
@@ -59,7 +71,7 @@ export function gatherRows(ctx: CudaOpsContext, x: Tensor, indices: Tensor): Ten
   const [T, H] = [dim(x, 0), dim(x, 1)];
   const B = dim(indices, 0);
   const out = ctx.out([B, H], x.dtype);
-  ctx.addon.gatherRows(ctx.stream, out.ptr, xt.ptr, idx.ptr, B, T, H * DTYPE_BYTES[x.dtype]);
+  ctx.addon.gatherRows(ctx.stream, out.ptr, xt.ptr, idx.ptr, B, T, H * DTYPE_BYTES[x.dtype], 0);
   return out;
 }
 

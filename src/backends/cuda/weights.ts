@@ -137,7 +137,10 @@ function constantBf16(value: number, dtype: WeightFill["dtype"]): number {
   return f32ToBf16Bits(dtype === "f16" ? f16BitsToF32(value) : value);
 }
 
-/** t[offset + j] = element j of the fill (j < count), generated on the device. @throws Error on a range outside t. */
+/**
+ * t[offset + j] = element first + j of the fill (j < count), generated on the device.
+ * @throws Error on a range outside t.
+ */
 export function fillWeight(
   ctx: WeightWriteContext,
   tables: DeviceFillTables,
@@ -145,6 +148,7 @@ export function fillWeight(
   offset: number,
   count: number,
   fill: WeightFill,
+  first = 0,
 ): void {
   checkRange(t, offset, count, "fillWeight");
   if (count === 0) return;
@@ -164,7 +168,7 @@ export function fillWeight(
     dst,
     DTYPE_CODE.bf16,
     count,
-    0,
+    first,
     table,
     0,
     fill.key0 >>> 0,

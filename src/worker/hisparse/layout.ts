@@ -69,7 +69,10 @@ export function layOutHiSparse(
   const { config } = ctx.model;
   const bs = ctx.args.blockSize;
   const groups = hisparseKVCacheGroups(
-    modelKVCacheGroups(config, { elementBytes: kvCacheDtypeBytes(ctx.kvCacheDtype) }),
+    modelKVCacheGroups(config, {
+      elementBytes: kvCacheDtypeBytes(ctx.kvCacheDtype),
+      tensorParallelSize: ctx.args.tensorParallelSize,
+    }),
     {
       denseLayers: hs.denseLayers,
       digestElementBytes: o.digestElementBytes,

@@ -56,14 +56,14 @@ export function setupHiSparse(backend: Backend, ctx: KVCacheSetupContext, hs: Hi
   const view = (t: Tensor) => hostView(t) as Float32Array;
   const tier = { numSparseLayers: sparseLayers.length, numHostBlocks, blockSize: bs };
   const hostTier = new CpuHostKvCache(
-    { ...tier, numKvHeads: config.numKeyValueHeads, headDim: config.headDim },
+    { ...tier, numKvHeads: layout.numKvHeads, headDim: config.headDim },
     view,
   );
   const selector = new QuestSelector(
     { ...tier, layout, topk: hs.topk, sinkTokens: hs.sinkTokens, windowTokens: hs.windowTokens },
     view,
   );
-  const resolver = new LruHotBufferResolver(hostTier, bs, config.numKeyValueHeads, sparseLayers.length);
+  const resolver = new LruHotBufferResolver(hostTier, bs, layout.numKvHeads, sparseLayers.length);
   const attention = new HiSparseAttention(
     backend,
     layout,

@@ -45,8 +45,14 @@ export class HostBackend implements Backend {
   writeWeight(t: Tensor, elemOffset: number, src: HostTensorData): void {
     this.arrayOf(t as PendingWeight, src.dtype).set(src.data, elemOffset);
   }
-  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill): void {
-    generateFill(fill, 0, count, this.arrayOf(t as PendingWeight, fill.dtype) as Float32Array, elemOffset);
+  fillWeight(t: Tensor, elemOffset: number, count: number, fill: WeightFill, first = 0): void {
+    generateFill(
+      fill,
+      first,
+      count,
+      this.arrayOf(t as PendingWeight, fill.dtype) as Float32Array,
+      elemOffset,
+    );
   }
   private arrayOf(t: PendingWeight, dtype: HostTensorData["dtype"]): Float32Array | Uint16Array {
     if (t.data.length === 0) {

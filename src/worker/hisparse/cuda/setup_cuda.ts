@@ -39,7 +39,9 @@ export function setupCudaHiSparse(
   const bs = ctx.args.blockSize;
   const reasons = [...modelReasons(backend, config, ctx.args, hs), ...cudaReasons(ctx)];
   if (reasons.length > 0) throw new ConfigError(reasons);
-  const { numKeyValueHeads: Hkv, headDim: D, numHiddenLayers: L } = config;
+  // The rank's KV heads (tensor parallelism: its share, or one replicated head).
+  const { headDim: D, numHiddenLayers: L } = config;
+  const Hkv = layout.numKvHeads;
   const numSparseLayers = sparseLayersOf(hs, L).length;
   const tablesConfig: SlotTablesConfig = {
     numSlots: ctx.args.maxNumSeqs,
@@ -51,7 +53,10 @@ export function setupCudaHiSparse(
   const lay = layOutHiSparse(backend, ctx, hs, {
     digestElementBytes: DIGEST_ELEMENT_BYTES.cuda,
     reservedDeviceBytes: HiSparseSlotTables.deviceBytes(tablesConfig),
-    defaultHostPoolMaxBytes: Math.floor(totalmem() * DEFAULT_HOST_POOL_MAX_RAM_FRACTION),
+    // Every rank pins its own host tier: the ranks share the cap.
+    defaultHostPoolMaxBytes: Math.floor(
+      (totalmem() * DEFAULT_HOST_POOL_MAX_RAM_FRACTION) / ctx.args.tensorParallelSize,
+    ),
   });
   const tables = new HiSparseSlotTables(backend, tablesConfig);
   const tier = { numSparseLayers, numHostBlocks: lay.numHostBlocks, blockSize: bs };

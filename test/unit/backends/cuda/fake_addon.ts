@@ -352,6 +352,13 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     sampleResult: [],
     lastSampleRows: null,
     abiVersion: ADDON_ABI_VERSION,
+    // NCCL: a one-rank communicator whose collectives are recorded (nothing moves).
+    ncclInfo: () => ({ version: 22803, path: "libnccl.so.2 (fake)" }),
+    ncclGetUniqueId: () => new Uint8Array(128),
+    ncclCommInitRank: () => 0x1000,
+    ncclCommDestroy: record("ncclCommDestroy"),
+    ncclAllReduce: record("ncclAllReduce"),
+    ncclAllGather: record("ncclAllGather"),
     buildInfo: {
       cudaRuntimeVersion: 13000,
       hasAttention: options.hasAttention ?? true,
@@ -399,11 +406,11 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
       run(stream, () =>
         fakeFillWeight(mem, dst, BYTES[CODE_DTYPE[dtype]!], count, first, table, constantBits, key0, key1),
       ),
-    gatherRows: (stream, out, src, indices, numRows, numSrcRows, rowBytes) =>
+    gatherRows: (stream, out, src, indices, numRows, numSrcRows, rowBytes, firstIndex) =>
       run(stream, () => {
         const idx = new DataView(mem.view(indices, 4 * numRows).slice().buffer);
         for (let r = 0; r < numRows; r++) {
-          const s = idx.getInt32(4 * r, true);
+          const s = idx.getInt32(4 * r, true) - firstIndex;
           const o = mem.view(out + r * rowBytes, rowBytes);
           if (s < 0 || s >= numSrcRows) o.fill(0);
           else o.set(mem.view(src + s * rowBytes, rowBytes));
