@@ -9,6 +9,7 @@ import type { AttentionBackend } from "../attention/backend.js";
 import type { MlaAttentionBackend } from "../attention/mla.js";
 import type { Backend, DType, QkvLayout, Tensor } from "../backends/backend.js";
 import { ConfigError, type EngineArgs } from "../config/engine_args.js";
+import type { HiSparseConfig } from "../config/hisparse_config.js";
 import type { ModelConfig } from "../config/model_config.js";
 import type { KVCacheGroupSpec } from "../core/kv/kv_cache_interface.js";
 import type { WorkerExtension } from "./extension.js";
@@ -34,6 +35,11 @@ export interface HiSparseWorkerInfo {
   deviceBytesPerHostBlock: number;
   denseLayers: number[];
   sparseLayers: number[];
+  /**
+   * The settings in effect when the model derives them from the user's (DSA models:
+   * config/hisparse_dsa.ts; the scheduler side is built from them); absent = the user's.
+   */
+  config?: HiSparseConfig;
 }
 
 /** What the worker reports about the KV cache (WorkerInfo fields). */
