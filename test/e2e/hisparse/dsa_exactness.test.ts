@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../../../src/config/hisparse_config.js";
-import type { LLMOptions } from "../../../src/engine/llm.js";
+import { LLM, type LLMOptions } from "../../../src/engine/llm.js";
 import { type HiSparseRunResult, runPrompts } from "../../helpers/hisparse_run.js";
 import { describeIfFound, type RefModel, refModelDir } from "../../helpers/reference.js";
 
@@ -88,4 +88,34 @@ describe("DSA HiSparse exactness: GLM-5 with shared indexer layers (dummy weight
     );
   }
   exactnessCases(() => path, { loadFormat: "dummy" });
+});
+
+describe("HiSparse refusals for MLA models", () => {
+  /** The start-up error of an engine with these HiSparse settings. */
+  async function startError(model: string, c: Partial<HiSparseConfig>): Promise<Error> {
+    const llm = new LLM({ model, device: "cpu", maxModelLen: 160, blockSize: 4, extensions: hisparse(c) });
+    try {
+      await llm.getEngine();
+    } catch (e) {
+      return e as Error;
+    } finally {
+      await llm.shutdown();
+    }
+    throw new Error("the engine started");
+  }
+
+  it("MLA without a DSA indexer (DeepSeek-V3) is refused with the reason", async (t) => {
+    const dir = refModelDir("tiny-deepseek-v3-pv");
+    if (dir === null) return t.skip("tiny-deepseek-v3-pv not found");
+    const e = await startError(dir, { mode: "auto" });
+    assert.match(e.message, /only with a DSA indexer .*DeepseekV3ForCausalLM has none/);
+  });
+
+  it("a DSA model refuses Quest's sink_tokens and window_tokens, naming both", async (t) => {
+    const dir = refModelDir("tiny-glm5-dsa-pv");
+    if (dir === null) return t.skip("tiny-glm5-dsa-pv not found");
+    const e = await startError(dir, { mode: "on", sinkTokens: 4, windowTokens: 8 });
+    assert.match(e.message, /sink_tokens does not apply to DSA models/);
+    assert.match(e.message, /window_tokens does not apply to DSA models/);
+  });
 });
