@@ -13,11 +13,13 @@ import {
   parseModelConfig,
 } from "../config/model_config.js";
 import { resolveModelDir } from "../models/registry.js";
+import { dsaHiSparseLines, planDsaKnobs } from "../plan/dsa_plan.js";
 import { type BudgetSource, budgetLines, denseLines, hisparseLines } from "../plan/format.js";
 import { planHiSparseKnobs } from "../plan/hisparse_knobs.js";
-import { mlaDenseLines, planMlaDense } from "../plan/mla_plan.js";
+import { type MlaPlanInput, mlaDenseLines, planMlaDense } from "../plan/mla_plan.js";
 import {
   CUDA_DIGEST_ELEMENT_BYTES,
+  type HiSparsePlan,
   kvBudgetFromGpu,
   noKvBudgetError,
   PlanError,
@@ -254,10 +256,11 @@ function printMlaPlan(
     kvElementBytes: DTYPE_BYTES[o.kvCacheDtype],
   };
   const dense = planMlaDense(input);
+  const dsa = dsaPlanOf(o, config, input);
   if (o.json) {
     console.log(
       JSON.stringify(
-        { model: source, input: { ...input, mla: undefined }, budget, dense, hisparse: null },
+        { model: source, input: { ...input, mla: undefined }, budget, dense, hisparse: dsa?.plan ?? null },
         null,
         2,
       ),
@@ -268,5 +271,39 @@ function printMlaPlan(
     `Model ${source}: ${config.architecture}, ${(numParameters / 1e9).toFixed(2)} B parameters, ${config.numHiddenLayers} layers, ` +
       `MLA (kv_lora_rank ${config.mla!.kvLoraRank} + qk_rope ${config.mla!.qkRopeHeadDim}); context ${o.context} tokens, blocks of ${o.blockSize}, KV ${o.kvCacheDtype}`,
   );
-  for (const l of [...budgetLines(kvBudgetBytes, budget), ...mlaDenseLines(input, dense)]) console.log(l);
+  for (const l of [
+    ...budgetLines(kvBudgetBytes, budget),
+    ...mlaDenseLines(input, dense),
+    ...(dsa?.lines ?? []),
+  ])
+    console.log(l);
+}
+
+/** A DSA model's HiSparse plan (plan/dsa_plan.ts) and its lines; null for MLA without an indexer. */
+function dsaPlanOf(
+  o: PlanOptions,
+  config: ModelConfig,
+  input: MlaPlanInput,
+): { plan: HiSparsePlan; lines: string[] } | null {
+  const mla = config.mla!;
+  if (mla.indexer === null) return null;
+  const knobs = planDsaKnobs({
+    json: o.hisparseConfig,
+    topk: o.hybridSparseTopk,
+    hostPoolBytes: o.hostPoolGib,
+    blockSize: o.blockSize,
+    mla,
+    numLayers: config.numHiddenLayers,
+    architecture: config.architecture,
+  });
+  const p: PlanInput = {
+    model: config,
+    kvBudgetBytes: input.kvBudgetBytes,
+    contextTokens: input.contextTokens,
+    blockSize: input.blockSize,
+    kvElementBytes: input.kvElementBytes,
+    hisparse: knobs,
+  };
+  const plan = planHiSparse(p);
+  return { plan, lines: dsaHiSparseLines(p, plan, planMlaDense(input), mla) };
 }

@@ -65,6 +65,11 @@ export function mlaDenseLines(p: MlaPlanInput, d: DensePlan & { geometry: MlaKvG
     `  GPU blocks     = floor(${formatInt(p.kvBudgetBytes)} B / ${formatInt(d.kvBytesPerBlock)} B) = ${formatInt(d.numGpuBlocks)}`,
     `  per request    = ceil(${formatInt(p.contextTokens)} / ${p.blockSize}) = ${formatInt(d.pagesPerRequest)} blocks = ${formatBytes(d.pagesPerRequest * d.kvBytesPerBlock)}`,
     `  max requests   = floor(${formatInt(d.numGpuBlocks)} / ${formatInt(d.pagesPerRequest)}) = ${formatInt(d.maxConcurrent)}`,
-    "HiSparse: not yet for MLA / DSA models (the latent rows on the host tier, the indexer as selector: issue 15)",
+    // DSA models get their HiSparse section from plan/dsa_plan.ts.
+    ...(p.mla.indexer === null
+      ? [
+          "HiSparse: needs a DSA indexer (DeepSeek-V3.2, GLM-5) to select the latent rows to recall; this MLA model has none",
+        ]
+      : []),
   ];
 }

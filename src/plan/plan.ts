@@ -21,6 +21,7 @@
  * the formula's answers; it computes no size of its own.
  */
 
+import type { MlaConfig } from "../config/mla_config.js";
 import {
   DIGEST_ELEMENT_BYTES as ENGINE_DIGEST_BYTES,
   groupPageBytes,
@@ -52,6 +53,8 @@ export interface PlanModel {
   numHiddenLayers: number;
   numKeyValueHeads: number;
   headDim: number;
+  /** MLA models: their latent and DSA indexer groups (core/kv modelKVCacheGroups); absent for GQA. */
+  mla?: MlaConfig | null;
 }
 
 /** HiSparse knobs (config/hisparse_config.ts names, tokens). */
