@@ -24,6 +24,12 @@ export interface KVCacheSetupContext {
   deviceBudgetBytes: number;
   /** The engine's max model length (sizes per-request tables). */
   maxModelLen: number;
+  /**
+   * Benchmarks only (never set by the engine): DSA HiSparse rewrites each selection to keep a
+   * fraction of the previous step's rows (attention/sparse/dsa.ts SelectionOverlap), since
+   * dummy-weight indexers change their picks every step.
+   */
+  benchmark?: { selectionOverlap: number; seed?: number };
 }
 
 /** HiSparse's pools and layers, as WorkerInfo.hisparse reports them. */

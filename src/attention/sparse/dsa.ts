@@ -27,19 +27,79 @@ export interface RowSelection {
 }
 
 /**
+ * Benchmark-only selection overlap (issue 15): dummy-weight indexers change their picks every
+ * step, unlike trained ones, so a benchmark can set the step-to-step overlap instead: each row of
+ * a request's previous selection (per indexer) is kept with probability `p`, the rest of the
+ * min(K, context) entries are drawn uniformly from the context (no repeats), ascending. p = 0:
+ * random picks; the paper's LRU miss rates at a 2x and 4x buffer correspond to p = 0.87 and 0.93.
+ * The first selection of a request is the model's. Outputs change: never on a serving path.
+ */
+export class SelectionOverlap {
+  private readonly prev = new Map<string, Int32Array>();
+  private state: number;
+
+  /** @throws Error when p is not in [0, 1]. */
+  constructor(
+    readonly p: number,
+    seed = 1,
+  ) {
+    if (!(p >= 0 && p <= 1)) throw new Error(`selection overlap p must be in [0, 1], got ${p}`);
+    this.state = seed >>> 0 || 1;
+  }
+
+  /** Replaces `row` (K entries, the model's selection of a request with `n` tokens) in place. */
+  apply(reqId: RequestId, source: number, row: Int32Array, n: number): void {
+    const key = `${reqId}:${source}`;
+    const prev = this.prev.get(key);
+    if (prev !== undefined) {
+      const want = Math.min(row.length, n);
+      const chosen = new Set<number>();
+      for (const pos of prev) if (pos !== NO_ENTRY && pos < n && this.uniform() < this.p) chosen.add(pos);
+      while (chosen.size < want) chosen.add(Math.floor(this.uniform() * n));
+      const sorted = [...chosen].sort((a, b) => a - b);
+      row.fill(NO_ENTRY);
+      row.set(sorted.slice(0, row.length));
+    }
+    this.prev.set(key, row.slice());
+  }
+
+  /** Drops a request's previous selections. */
+  forget(reqId: RequestId): void {
+    for (const key of [...this.prev.keys()]) if (key.startsWith(`${reqId}:`)) this.prev.delete(key);
+  }
+
+  /** Uniform in [0, 1) (xorshift32: deterministic for a seed). */
+  private uniform(): number {
+    let x = this.state;
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    this.state = x >>> 0;
+    return this.state / 2 ** 32;
+  }
+}
+
+/**
  * The `dsa` selector: a DSA layer's selection is its indexer's top-k (a "shared" layer's is its
  * full layer's, the same tensor), so selecting is reading each sparse request's query row of the
  * top-k tensor. There are no digests to update: the indexer keys are their own KV group.
  */
 export class DsaSelector {
-  /** @param view host view of an i32 tensor (Backend.hostView). */
-  constructor(private readonly view: (t: Tensor) => Int32Array) {}
+  /**
+   * @param view host view of an i32 tensor (Backend.hostView).
+   * @param overlap benchmarks only: rewrites the selections ({@link SelectionOverlap}).
+   */
+  constructor(
+    private readonly view: (t: Tensor) => Int32Array,
+    private readonly overlap: SelectionOverlap | null = null,
+  ) {}
 
   /**
+   * @param source the indexer (its full layer) whose top-k this is.
    * @param topkIndices i32 [T, K] the layer's top-k (Backend.mla.topkIndices).
    * @throws Error when a sparse request's token row is outside the tensor.
    */
-  select(topkIndices: Tensor, batch: SparseBatch): RowSelection {
+  select(source: number, topkIndices: Tensor, batch: SparseBatch): RowSelection {
     const K = topkIndices.shape[1]!;
     const T = topkIndices.shape[0]!;
     const x = this.view(topkIndices);
@@ -48,8 +108,19 @@ export class DsaSelector {
       const t = batch.tokenIdx[s]!;
       if (t < 0 || t >= T) throw new Error(`sparse row ${s} reads token ${t} of a ${T}-token top-k`);
       positions.set(x.subarray(t * K, (t + 1) * K), s * K);
+      this.overlap?.apply(
+        batch.reqIds[s]!,
+        source,
+        positions.subarray(s * K, (s + 1) * K),
+        batch.numTokens[s]!,
+      );
     }
     return { K, positions };
+  }
+
+  /** Drops a request's state (the overlap's previous selections). */
+  forget(reqId: RequestId): void {
+    this.overlap?.forget(reqId);
   }
 }
 

@@ -82,7 +82,7 @@ export class DsaHiSparseAttention implements MlaAttentionBackend {
     }
     let res = this.resolutions.get(source);
     if (res === undefined) {
-      res = this.resolver.resolve(source, this.selector.select(topk, hs.batch), hs.batch);
+      res = this.resolver.resolve(source, this.selector.select(source, topk, hs.batch), hs.batch);
       this.resolutions.set(source, res);
     }
     return res;

@@ -5,7 +5,7 @@
  * row resolver, the DSA attention backend and the same worker extension as Quest's.
  */
 import { DensePagedAttention } from "../../attention/backend.js";
-import { DsaSelector, LruHotRowResolver } from "../../attention/sparse/dsa.js";
+import { DsaSelector, LruHotRowResolver, SelectionOverlap } from "../../attention/sparse/dsa.js";
 import { DsaHiSparseAttention } from "../../attention/sparse/dsa_attention.js";
 import type { Backend, Tensor } from "../../backends/backend.js";
 import { ConfigError } from "../../config/engine_args.js";
@@ -13,6 +13,7 @@ import type { HiSparseConfig } from "../../config/hisparse_config.js";
 import { dsaHiSparseConfig } from "../../config/hisparse_dsa.js";
 import { indexerSourceLayer } from "../../config/mla_config.js";
 import type { ModelConfig } from "../../config/model_config.js";
+import type { RequestId } from "../../core/ids.js";
 import { DIGEST_ELEMENT_BYTES } from "../../core/kv/kv_cache_interface.js";
 import { allocateIndexerKeyCaches, type KVCacheSetup, type KVCacheSetupContext } from "../kv_cache_setup.js";
 import { HiSparseWorker } from "./hisparse_worker.js";
@@ -79,7 +80,11 @@ export function setupDsaHiSparse(
     (t: Tensor) => hostView(t) as Float32Array,
   );
   const resolver = new LruHotRowResolver(hostTier, bs);
-  const selector = new DsaSelector((t: Tensor) => hostView(t) as Int32Array);
+  const overlap =
+    ctx.benchmark === undefined
+      ? null
+      : new SelectionOverlap(ctx.benchmark.selectionOverlap, ctx.benchmark.seed);
+  const selector = new DsaSelector((t: Tensor) => hostView(t) as Int32Array, overlap);
   const sourceLayer = Array.from({ length: config.numHiddenLayers }, (_, l) =>
     indexerSourceLayer(mla.indexer!, l),
   );
@@ -90,7 +95,17 @@ export function setupDsaHiSparse(
     selector,
     resolver,
   );
-  const extension = new HiSparseWorker(backend, bs, lay.kvCaches, sparseLayers, hostTier, resolver);
+  const hotState = {
+    forget: (id: RequestId) => {
+      resolver.forget(id);
+      selector.forget(id);
+    },
+    takeCounters: () => resolver.takeCounters(),
+    get numSparsePages() {
+      return resolver.numSparsePages;
+    },
+  };
+  const extension = new HiSparseWorker(backend, bs, lay.kvCaches, sparseLayers, hostTier, hotState);
   const gqa = new DensePagedAttention(backend, layout, bs);
   const setup = hisparseKVCacheSetup(backend, ctx, eff, lay, gqa, extension);
   return {

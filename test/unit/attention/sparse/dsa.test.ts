@@ -12,6 +12,7 @@ import {
   LruHotRowResolver,
   NO_ENTRY,
   type RowSelection,
+  SelectionOverlap,
 } from "../../../../src/attention/sparse/dsa.js";
 import type { Tensor } from "../../../../src/backends/backend.js";
 import { asRequestId } from "../../../../src/core/ids.js";
@@ -54,8 +55,39 @@ describe("DsaSelector", () => {
     const topk = { shape: [3, 3] } as unknown as Tensor;
     const data = Int32Array.from([0, -1, -1, 0, 1, -1, 1, 4, 13]);
     const s = new DsaSelector(() => data);
-    const out = s.select(topk, sparseBatch([{ ...A, tokenIdx: 2 }]));
+    const out = s.select(0, topk, sparseBatch([{ ...A, tokenIdx: 2 }]));
     assert.deepEqual([out.K, [...out.positions]], [3, [1, 4, 13]]);
+  });
+});
+
+describe("SelectionOverlap (benchmarks only)", () => {
+  const id = asRequestId("A");
+  it("the first selection is the model's; later ones keep about p of the previous rows, ascending, no repeats", () => {
+    const o = new SelectionOverlap(0.87, 5);
+    const K = 64;
+    const n = 4096;
+    const first = Int32Array.from({ length: K }, (_, j) => j * 7);
+    const row = first.slice();
+    o.apply(id, 0, row, n);
+    assert.deepEqual([...row], [...first]);
+    let kept = 0;
+    let prev = row.slice();
+    for (let step = 0; step < 50; step++) {
+      const r = Int32Array.from({ length: K }, (_, j) => j); // the model's picks are ignored
+      o.apply(id, 0, r, n);
+      const s = new Set(prev);
+      kept += [...r].filter((p) => s.has(p)).length;
+      for (let j = 1; j < K; j++) assert.ok(r[j]! > r[j - 1]!, "ascending, distinct");
+      prev = r.slice();
+    }
+    const rate = kept / (50 * K);
+    assert.ok(rate > 0.82 && rate < 0.92, `kept ${rate}`);
+    // Short contexts: min(K, n) entries, NO_ENTRY after them; another indexer has its own state.
+    const short = Int32Array.from({ length: 8 }, (_, j) => (j < 5 ? j : NO_ENTRY));
+    o.apply(id, 1, short, 5);
+    o.apply(id, 1, short, 5);
+    assert.deepEqual([...short], [0, 1, 2, 3, 4, -1, -1, -1]);
+    assert.throws(() => new SelectionOverlap(1.5), /must be in \[0, 1\]/);
   });
 });
 
