@@ -57,6 +57,18 @@ function exactnessCases(model: () => string, opts: Partial<LLMOptions> = {}): vo
     assert.equal(r.numPreemptions, 0);
   });
 
+  it("on, residency hybrid: every row resolves to its own resident page, nothing copied, greedy tokens equal dense", async () => {
+    const r = await run(model(), {
+      ...opts,
+      numGpuBlocksOverride: 256,
+      extensions: hisparse({ mode: "on", residency: "hybrid", minSparseTokens: 0 }),
+    });
+    assert.deepEqual(r.tokens, dense.tokens);
+    const st = r.stats!;
+    assert.equal(st.sparseDecodesTotal, PROMPTS.length * (MAX_TOKENS - 1), JSON.stringify(st));
+    assert.deepEqual([st.spilledPagesTotal, st.hitsTotal, st.missesTotal], [0, 0, 0]);
+  });
+
   it("auto under forced pressure (a 56-block pool): pages spill instead of preempting, greedy tokens equal dense", async () => {
     const r = await run(model(), {
       ...opts,
