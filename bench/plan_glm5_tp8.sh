@@ -28,7 +28,7 @@ done
 # vLLM's calculator's assumptions: 141e9 B per GPU (131.32 GiB), 0.92 utilization, 15 GiB runtime
 # reserve, its KV budget 17.8 GiB per GPU, 64-token blocks, hot buffer 4096 rows + 2 tail pages,
 # no dense layers, 21 indexer layers.
-CALC="--tensor-parallel-size 8 --block-size 64 --hisparse-config {\"sink_tokens\":0,\"window_tokens\":128,\"dense_layers\":[]}"
+CALC="--tensor-parallel-size 8 --block-size 64"  # DSA settings as the engine derives them: no sinks, a one-page window, no dense layers
 plan calc_budget_glm-5 --config configs/glm-5 $CALC --gpu-mem-gib 131.32 --gpu-memory-utilization 0.92 --reserve-gib 15 --weights-dtype fp8 --kv-cache-dtype fp8 --context 81920
 for kv in fp8 bf16; do
   for ctx in 81920 131072 1048576; do

@@ -54,6 +54,24 @@ Napi::Value Resolve(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+/** rowResolve(stream, params: the fields of HsRowResolveParams by name): DSA hot rows. */
+Napi::Value RowResolve(const Napi::CallbackInfo& info) {
+  Args a(info, 2, "rowResolve");
+  HsRowResolveParams p{};
+  readParams(ParamObject(info, 1, "rowResolve"), p);
+  checkLaunch(hsRowResolve(&p, a.stream(0)), "hsRowResolve", a.stream(0), __FILE__, __LINE__);
+  return info.Env().Undefined();
+}
+
+/** rowCopy(stream, cache, hostRows, missSrc, missDst, missCount, rowFlags, numReqs, K, rowBytes, numDeviceSlots,
+ *  numHostSlots): one layer's copy pass of an hsRowResolve plan. */
+Napi::Value RowCopy(const Napi::CallbackInfo& info) {
+  Args a(info, 12, "rowCopy");
+  HS_LAUNCH(hsRowCopy, a.stream(0), a.ptr(1), a.ptr(2), a.as<const int32_t>(3), a.as<const int32_t>(4),
+            a.as<const int32_t>(5), a.as<const int32_t>(6), a.i32(7), a.i32(8), a.size(9), a.i32(10), a.i32(11));
+  return info.Env().Undefined();
+}
+
 /** mirrorPages(stream, kvCaches, hostTiers, blockIds, hostBlockIds, count, numLayers, numKvHeads, headDim,
  *  blockSize, numBlocks, numHostBlocks). */
 Napi::Value MirrorPages(const Napi::CallbackInfo& info) {
@@ -81,6 +99,8 @@ void initHiSparse(Napi::Env env, Napi::Object exports) {
   exports.Set("questSelect", Napi::Function::New(env, QuestSelect, "questSelect"));
   exports.Set("resolve", Napi::Function::New(env, Resolve, "resolve"));
   exports.Set("mirrorPages", Napi::Function::New(env, MirrorPages, "mirrorPages"));
+  exports.Set("rowResolve", Napi::Function::New(env, RowResolve, "rowResolve"));
+  exports.Set("rowCopy", Napi::Function::New(env, RowCopy, "rowCopy"));
   exports.Set("sparseDecodeAttention", Napi::Function::New(env, SparseDecodeAttention, "sparseDecodeAttention"));
 }
 

@@ -112,4 +112,38 @@ inline void readParams(const ParamObject& o, HsResolveParams& p) {
   p.blockSize = o.i32("blockSize");
 }
 
+/** HsRowResolveParams (native/kernels/hisparse.h). */
+inline void readParams(const ParamObject& o, HsRowResolveParams& p) {
+  p.topk = o.ptr("topk");
+  p.K = o.i32("K");
+  p.tokenRow = o.ptr("tokenRow");
+  p.rowFlags = o.ptr("rowFlags");
+  p.reqSlot = o.ptr("reqSlot");
+  p.seqLens = o.ptr("seqLens");
+  p.blockTable = o.ptr("blockTable");
+  p.hostBlockTable = o.ptr("hostBlockTable");
+  p.tableStride = o.i32("tableStride");
+  p.numSlots = o.i32("numSlots");
+  p.hotBlocks = o.ptr("hotBlocks");
+  p.numHotBlocks = o.i32("numHotBlocks");
+  p.lruPos = o.ptr("lruPos");
+  p.lruLastUse = o.ptr("lruLastUse");
+  p.lruTick = o.ptr("lruTick");
+  p.source = o.i32("source");
+  p.numSources = o.i32("numSources");
+  p.heldCount = o.ptr("heldCount");
+  p.heldPages = o.ptr("heldPages");
+  p.viewTopk = o.ptr("viewTopk");
+  p.viewTable = o.ptr("viewTable");
+  p.viewSeqLens = o.ptr("viewSeqLens");
+  p.missSrc = o.ptr("missSrc");
+  p.missDst = o.ptr("missDst");
+  p.missCount = o.ptr("missCount");
+  p.counters = o.ptr("counters");
+  p.numReqs = o.i32("numReqs");
+  p.blockSize = o.i32("blockSize");
+  p.numBlocks = o.i32("numBlocks");
+  p.numHostBlocks = o.i32("numHostBlocks");
+}
+
 }  // namespace hs

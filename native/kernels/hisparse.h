@@ -229,3 +229,103 @@ cudaError_t hsMirrorPages(const uint64_t* kvCaches, const uint64_t* hostTiers, c
 #ifdef __cplusplus
 }
 #endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- DSA models: token-granular hot rows (issue 15) -------------------------------------------------
+// Layouts (bf16 unless named otherwise; W = kv_lora_rank + qk_rope_head_dim, bs block size):
+//   latent cache of a layer       [numBlocks, bs, W]          (one row per token, device slot = block*bs+off)
+//   host tier of a layer          [numHostBlocks, bs, W]      (mapped pinned; host slot = hostBlock*bs+off)
+//   per-request tables            [numSlots, tableStride] i32 as above; hot blocks [numSlots, numHotBlocks]
+//   hot rows of a request         numHotRows = numHotBlocks * bs; hot row h = hotBlocks[., h / bs] * bs + h % bs
+// CPU oracle: src/attention/sparse/dsa.ts LruHotRowResolver (+ HotBufferLru keyed by token position).
+
+/** Arguments of hsRowResolve (device pointers). */
+typedef struct HsRowResolveParams {
+  /** i32 [T, K] the indexer's top-k (Backend.mla.topkIndices: ascending positions, -1 after the last). */
+  const int32_t* topk;
+  int K;
+  /** i32 [numReqs] top-k row of each row's query token; NULL: row r reads top-k row r (a decode batch). */
+  const int32_t* tokenRow;
+  /** i32 [numReqs] nonzero: resolve this row; NULL: every row. */
+  const int32_t* rowFlags;
+  /** i32 [numReqs] the request's row in the tables (< 0: skip). */
+  const int32_t* reqSlot;
+  /** i32 [numReqs] context length after this step (entries must be below it). */
+  const int32_t* seqLens;
+  /** i32 [numSlots, tableStride] device block of each page, < 0 when INACTIVE; host block of each page. */
+  const int32_t* blockTable;
+  const int32_t* hostBlockTable;
+  int tableStride;
+  int numSlots;
+  /** i32 [numSlots, numHotBlocks] each request's hot-buffer blocks. */
+  const int32_t* hotBlocks;
+  int numHotBlocks;
+  /** LRU state, i32 [numSlots, numSources, numHotBlocks * bs]: position held by each hot row (-1 empty), last use. */
+  int32_t* lruPos;
+  int32_t* lruLastUse;
+  /** i32 [numSlots, numSources]: resolve rounds so far. */
+  int32_t* lruTick;
+  /** This launch's indexer (index among the indexers whose selections have hot rows) and their count. */
+  int source;
+  int numSources;
+  /** i32 [numSlots, tableStride]: (indexer, hot row) slots holding a row of each page; i32 [numSlots]: pages with one (SPARSE). */
+  int32_t* heldCount;
+  int32_t* heldPages;
+  /**
+   * Out, the view Backend.mla.attention reads for the resolved rows (attention/sparse/dsa_attention.ts):
+   * i32 [numReqs, K] position j * bs + offset of entry j (-1: none), i32 [numReqs, K] the block of
+   * entry j (its table row), i32 [numReqs] K * bs. Rows not resolved are left as they are.
+   */
+  int32_t* viewTopk;
+  int32_t* viewTable;
+  int32_t* viewSeqLens;
+  /** Out: i32 [numReqs, K] host slot and device slot of each miss in order, i32 [numReqs] their count (hsRowCopy's plan). */
+  int32_t* missSrc;
+  int32_t* missDst;
+  int32_t* missCount;
+  /** u64 [3], accumulated: hits, misses, errors (an entry outside the context, more misses than free rows, a bad table entry). */
+  unsigned long long* counters;
+  int numReqs;
+  int blockSize;
+  int numBlocks;
+  int numHostBlocks;
+} HsRowResolveParams;
+
+/**
+ * The row resolver of one indexer (one CTA per row; the plan of every layer that shares the
+ * indexer; misses are copied by hsRowCopy, once per layer):
+ * 1. the round starts: tick = ++lruTick[slot, source];
+ * 2. hits: each hot row looks its position up in the (ascending) selection by binary search; a
+ *    selected position of an INACTIVE page found there is a hit (lastUse = tick);
+ * 3. each entry resolves to its own device slot when its page is ACTIVE (the newest rows: the
+ *    tail page is always ACTIVE), to its hot row on a hit, else it is a miss; the m-th miss
+ *    (selection order) takes the m-th hot row not used in this round in (lastUse, row) order
+ *    (empty rows have lastUse -1): exactly the victims of the oracle's one-at-a-time LRU
+ *    inserts. The order is found without sorting every row: a binary search over lastUse finds
+ *    the threshold v where the victims end, the rows below v (fewer than the misses) are ranked
+ *    pairwise, the rows at v taken in row order;
+ * 4. the view for attention and the miss list (host slot -> hot-row device slot) are written.
+ * Graph-capturable (grid from numReqs; live counts in device memory). Shared memory:
+ * (2 * numHotRows + 3 * K + K / 32 + 48) * 4 bytes.
+ */
+cudaError_t hsRowResolve(const HsRowResolveParams* p, cudaStream_t stream);
+
+/**
+ * One layer's copy pass of an hsRowResolve plan: for each resolved row r and miss m <
+ * missCount[r], the rowBytes bytes of host slot missSrc[r, m] of `hostRows` (this layer's mapped
+ * pinned host tier, [numHostBlocks * bs, rowBytes]) are read with 16-byte loads straight over the
+ * host link and stored at device slot missDst[r, m] of `cache` ([numBlocks * bs, rowBytes]).
+ * Layers sharing an indexer issue one pass each (the next one may run on a side stream while
+ * the current layer computes: exact prefetch, the plan is known). rowBytes a multiple of 16,
+ * both bases 16-byte aligned; slots outside the pools are skipped (hsRowResolve counted them).
+ */
+cudaError_t hsRowCopy(void* cache, const void* hostRows, const int32_t* missSrc, const int32_t* missDst,
+                      const int32_t* missCount, const int32_t* rowFlags, int numReqs, int K, size_t rowBytes,
+                      int numDeviceSlots, int numHostSlots, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif

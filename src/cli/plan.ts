@@ -21,6 +21,7 @@ import {
 } from "../core/kv/kv_cache_dtype.js";
 import { kvHeadsPerRank } from "../core/kv/kv_cache_interface.js";
 import { resolveModelDir } from "../models/registry.js";
+import { dsaHiSparseLines, planDsaKnobs } from "../plan/dsa_plan.js";
 import { type BudgetSource, budgetLines, denseLines, hisparseLines } from "../plan/format.js";
 import { planHiSparseKnobs } from "../plan/hisparse_knobs.js";
 import {
@@ -247,11 +248,22 @@ async function runPlan(o: PlanOptions): Promise<void> {
     kvElementBytes: KV_CACHE_DTYPE_BYTES[kvDtype],
     tensorParallelSize: o.tensorParallelSize,
     digestElementBytes: CUDA_DIGEST_ELEMENT_BYTES,
-    hisparse: planHiSparseKnobs({
-      json: o.hisparseConfig,
-      topk: o.hybridSparseTopk,
-      hostPoolBytes: o.hostPoolGib,
-    }),
+    hisparse:
+      config.mla?.indexer != null
+        ? planDsaKnobs({
+            json: o.hisparseConfig,
+            topk: o.hybridSparseTopk,
+            hostPoolBytes: o.hostPoolGib,
+            blockSize: o.blockSize,
+            mla: config.mla,
+            numLayers: config.numHiddenLayers,
+            architecture: config.architecture,
+          })
+        : planHiSparseKnobs({
+            json: o.hisparseConfig,
+            topk: o.hybridSparseTopk,
+            hostPoolBytes: o.hostPoolGib,
+          }),
   };
   refuseWhatTheEngineWould(input, config.maxPositionEmbeddings, config.numHiddenLayers);
   const dense = planDense(input);
@@ -282,7 +294,9 @@ async function runPlan(o: PlanOptions): Promise<void> {
   for (const l of [
     ...budgetLines(kvBudgetBytes, budget),
     ...denseLines(input, dense),
-    ...hisparseLines(input, sparse, dense),
+    ...(config.mla?.indexer != null
+      ? dsaHiSparseLines(input, sparse, dense, config.mla)
+      : hisparseLines(input, sparse, dense)),
     ...deploymentLines(config, o.tensorParallelSize, dense, sparse),
   ])
     console.log(l);
@@ -323,9 +337,13 @@ function deploymentLines(
           ? " (each rank's pages hold its own heads)"
           : "; MLA rows are the same on every rank, so one copy shared by the ranks would do (as vLLM shares it per DP replica)"),
     );
-  if (c.mla != null)
+  if (c.mla != null && c.mla.indexer === null)
     lines.push(
-      "Note: the engine does not run HiSparse on MLA models yet (worker/hisparse/setup.ts modelReasons); the HiSparse figures are the KV memory formula's split for them (latent rows offloadable, indexer keys on the GPU)",
+      "Note: the engine runs HiSparse on MLA models only with a DSA indexer (its top-k selects the latent rows to recall; worker/hisparse/setup.ts modelReasons); the HiSparse figures are the KV memory formula's split (latent rows offloadable)",
+    );
+  else if (c.mla != null)
+    lines.push(
+      "Note: HiSparse for DSA models runs on the CPU backend today; its CUDA set-up is not wired yet (worker/hisparse/dsa_setup.ts)",
     );
   return lines;
 }

@@ -34,8 +34,13 @@ export const HYBRID_SPARSE_MODES: readonly HybridSparseMode[] = ["auto", "on", "
 export type HiSparseResidency = "host" | "hybrid";
 export const HISPARSE_RESIDENCIES: readonly HiSparseResidency[] = ["host", "hybrid"];
 
-/** Page selectors (attention/sparse/): `quest` (training-free, any dense model). */
-export type SparseSelectorName = "quest";
+/**
+ * Selectors (attention/sparse/): `quest` (training-free page selection, any dense model; the one
+ * `--hisparse-config selector` names) and `dsa` (the model's own lightning indexer: DSA models
+ * get it from their config, config/hisparse_dsa.ts, never from the flag).
+ */
+export type SparseSelectorName = "quest" | "dsa";
+/** Selectors a user may name in `--hisparse-config selector`. */
 export const SPARSE_SELECTORS: readonly SparseSelectorName[] = ["quest"];
 
 /** Resolved HiSparse settings (every knob has its value). */
@@ -67,6 +72,12 @@ export interface HiSparseConfig {
    * re-select 96-99% of pages, dummy weights far fewer). Absent: the engine's selection.
    */
   benchSelectionOverlap?: number;
+  /**
+   * The `--hisparse-config` keys (snake_case) whose values were given rather than defaulted, so
+   * a model-specific layout (DSA: config/hisparse_dsa.ts) can refuse the keys that do not apply
+   * to it and derive the others; absent = none given.
+   */
+  givenKeys?: readonly string[];
 }
 
 /** Default top-k budget: DeepSeek-V3.2 / GLM-5 DSA attend to 2048 tokens (LMSYS HiSparse blog). */
@@ -196,6 +207,9 @@ export function resolveHiSparseConfig(o: HiSparseOverrides): HiSparseConfig {
     residency: o.residency ?? (mode === "on" ? "host" : "hybrid"),
     hostPoolBytes: o.hostPoolBytes ?? null,
     whitelistTokenIds: [...(o.whitelistTokenIds ?? [])],
+    givenKeys: Object.entries(JSON_KEYS)
+      .filter(([, spec]) => o[spec.field] !== undefined)
+      .map(([key]) => key),
   };
 }
 
@@ -242,7 +256,8 @@ export function validateHiSparseConfig(c: HiSparseConfig, ctx: HiSparseValidatio
     !(Number.isInteger(c.minSparseTokens) && c.minSparseTokens >= 0)
   )
     r.push(`min_sparse_tokens must be an integer >= 0, got ${c.minSparseTokens}`);
-  if (!SPARSE_SELECTORS.includes(c.selector))
+  // "dsa" is never a user's choice (parse takes any string): DSA set-ups derive it from the model.
+  if (!SPARSE_SELECTORS.includes(c.selector) && c.selector !== "dsa")
     r.push(`selector must be one of ${SPARSE_SELECTORS.join(", ")}, got ${c.selector}`);
   if (!HISPARSE_RESIDENCIES.includes(c.residency))
     r.push(`residency must be one of ${HISPARSE_RESIDENCIES.join(", ")}, got ${c.residency}`);

@@ -313,7 +313,8 @@ function executorFor(args: EngineArgs): Executor {
 function hisparseSchedulingFor(args: EngineArgs, info: WorkerInfo): HiSparseScheduling | null {
   const config = hisparseConfigOf(args.extensions);
   if (config === null || info.hisparse === null) return null;
-  return createHiSparseScheduling(config, {
+  // A DSA model's settings are derived from the user's by the worker (config/hisparse_dsa.ts).
+  return createHiSparseScheduling(info.hisparse.config ?? config, {
     blockSize: info.blockSize,
     numGpuBlocks: info.numGpuBlocks,
     numHostBlocks: info.hisparse.numHostBlocks,

@@ -108,17 +108,22 @@ export function denseLines(p: PlanInput, d: DensePlan): string[] {
   ];
 }
 
-function poolLines(
+/**
+ * One host pool's lines of a HiSparse section.
+ * @param perPage what each host page keeps on the GPU (DSA: "indexer keys").
+ */
+export function poolLines(
   title: string,
   pool: HiSparsePoolPlan,
   h: HiSparsePlan,
   suffix: string,
   how: string[] = [],
+  perPage = "dense layers + digests",
 ): string[] {
   const lines = [
     title,
     ...how,
-    `    host pool      ${formatBytes(pool.hostPoolBytes)} = ${formatInt(pool.numHostBlocks)} pages; their dense layers + digests on the GPU: ${formatBytes(pool.numHostBlocks * h.deviceBytesPerHostBlock)}`,
+    `    host pool      ${formatBytes(pool.hostPoolBytes)} = ${formatInt(pool.numHostBlocks)} pages; their ${perPage} on the GPU: ${formatBytes(pool.numHostBlocks * h.deviceBytesPerHostBlock)}`,
     `    GPU blocks     = floor((budget − ${formatBytes(pool.numHostBlocks * h.deviceBytesPerHostBlock)}) / ${formatBytes(h.mainBytesPerBlock)}) = ${formatInt(pool.numGpuBlocks)}`,
     `    by host pool   = floor(${formatInt(pool.numHostBlocks)} / ${formatInt(h.pagesPerRequest)}) = ${formatInt(pool.maxByHost)}`,
     pool.numGpuBlocks >= h.pagesPerRequest

@@ -9,6 +9,7 @@ import type { AttentionBackend } from "../attention/backend.js";
 import type { MlaAttentionBackend } from "../attention/mla.js";
 import type { Backend, DType, QkvLayout, Tensor } from "../backends/backend.js";
 import { ConfigError, type EngineArgs } from "../config/engine_args.js";
+import type { HiSparseConfig } from "../config/hisparse_config.js";
 import type { ModelConfig } from "../config/model_config.js";
 import type { KVCacheGroupSpec } from "../core/kv/kv_cache_interface.js";
 import type { WorkerExtension } from "./extension.js";
@@ -23,6 +24,12 @@ export interface KVCacheSetupContext {
   deviceBudgetBytes: number;
   /** The engine's max model length (sizes per-request tables). */
   maxModelLen: number;
+  /**
+   * Benchmarks only (never set by the engine): DSA HiSparse rewrites each selection to keep a
+   * fraction of the previous step's rows (attention/sparse/dsa.ts SelectionOverlap), since
+   * dummy-weight indexers change their picks every step.
+   */
+  benchmark?: { selectionOverlap: number; seed?: number };
 }
 
 /** HiSparse's pools and layers, as WorkerInfo.hisparse reports them. */
@@ -34,6 +41,11 @@ export interface HiSparseWorkerInfo {
   deviceBytesPerHostBlock: number;
   denseLayers: number[];
   sparseLayers: number[];
+  /**
+   * The settings in effect when the model derives them from the user's (DSA models:
+   * config/hisparse_dsa.ts; the scheduler side is built from them); absent = the user's.
+   */
+  config?: HiSparseConfig;
 }
 
 /** What the worker reports about the KV cache (WorkerInfo fields). */

@@ -4,7 +4,7 @@
 # (kernel<<<grid, block, smem, stream>>>(args) -> hs_emu::launch(kernel, grid, block, smem,
 # stream, args); __shared__ declarations -> the emulated CTA's shared memory), then compiled with
 # g++ -DHS_ATTN_HOST_EMU. Slow (one OS thread per CUDA thread): use the --quick test subsets.
-# Usage: bash native/tests/emu/run_emu.sh [attention|hisparse|sampling|moe|dummy|all] [test args...]
+# Usage: bash native/tests/emu/run_emu.sh [attention|hisparse|rows|sampling|moe|dummy|all] [test args...]
 #   HS_EMU_CP_ASYNC=late   cp.async copies land only at the wait that retires them
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
@@ -48,6 +48,10 @@ if [ "$what" = hisparse ] || [ "$what" = all ]; then
     "$work/kernels/hisparse_digest.cu" "$work/kernels/hisparse_select.cu" \
     "$work/kernels/hisparse_resolve.cu" "$work/kernels/hisparse_mirror.cu" "$work/kernels/attention_decode.cu"
   "$work/hisparse_test" "$@" || status=1
+fi
+if [ "$what" = rows ] || [ "$what" = all ]; then
+  build hisparse_rows_test "$work/tests/hisparse_rows_test.cu" "$work/kernels/hisparse_rows.cu"
+  "$work/hisparse_rows_test" "$@" || status=1
 fi
 if [ "$what" = sampling ] || [ "$what" = all ]; then
   build sampling_test "$work/tests/sampling_test.cu" "$work/kernels/sampling.cu"

@@ -61,6 +61,8 @@ export {
   type QuestSelectParams,
   RESOLVE_PARAMS,
   type ResolveParams,
+  ROW_RESOLVE_PARAMS,
+  type RowResolveParams,
   SPARSE_DECODE_PARAMS,
   type SparseDecodeParams,
 } from "./addon_params.js";

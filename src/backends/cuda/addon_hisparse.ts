@@ -3,7 +3,12 @@
  * hsSparseDecodeAttention (attention.h). Part of the addon's typed surface: import these through
  * addon.ts, the only loader (DESIGN.md §1).
  */
-import type { QuestSelectParams, ResolveParams, SparseDecodeParams } from "./addon_params.js";
+import type {
+  QuestSelectParams,
+  ResolveParams,
+  RowResolveParams,
+  SparseDecodeParams,
+} from "./addon_params.js";
 import type { DevicePtr } from "./device_ptr.js";
 
 /** The HiSparse part of the module object (HisparseNative in addon.ts). */
@@ -58,6 +63,23 @@ export interface NativeHiSparseApi {
     blockSize: number,
     numBlocks: number,
     numHostBlocks: number,
+  ): void;
+  /** DSA hot rows: one indexer's resolution plan, the attention view and the miss list (hsRowResolve). */
+  rowResolve(stream: number, params: RowResolveParams): void;
+  /** One layer's copy pass of a row plan from mapped pinned host rows (hsRowCopy); rowFlags: i32* or NULL_PTR. */
+  rowCopy(
+    stream: number,
+    cache: DevicePtr,
+    hostRows: DevicePtr,
+    missSrc: DevicePtr,
+    missDst: DevicePtr,
+    missCount: DevicePtr,
+    rowFlags: DevicePtr,
+    numReqs: number,
+    K: number,
+    rowBytes: number,
+    numDeviceSlots: number,
+    numHostSlots: number,
   ): void;
   /** Decode attention with per-(request, kv head) tables (hsSparseDecodeAttention). */
   sparseDecodeAttention(stream: number, params: SparseDecodeParams): void;

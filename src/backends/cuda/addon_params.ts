@@ -158,15 +158,55 @@ export const RESOLVE_PARAMS = {
   ],
 } as const satisfies ParamStruct;
 
+/** HsRowResolveParams (hsRowResolve: DSA hot rows). */
+export const ROW_RESOLVE_PARAMS = {
+  struct: "HsRowResolveParams",
+  header: "native/kernels/hisparse.h",
+  fields: [
+    ["topk", "ptr"],
+    ["K", "i32"],
+    ["tokenRow", "ptr"],
+    ["rowFlags", "ptr"],
+    ["reqSlot", "ptr"],
+    ["seqLens", "ptr"],
+    ["blockTable", "ptr"],
+    ["hostBlockTable", "ptr"],
+    ["tableStride", "i32"],
+    ["numSlots", "i32"],
+    ["hotBlocks", "ptr"],
+    ["numHotBlocks", "i32"],
+    ["lruPos", "ptr"],
+    ["lruLastUse", "ptr"],
+    ["lruTick", "ptr"],
+    ["source", "i32"],
+    ["numSources", "i32"],
+    ["heldCount", "ptr"],
+    ["heldPages", "ptr"],
+    ["viewTopk", "ptr"],
+    ["viewTable", "ptr"],
+    ["viewSeqLens", "ptr"],
+    ["missSrc", "ptr"],
+    ["missDst", "ptr"],
+    ["missCount", "ptr"],
+    ["counters", "ptr"],
+    ["numReqs", "i32"],
+    ["blockSize", "i32"],
+    ["numBlocks", "i32"],
+    ["numHostBlocks", "i32"],
+  ],
+} as const satisfies ParamStruct;
+
 /** Every parameter struct, in the order params.gen.h declares their readers. */
 export const NATIVE_PARAM_STRUCTS: readonly ParamStruct[] = [
   PAGED_ATTENTION_PARAMS,
   SPARSE_DECODE_PARAMS,
   QUEST_SELECT_PARAMS,
   RESOLVE_PARAMS,
+  ROW_RESOLVE_PARAMS,
 ];
 
 export type PagedAttentionParams = ParamsOf<typeof PAGED_ATTENTION_PARAMS>;
 export type SparseDecodeParams = ParamsOf<typeof SPARSE_DECODE_PARAMS>;
 export type QuestSelectParams = ParamsOf<typeof QUEST_SELECT_PARAMS>;
 export type ResolveParams = ParamsOf<typeof RESOLVE_PARAMS>;
+export type RowResolveParams = ParamsOf<typeof ROW_RESOLVE_PARAMS>;

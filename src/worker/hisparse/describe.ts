@@ -24,6 +24,8 @@ export interface HiSparseStartupSummary {
     hostPagesDeviceBytes: number;
     numHostBlocks: number;
     hostPoolBytes: number;
+    /** "dsa" for DSA models (the model's indexer selects); absent for Quest. */
+    selector?: string;
   };
 }
 
@@ -44,12 +46,15 @@ export function hisparseStartupSummary(
   const numHostBlocks = info.hisparse.numHostBlocks;
   const hostPoolBytes = numHostBlocks * info.hisparse.hostBytesPerBlock;
   const hostPagesDeviceBytes = numHostBlocks * info.hisparse.deviceBytesPerHostBlock;
+  const dsa = config.selector === "dsa";
+  // DSA models: the indexer keys (never offloaded) are what every host page holds on the device.
+  const perHostPage = dsa ? "indexer keys and dense-layer rows" : "dense-layer KV and digests";
   const line =
-    `HiSparse ${config.mode}: residency ${config.residency}, topk ${config.topk}, ` +
+    `HiSparse ${config.mode}: ${dsa ? "selector dsa, " : ""}residency ${config.residency}, topk ${config.topk}, ` +
     `device_buffer_tokens ${config.deviceBufferTokens}` +
     // min_sparse_tokens only decides anything in `on` (auto attends sparsely once a page spills)
     (config.mode === "on" ? `, min_sparse_tokens ${config.minSparseTokens}; ` : "; ") +
-    `device pool ${info.numGpuBlocks} blocks (${gib(devicePoolBytes)}) + ${gib(hostPagesDeviceBytes)} of dense-layer KV and digests, ` +
+    `device pool ${info.numGpuBlocks} blocks (${gib(devicePoolBytes)}) + ${gib(hostPagesDeviceBytes)} of ${perHostPage}, ` +
     `host pool ${numHostBlocks} pages (${gib(hostPoolBytes)})`;
   return {
     line,
@@ -64,6 +69,7 @@ export function hisparseStartupSummary(
       hostPagesDeviceBytes,
       numHostBlocks,
       hostPoolBytes,
+      ...(dsa ? { selector: "dsa" } : {}),
     },
   };
 }

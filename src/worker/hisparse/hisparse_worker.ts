@@ -53,7 +53,8 @@ function applyDelta(tables: Map<RequestId, WorkerPageTable>, d: PageTableDelta):
  * The worker half of HiSparse ("hisparse" WorkerExtension). Keeps each request's page table from
  * the plans' deltas; before each forward builds the step's {@link HiSparseStepMeta} (host slot mapping,
  * the dense layers' host block tables, the sparse batch); after it, performs the eager mirrors
- * (device -> host tier, every sparse layer) and reports the step's counters.
+ * (device -> host tier, every sparse layer) and reports the step's counters. The same for DSA
+ * models (host tier of latent rows: host_row_cache.ts; resolver: LruHotRowResolver).
  */
 export class HiSparseWorker implements WorkerExtension {
   readonly name = HISPARSE;
@@ -69,8 +70,8 @@ export class HiSparseWorker implements WorkerExtension {
     private readonly blockSize: number,
     private readonly kvCaches: readonly Tensor[],
     private readonly sparseLayers: readonly number[],
-    private readonly hostTier: CpuHostKvCache,
-    private readonly resolver: HotBufferResolver,
+    private readonly hostTier: Pick<CpuHostKvCache, "mirror" | "pageBytes">,
+    private readonly resolver: Pick<HotBufferResolver, "forget" | "takeCounters" | "numSparsePages">,
   ) {}
 
   /** Number of requests whose page table the worker holds. */

@@ -7,6 +7,7 @@ import { type HiSparseConfig, validateHiSparseConfig } from "../../config/hispar
 import type { ModelConfig } from "../../config/model_config.js";
 import { DIGEST_ELEMENT_BYTES } from "../../core/kv/kv_cache_interface.js";
 import type { KVCacheSetup, KVCacheSetupContext } from "../kv_cache_setup.js";
+import { dsaSettingsOf, setupDsaHiSparse } from "./dsa_setup.js";
 import { HiSparseWorker } from "./hisparse_worker.js";
 import { CpuHostKvCache } from "./host_kv_cache.js";
 import { hisparseKVCacheSetup, layOutHiSparse } from "./layout.js";
@@ -19,9 +20,22 @@ export function modelReasons(
   hs: HiSparseConfig,
 ): string[] {
   // The root cause alone: the Quest layout's other checks (head dims, digests) do not apply.
-  if (config.mla != null)
+  if (config.mla != null) {
+    const dsa = dsaSettingsOf(config, { args }, hs);
+    if (dsa === null)
+      return [
+        `Hybrid HiSparse runs multi-head latent attention models only with a DSA indexer (DeepSeek-V3.2, GLM-5): ${config.architecture} has none, so no selection decides which latent rows to recall; use --enable-hybrid-sparse off`,
+      ];
+    const reasons = [...dsa.reasons];
+    if (backend.name !== "cpu")
+      reasons.push(
+        `--enable-hybrid-sparse ${hs.mode} for DSA models runs on the CPU backend only yet (its CUDA resolver is pending); use --device cpu, or --enable-hybrid-sparse off`,
+      );
+    return reasons;
+  }
+  if (hs.selector === "dsa")
     return [
-      `Hybrid HiSparse does not run multi-head latent attention models (${config.architecture}) yet; use --enable-hybrid-sparse off`,
+      `selector "dsa" needs a model with a DSA indexer (DeepSeek-V3.2, GLM-5); ${config.architecture} has none`,
     ];
   const reasons = validateHiSparseConfig(hs, {
     blockSize: args.blockSize,
@@ -49,6 +63,11 @@ export function setupHiSparse(backend: Backend, ctx: KVCacheSetupContext, hs: Hi
   const { config, layout } = ctx.model;
   const bs = ctx.args.blockSize;
   const hostView = backend.hostView?.bind(backend);
+  if (config.mla != null) {
+    const reasons = modelReasons(backend, config, ctx.args, hs);
+    if (reasons.length > 0) throw new ConfigError(reasons);
+    return setupDsaHiSparse(backend, ctx, hs);
+  }
   const reasons = modelReasons(backend, config, ctx.args, hs);
   if (reasons.length > 0 || hostView === undefined) throw new ConfigError(reasons);
   const lay = layOutHiSparse(backend, ctx, hs, { digestElementBytes: DIGEST_ELEMENT_BYTES.cpu });

@@ -50,6 +50,8 @@ test("every flag lands in extensions.hisparse; the whitelist file is read", () =
     residency: "host",
     hostPoolBytes: 2 ** 29,
     whitelistTokenIds: [13, 42],
+    // The --hisparse-config names of the knobs given rather than defaulted (DSA models refuse some).
+    givenKeys: ["topk", "sink_tokens", "window_tokens", "dense_layers", "min_sparse_tokens"],
   });
 });
 

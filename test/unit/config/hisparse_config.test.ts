@@ -23,10 +23,13 @@ test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, dense layers 0 
     residency: "hybrid",
     hostPoolBytes: null,
     whitelistTokenIds: [],
+    givenKeys: [],
   });
   // Derived defaults follow the given topk; `on` pages go host-resident unless told otherwise.
   const d = resolveHiSparseConfig({ mode: "on", topk: 256, sinkTokens: 64, windowTokens: 128 });
   assert.deepEqual([d.deviceBufferTokens, d.minSparseTokens, d.residency], [512, 64 + 128 + 512, "host"]);
+  // The keys given (not defaulted), by their --hisparse-config names (DSA models refuse some).
+  assert.deepEqual(d.givenKeys, ["topk", "sink_tokens", "window_tokens"]);
   assert.deepEqual(
     validateHiSparseConfig(d, { blockSize: 16, enablePrefixCaching: false, numLayers: 4 }),
     [],

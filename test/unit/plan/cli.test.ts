@@ -52,16 +52,20 @@ describe("hisparse plan (CLI)", () => {
       "  = KV cache budget 36.04 GiB (38,697,427,057 B)",
       "  KV per token   = MLA latent (512 + 64) × 1 B = 576 B/layer × 78 layers + indexer keys 128 × 1 B = 128 B/layer × 78 layers = 54,912 B",
       "  max requests   = floor(11,011 / 2,048) = 5   (without paging: floor(budget / (131,072 × 54,912 B)) = 5)",
-      "  GPU per page   = mla latent (dense layers) 2 layers × (64 tokens × 576 B) + indexer keys 78 layers × (64 tokens × 128 B) = 696.00 KiB (digests 0 B)",
-      "    max requests   = 20 (4.0× dense)",
-      "  decode-only   = floor(38,697,427,057 B / (2,048 × 712,704 B + 70 × 2,801,664 B)) = 23 (4.6× dense)",
+      "  GPU per page   = indexer keys 78 layers × 64 × 128 × 1 B = 624.00 KiB",
+      "    max requests   = 22 (4.4× dense)",
+      "  decode-only   = floor(38,697,427,057 B / (2,048 × 638,976 B + 66 × 2,875,392 B)) = 25 (5.0× dense)",
     ])
       assert.ok(r.stdout.includes(`${line}\n`), `missing: ${line}\n${r.stdout}`);
     assert.match(
       r.stdout,
-      /Deployment \(8 GPUs, one tensor-parallel group\): .* so 8 GPUs run 5 requests dense, 8 with HiSparse \(default host pool\), 20 with the best host pool/,
+      /Deployment \(8 GPUs, one tensor-parallel group\): .* so 8 GPUs run 5 requests dense, 9 with HiSparse \(default host pool\), 22 with the best host pool/,
     );
-    assert.match(r.stdout, /Note: the engine does not run HiSparse on MLA models yet/);
+    assert.match(
+      r.stdout,
+      /HiSparse for DSA \(selector dsa: the indexer's top 2048 rows per layer; hot buffer 4096 rows, window 64, dense layers \[\]\)/,
+    );
+    assert.match(r.stdout, /Note: HiSparse for DSA models runs on the CPU backend today/);
     // bf16 weights do not fit: 186 GB a rank.
     const bf16 = hisparse([
       ...[

@@ -28,6 +28,7 @@ import {
   type ParamStruct,
   QUEST_SELECT_PARAMS,
   RESOLVE_PARAMS,
+  ROW_RESOLVE_PARAMS,
   SPARSE_DECODE_PARAMS,
 } from "../../../../src/backends/cuda/addon.js";
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits } from "../../../../src/backends/cuda/half.js";
@@ -444,6 +445,8 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     questSelect: recordParams("questSelect", QUEST_SELECT_PARAMS),
     resolve: recordParams("resolve", RESOLVE_PARAMS),
     mirrorPages: record("mirrorPages"),
+    rowResolve: recordParams("rowResolve", ROW_RESOLVE_PARAMS),
+    rowCopy: record("rowCopy"),
     sparseDecodeAttention: recordParams("sparseDecodeAttention", SPARSE_DECODE_PARAMS),
     moeRoute: recordFlags("moeRoute"),
     moePermuteScratchBytes: (numTokens, topK, numExperts) =>

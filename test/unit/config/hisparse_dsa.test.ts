@@ -1,0 +1,78 @@
+/**
+ * HiSparse settings of DSA models: what the model fixes (selector, topk), what is derived from
+ * the user's knobs (hot buffer 2 x index_topk, no sinks, a one-page window, no dense layers) and
+ * the keys refused with their reasons, all at once.
+ */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { parseHiSparseConfigJson, resolveHiSparseConfig } from "../../../src/config/hisparse_config.js";
+import { type DsaHiSparseContext, dsaHiSparseConfig } from "../../../src/config/hisparse_dsa.js";
+
+const CTX: DsaHiSparseContext = {
+  indexer: { topk: 32, headDim: 32, numHeads: 4, ropeInterleave: true, layerTypes: ["full", "shared"] },
+  blockSize: 16,
+  enablePrefixCaching: false,
+  numLayers: 2,
+  vocabSize: 383,
+  architecture: "GlmMoeDsaForCausalLM",
+};
+
+/** The settings `--enable-hybrid-sparse mode --hisparse-config json` resolve to. */
+const user = (mode: "auto" | "on", json = "{}") =>
+  resolveHiSparseConfig({ ...parseHiSparseConfigJson(json).overrides, mode });
+
+test("defaults: selector dsa, topk = index_topk, hot buffer 2x, no sinks, a one-page window, no dense layers", () => {
+  const { config: c, reasons } = dsaHiSparseConfig(user("on"), CTX);
+  assert.deepEqual(reasons, []);
+  assert.deepEqual(
+    [
+      c.selector,
+      c.topk,
+      c.deviceBufferTokens,
+      c.sinkTokens,
+      c.windowTokens,
+      c.denseLayers,
+      c.minSparseTokens,
+    ],
+    ["dsa", 32, 64, 0, 16, [], 16 + 64],
+  );
+  assert.equal(c.residency, "host");
+  // The hot buffer is allocated in whole blocks: 2 x 20 = 40 tokens round up to 48.
+  const odd = dsaHiSparseConfig(user("auto"), { ...CTX, indexer: { ...CTX.indexer, topk: 20 } });
+  assert.deepEqual([odd.reasons, odd.config.topk, odd.config.deviceBufferTokens], [[], 20, 48]);
+});
+
+test("given knobs that apply are kept: device_buffer_tokens, dense_layers, min_sparse_tokens, residency, topk = index_topk", () => {
+  const json =
+    '{"topk":32,"device_buffer_tokens":128,"dense_layers":[0],"min_sparse_tokens":0,"residency":"hybrid"}';
+  const { config: c, reasons } = dsaHiSparseConfig(user("on", json), CTX);
+  assert.deepEqual(reasons, []);
+  assert.deepEqual(
+    [c.deviceBufferTokens, c.denseLayers, c.minSparseTokens, c.residency],
+    [128, [0], 0, "hybrid"],
+  );
+});
+
+test("Quest's keys, a topk other than index_topk and a hot buffer below it are refused, every reason at once", () => {
+  const json = '{"sink_tokens":16,"window_tokens":16,"selector":"quest","topk":64,"device_buffer_tokens":16}';
+  const { reasons } = dsaHiSparseConfig(user("on", json), CTX);
+  assert.deepEqual(reasons, [
+    "--hisparse-config sink_tokens does not apply to DSA models (GlmMoeDsaForCausalLM): the model's lightning indexer selects the 32 tokens each layer attends to; leave sink_tokens out",
+    "--hisparse-config window_tokens does not apply to DSA models (GlmMoeDsaForCausalLM): the model's lightning indexer selects the 32 tokens each layer attends to; leave window_tokens out",
+    "--hisparse-config selector does not apply to DSA models (GlmMoeDsaForCausalLM): the model's lightning indexer selects the 32 tokens each layer attends to; leave selector out",
+    "topk (64) must equal the DSA model's index_topk (32) or be left out: GlmMoeDsaForCausalLM attends to its indexer's top 32 tokens",
+    "device_buffer_tokens (16) must be >= the DSA model's index_topk (32): one step's selected rows must fit the hot buffer",
+  ]);
+});
+
+test("the shared checks still apply: whole-block hot buffer, dense layers, prefix caching", () => {
+  const { reasons } = dsaHiSparseConfig(user("auto", '{"device_buffer_tokens":40,"dense_layers":[0,1]}'), {
+    ...CTX,
+    enablePrefixCaching: true,
+  });
+  assert.deepEqual(reasons, [
+    "device_buffer_tokens (40) must be a multiple of the block size (16)",
+    "--enable-prefix-caching cannot be combined with --enable-hybrid-sparse on or auto yet",
+    "dense_layers lists every layer of the model (2); at least one must attend sparsely",
+  ]);
+});

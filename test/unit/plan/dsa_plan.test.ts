@@ -1,0 +1,137 @@
+/**
+ * `hisparse plan` for a DSA model against what the engine does (CPU backend, tiny GLM-5 with
+ * dummy weights, f32 KV): the DSA settings (selector dsa, hot buffer 2 x index_topk = 64 rows,
+ * a one-page window, no dense layers), the engine's GPU pool and the number of requests it runs
+ * at once with HiSparse `on`, no preemption; and the plan refuses Quest's keys as the engine does.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { variantEngineArgs } from "../../../src/cli/eval.js";
+import { makeEngineArgs } from "../../../src/config/engine_args.js";
+import { loadModelConfig } from "../../../src/config/model_config.js";
+import { makeSamplingParams } from "../../../src/core/sampling_params.js";
+import { LLMEngine } from "../../../src/engine/llm_engine.js";
+import { planDsaKnobs } from "../../../src/plan/dsa_plan.js";
+import { PlanError, type PlanInput, planHiSparse } from "../../../src/plan/plan.js";
+import { refModelDir } from "../../helpers/reference.js";
+
+/**
+ * f32 rows, 16-token pages: a GPU block = 4 layers × 16 × (64 + 16) × 4 B = 20,480 B; each page
+ * keeps its indexer keys on the GPU: 4 full layers × 16 × 32 × 4 B = 8,192 B. 80 host pages;
+ * budget 25 blocks + 80 pages = 512,000 + 655,360 B.
+ */
+const [BLOCK, PER_PAGE, HOST_PAGES] = [20480, 8192, 80];
+const BUDGET = 25 * BLOCK + HOST_PAGES * PER_PAGE;
+/** 200 + 8 tokens = 13 pages; decoding, a request holds ceil((16 + 64) / 16) + 1 = 6 blocks. */
+const [PROMPT, MAX_TOKENS] = [200, 8];
+
+describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
+  const src = refModelDir("tiny-glm5-dsa-pv");
+  let dir = "";
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), "hisparse-dsa-plan-"));
+    if (src !== null) writeFileSync(join(dir, "config.json"), readFileSync(join(src, "config.json")));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  const plan = () => {
+    const config = loadModelConfig(dir);
+    const knobs = planDsaKnobs({
+      hostPoolBytes: HOST_PAGES * BLOCK,
+      blockSize: 16,
+      mla: config.mla!,
+      numLayers: config.numHiddenLayers,
+      architecture: config.architecture,
+    });
+    const p: PlanInput = {
+      model: config,
+      kvBudgetBytes: BUDGET,
+      contextTokens: PROMPT + MAX_TOKENS,
+      blockSize: 16,
+      kvElementBytes: 4,
+      hisparse: knobs,
+    };
+    return { knobs, h: planHiSparse(p) };
+  };
+
+  it("the planned pools and requests at once are the engine's, with HiSparse on", async (t) => {
+    if (src === null) return t.skip("tiny-glm5-dsa-pv not found");
+    const { knobs, h } = plan();
+    assert.deepEqual(
+      [knobs.topk, knobs.deviceBufferTokens, knobs.sinkTokens, knobs.windowTokens, knobs.denseLayers],
+      [32, 64, 0, 16, []],
+    );
+    assert.deepEqual([h.mainBytesPerBlock, h.deviceBytesPerHostBlock], [BLOCK, PER_PAGE]);
+    // By the GPU pool: one prefill on 13 blocks, the others on 6 (tail page + 4 hot blocks + the
+    // page a decode step may open): floor((25 − 13) / 6) + 1 = 3; by the host pool floor(80 / 13) = 6.
+    assert.deepEqual(
+      [
+        h.pagesPerRequest,
+        h.devicePagesPerRequest,
+        h.given.numGpuBlocks,
+        h.given.maxByDevice,
+        h.given.maxByHost,
+      ],
+      [13, 6, 25, 3, 6],
+    );
+    const args = variantEngineArgs(
+      {
+        ...makeEngineArgs({
+          model: dir,
+          device: "cpu",
+          loadFormat: "dummy",
+          kvCacheDtype: "f32",
+          blockSize: 16,
+          maxModelLen: 256,
+          maxNumBatchedTokens: 4096,
+          enableChunkedPrefill: false,
+        }),
+        cpuKvCacheGib: BUDGET,
+      },
+      {
+        name: "on",
+        argv: ["--enable-hybrid-sparse", "on", "--host-pool-gib", String((HOST_PAGES * BLOCK) / 2 ** 30)],
+      },
+    );
+    const engine = await LLMEngine.create({ ...args, inprocWorker: true });
+    try {
+      const n = h.given.maxConcurrent + 2;
+      for (let i = 0; i < n; i++)
+        engine.addRequest(
+          `r${i}`,
+          { promptTokenIds: Array.from({ length: PROMPT }, (_, j) => 1 + ((i * 7 + j) % 300)) },
+          makeSamplingParams({ maxTokens: MAX_TOKENS, ignoreEos: true, temperature: 0 }),
+        );
+      let peak = 0;
+      while (engine.hasPendingWork()) {
+        await engine.step();
+        peak = Math.max(peak, engine.scheduler.numRunning);
+      }
+      assert.equal(engine.info.numGpuBlocks, h.given.numGpuBlocks, "the engine sizes the planned GPU pool");
+      assert.equal(engine.info.hisparse!.numHostBlocks, h.given.numHostBlocks);
+      assert.equal(peak, h.given.maxConcurrent, "the planned number of requests runs at once, no more");
+      assert.equal(engine.scheduler.makeStats().numPreemptions, 0);
+    } finally {
+      await engine.shutdown();
+    }
+  });
+
+  it("Quest's keys are refused as the engine refuses them", async (t) => {
+    if (src === null) return t.skip("tiny-glm5-dsa-pv not found");
+    const config = loadModelConfig(dir);
+    assert.throws(
+      () =>
+        planDsaKnobs({
+          json: '{"window_tokens": 64}',
+          blockSize: 16,
+          mla: config.mla!,
+          numLayers: config.numHiddenLayers,
+          architecture: config.architecture,
+        }),
+      (e: unknown) => e instanceof PlanError && /window_tokens does not apply to DSA models/.test(e.message),
+    );
+  });
+});
