@@ -130,6 +130,7 @@ void initAttention(Napi::Env env, Napi::Object exports);
 void initHiSparse(Napi::Env env, Napi::Object exports);
 void initLoader(Napi::Env env, Napi::Object exports);
 void initMoe(Napi::Env env, Napi::Object exports);
+void initMla(Napi::Env env, Napi::Object exports);
 
 }  // namespace hs
 

@@ -9,7 +9,7 @@ bool haveAttention();
 bool haveSampling();
 
 /** Version of the JS-visible surface; addon.ts refuses a mismatching build. */
-constexpr int kAbiVersion = 5;
+constexpr int kAbiVersion = 6;
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("abiVersion", Napi::Number::New(env, kAbiVersion));
@@ -40,6 +40,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   initHiSparse(env, exports);
   initLoader(env, exports);
   initMoe(env, exports);
+  initMla(env, exports);
   return exports;
 }
 
