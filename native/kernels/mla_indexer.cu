@@ -4,7 +4,8 @@
 // indexerLogitsKernel, one CTA of 128 threads per (chunk of 128 positions, token): the token's
 // queries (Hi x Di, f32) and scaled head weights sit in shared memory; each thread owns one
 // position i <= p, reads its key row in 32-element pieces and keeps the Hi dot products in
-// registers, then sums w_h * relu(scale * dot_h) over the heads in order. Positions past p (and
+// registers (the queries read as broadcast float4 shared loads), then sums w_h * relu(scale *
+// dot_h) over the heads in order. Positions past p (and
 // the padding columns up to width) get -inf.
 //
 // topkKernel, one CTA of 256 threads per row: the order-preserving 32-bit key of each candidate
@@ -66,15 +67,31 @@ __global__ void __launch_bounds__(kLogitThreads) indexerLogitsKernel(const HsMla
     float k[kKeyPiece];
 #pragma unroll
     for (int e = 0; e < kKeyPiece; ++e) k[e] = e0 + e < Di ? toFloat(key[e0 + e]) : 0.f;
+    if (e0 + kKeyPiece <= Di && Di % 4 == 0) {
+      // Whole piece, 16-byte rows: one broadcast float4 shared load feeds 4 FMAs.
 #pragma unroll
-    for (int h = 0; h < HS_MLA_MAX_INDEX_HEADS; ++h) {
-      if (h >= Hi) break;
-      const float* qh = qs + h * Di + e0;
-      float d = dot[h];
+      for (int h = 0; h < HS_MLA_MAX_INDEX_HEADS; ++h) {
+        if (h >= Hi) break;
+        const float4* qh = reinterpret_cast<const float4*>(qs + h * Di + e0);
+        float d = dot[h];
 #pragma unroll
-      for (int e = 0; e < kKeyPiece; ++e)
-        if (e0 + e < Di) d += qh[e] * k[e];
-      dot[h] = d;
+        for (int e = 0; e < kKeyPiece / 4; ++e) {
+          const float4 v = qh[e];
+          d += v.x * k[4 * e] + v.y * k[4 * e + 1] + v.z * k[4 * e + 2] + v.w * k[4 * e + 3];
+        }
+        dot[h] = d;
+      }
+    } else {
+#pragma unroll
+      for (int h = 0; h < HS_MLA_MAX_INDEX_HEADS; ++h) {
+        if (h >= Hi) break;
+        const float* qh = qs + h * Di + e0;
+        float d = dot[h];
+#pragma unroll
+        for (int e = 0; e < kKeyPiece; ++e)
+          if (e0 + e < Di) d += qh[e] * k[e];
+        dot[h] = d;
+      }
     }
   }
   float acc = 0.f;
