@@ -27,6 +27,30 @@ namespace {
 constexpr int kLogitThreads = 128;
 constexpr int kKeyPiece = 32;
 
+/** k[e] = key[e0 + e] (0 past Di): 16-byte loads of 8 bf16 for a whole piece of an aligned row. */
+__device__ __forceinline__ void loadPiece(const Bf16* key, int e0, int Di, float (&k)[kKeyPiece]) {
+  if (e0 + kKeyPiece <= Di && Di % 8 == 0) {
+    const uint4* v = reinterpret_cast<const uint4*>(key + e0);
+#pragma unroll
+    for (int j = 0; j < kKeyPiece / 8; ++j) {
+      const uint4 w = v[j];
+      const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        k[8 * j + 2 * i] = __uint_as_float(words[i] << 16);
+        k[8 * j + 2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < kKeyPiece; ++e) k[e] = e0 + e < Di ? toFloat(key[e0 + e]) : 0.f;
+}
+__device__ __forceinline__ void loadPiece(const float* key, int e0, int Di, float (&k)[kKeyPiece]) {
+#pragma unroll
+  for (int e = 0; e < kKeyPiece; ++e) k[e] = e0 + e < Di ? key[e0 + e] : 0.f;
+}
+
 template <typename Q, typename K>
 __global__ void __launch_bounds__(kLogitThreads) indexerLogitsKernel(const HsMlaIndexerParams a) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -65,8 +89,7 @@ __global__ void __launch_bounds__(kLogitThreads) indexerLogitsKernel(const HsMla
   for (int h = 0; h < HS_MLA_MAX_INDEX_HEADS; ++h) dot[h] = 0.f;
   for (int e0 = 0; e0 < Di; e0 += kKeyPiece) {
     float k[kKeyPiece];
-#pragma unroll
-    for (int e = 0; e < kKeyPiece; ++e) k[e] = e0 + e < Di ? toFloat(key[e0 + e]) : 0.f;
+    loadPiece(key, e0, Di, k);
     if (e0 + kKeyPiece <= Di && Di % 4 == 0) {
       // Whole piece, 16-byte rows: one broadcast float4 shared load feeds 4 FMAs.
 #pragma unroll
