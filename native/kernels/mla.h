@@ -160,7 +160,8 @@ typedef struct HsMlaIndexerParams {
 /**
  * DSA indexer logits (Backend.mla.indexerLogits): logits[t, i] = sum_h (w[t, h] * headWeightScale)
  * * relu(softmaxScale * (q[t, h] . k_i)) for i <= p (fp32, heads summed in order), -inf for
- * i > p. Grid (ceil(width / 128), T). Requires Hi <= HS_MLA_MAX_INDEX_HEADS, Di <= HS_MLA_MAX_INDEX_DIM.
+ * i > p. Grid (ceil(width / 128), T). Requires Hi <= HS_MLA_MAX_INDEX_HEADS, Di <= HS_MLA_MAX_INDEX_DIM,
+ * Di % 32 == 0, keyDtype == qDtype and 16-byte aligned key rows.
  */
 cudaError_t hsMlaIndexerLogits(const HsMlaIndexerParams* p, cudaStream_t stream);
 

@@ -98,17 +98,19 @@ __global__ void __launch_bounds__(kThreads)
       for (int tt = 0; tt < kTokenTile; ++tt) acc[tt][j] += qn[tt * N + n] * w;
     }
   }
+#pragma unroll
   for (int tt = 0; tt < kTokenTile; ++tt) {
     const int t = t0 + tt;
-    if (t >= T) break;
-    float* dst = qAbs + (static_cast<size_t>(t) * Hq + h) * D;
+    if (t < T) {  // (no break: acc stays in registers only with compile-time indices)
+      float* dst = qAbs + (static_cast<size_t>(t) * Hq + h) * D;
 #pragma unroll
-    for (int j = 0; j < kColsPerThread; ++j) {
-      const int c = threadIdx.x + j * kThreads;
-      if (c < C) dst[c] = acc[tt][j];
+      for (int j = 0; j < kColsPerThread; ++j) {
+        const int c = threadIdx.x + j * kThreads;
+        if (c < C) dst[c] = acc[tt][j];
+      }
+      for (int i = threadIdx.x; i < R; i += blockDim.x)
+        dst[C + i] = toFloat(q[static_cast<size_t>(t) * qRow + h * (N + R) + N + i]);
     }
-    for (int i = threadIdx.x; i < R; i += blockDim.x)
-      dst[C + i] = toFloat(q[static_cast<size_t>(t) * qRow + h * (N + R) + N + i]);
   }
 }
 
@@ -257,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) attentionKernel(const HsMlaAttention
 #pragma unroll
     for (int j = 0; j < kColsPerThread; ++j) {
       const int c = threadIdx.x + j * kThreads;
-      if (c >= a.rank) break;
+      if (c >= a.rank) continue;
 #pragma unroll
       for (int h = 0; h < kHeadTile; ++h) o[h][j] *= alpha[h];
       for (int row = 0; row < kRowsPerChunk; ++row) {
@@ -276,9 +278,10 @@ __global__ void __launch_bounds__(kThreads) attentionKernel(const HsMlaAttention
   }
   __syncthreads();
   const int Cr = a.rank;
+#pragma unroll
   for (int h = 0; h < kHeadTile; ++h) {
     const int hq = h0 + h;
-    if (hq >= Hq) break;
+    if (hq >= Hq) continue;  // (not break: o stays in registers only with compile-time indices)
     const size_t th = static_cast<size_t>(t) * Hq + hq;
     if (numSplits == 1) {
       const float inv = lFin[h] > 0.f ? 1.f / lFin[h] : 0.f;

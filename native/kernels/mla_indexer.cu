@@ -27,31 +27,27 @@ namespace {
 constexpr int kLogitThreads = 128;
 constexpr int kKeyPiece = 32;
 
-/** k[e] = key[e0 + e] (0 past Di): 16-byte loads of 8 bf16 for a whole piece of an aligned row. */
-__device__ __forceinline__ void loadPiece(const Bf16* key, int e0, int Di, float (&k)[kKeyPiece]) {
-  if (e0 + kKeyPiece <= Di && Di % 8 == 0) {
-    const uint4* v = reinterpret_cast<const uint4*>(key + e0);
+/** k[e] = key[e0 + e], a whole piece of a 16-byte aligned row (Di % 32 == 0): 8 bf16 per load. */
+__device__ __forceinline__ void loadPiece(const Bf16* key, int e0, float (&k)[kKeyPiece]) {
+  const uint4* v = reinterpret_cast<const uint4*>(key + e0);
 #pragma unroll
-    for (int j = 0; j < kKeyPiece / 8; ++j) {
-      const uint4 w = v[j];
-      const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+  for (int j = 0; j < kKeyPiece / 8; ++j) {
+    const uint4 w = v[j];
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        k[8 * j + 2 * i] = __uint_as_float(words[i] << 16);
-        k[8 * j + 2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-      }
+    for (int i = 0; i < 4; ++i) {
+      k[8 * j + 2 * i] = __uint_as_float(words[i] << 16);
+      k[8 * j + 2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
     }
-    return;
   }
-#pragma unroll
-  for (int e = 0; e < kKeyPiece; ++e) k[e] = e0 + e < Di ? toFloat(key[e0 + e]) : 0.f;
 }
-__device__ __forceinline__ void loadPiece(const float* key, int e0, int Di, float (&k)[kKeyPiece]) {
+__device__ __forceinline__ void loadPiece(const float* key, int e0, float (&k)[kKeyPiece]) {
 #pragma unroll
-  for (int e = 0; e < kKeyPiece; ++e) k[e] = e0 + e < Di ? key[e0 + e] : 0.f;
+  for (int e = 0; e < kKeyPiece; ++e) k[e] = key[e0 + e];
 }
 
-template <typename Q, typename K>
+/** Q: the dtype of the queries, head weights and keys (f32 or Bf16). */
+template <typename Q>
 __global__ void __launch_bounds__(kLogitThreads) indexerLogitsKernel(const HsMlaIndexerParams a) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int Hi = a.numHeads;
@@ -83,38 +79,25 @@ __global__ void __launch_bounds__(kLogitThreads) indexerLogitsKernel(const HsMla
     return;
   }
   const int slot = a.blockTables[static_cast<size_t>(r) * a.maxBlocksPerReq + i / bs] * bs + i % bs;
-  const K* key = static_cast<const K*>(a.indexKeys) + static_cast<size_t>(slot) * Di;
+  const Q* key = static_cast<const Q*>(a.indexKeys) + static_cast<size_t>(slot) * Di;
   float dot[HS_MLA_MAX_INDEX_HEADS];
 #pragma unroll
   for (int h = 0; h < HS_MLA_MAX_INDEX_HEADS; ++h) dot[h] = 0.f;
   for (int e0 = 0; e0 < Di; e0 += kKeyPiece) {
     float k[kKeyPiece];
-    loadPiece(key, e0, Di, k);
-    if (e0 + kKeyPiece <= Di && Di % 4 == 0) {
-      // Whole piece, 16-byte rows: one broadcast float4 shared load feeds 4 FMAs.
+    loadPiece(key, e0, k);
+    // Whole pieces (Di % 32 == 0): one broadcast float4 shared load feeds 4 FMAs.
 #pragma unroll
-      for (int h = 0; h < HS_MLA_MAX_INDEX_HEADS; ++h) {
-        if (h >= Hi) break;
-        const float4* qh = reinterpret_cast<const float4*>(qs + h * Di + e0);
-        float d = dot[h];
+    for (int h = 0; h < HS_MLA_MAX_INDEX_HEADS; ++h) {
+      if (h >= Hi) break;
+      const float4* qh = reinterpret_cast<const float4*>(qs + h * Di + e0);
+      float d = dot[h];
 #pragma unroll
-        for (int e = 0; e < kKeyPiece / 4; ++e) {
-          const float4 v = qh[e];
-          d += v.x * k[4 * e] + v.y * k[4 * e + 1] + v.z * k[4 * e + 2] + v.w * k[4 * e + 3];
-        }
-        dot[h] = d;
+      for (int e = 0; e < kKeyPiece / 4; ++e) {
+        const float4 v = qh[e];
+        d += v.x * k[4 * e] + v.y * k[4 * e + 1] + v.z * k[4 * e + 2] + v.w * k[4 * e + 3];
       }
-    } else {
-#pragma unroll
-      for (int h = 0; h < HS_MLA_MAX_INDEX_HEADS; ++h) {
-        if (h >= Hi) break;
-        const float* qh = qs + h * Di + e0;
-        float d = dot[h];
-#pragma unroll
-        for (int e = 0; e < kKeyPiece; ++e)
-          if (e0 + e < Di) d += qh[e] * k[e];
-        dot[h] = d;
-      }
+      dot[h] = d;
     }
   }
   float acc = 0.f;
@@ -180,8 +163,8 @@ extern "C" cudaError_t hsMlaIndexerLogits(const HsMlaIndexerParams* p, cudaStrea
   if (p == nullptr) return cudaErrorInvalidValue;
   const HsMlaIndexerParams& a = *p;
   if (a.numTokens < 0 || a.numReqs < 0 || a.numHeads <= 0 || a.numHeads > HS_MLA_MAX_INDEX_HEADS || a.headDim <= 0 ||
-      a.headDim > HS_MLA_MAX_INDEX_DIM || a.blockSize <= 0 || a.width <= 0 || a.numTokens > 65535 ||
-      !storageDtype(a.qDtype) || !storageDtype(a.keyDtype))
+      a.headDim > HS_MLA_MAX_INDEX_DIM || a.headDim % 32 != 0 || a.blockSize <= 0 || a.width <= 0 ||
+      a.numTokens > 65535 || !storageDtype(a.qDtype) || a.keyDtype != a.qDtype)
     return cudaErrorInvalidValue;
   if (a.numTokens == 0) return cudaSuccess;
   const size_t smemBytes = sizeof(float) * (static_cast<size_t>(a.numHeads) * a.headDim + a.numHeads);
@@ -189,11 +172,8 @@ extern "C" cudaError_t hsMlaIndexerLogits(const HsMlaIndexerParams* p, cudaStrea
   const dim3 grid((a.width + kLogitThreads - 1) / kLogitThreads, a.numTokens);
   return withDtype(a.qDtype, [&](auto qv) {
     using Q = decltype(qv);
-    return withDtype(a.keyDtype, [&](auto kv) {
-      using K = decltype(kv);
-      indexerLogitsKernel<Q, K><<<grid, kLogitThreads, smemBytes, stream>>>(a);
-      return cudaGetLastError();
-    });
+    indexerLogitsKernel<Q><<<grid, kLogitThreads, smemBytes, stream>>>(a);
+    return cudaGetLastError();
   });
 }
 

@@ -302,9 +302,13 @@ export class CudaMlaOps implements BackendMlaOps {
     const qt = ctx.dev(q, "mla.indexerLogits q");
     expectShape(q, "mla.indexerLogits q", [T, Hi * Di]);
     expectDtype(q, "mla.indexerLogits q", [headWeights.dtype]);
-    if (Hi > MLA_LIMITS.maxIndexHeads || Di > MLA_LIMITS.maxIndexDim)
+    if (Hi > MLA_LIMITS.maxIndexHeads || Di > MLA_LIMITS.maxIndexDim || Di % 32 !== 0)
       throw new Error(
-        `mla.indexerLogits: the CUDA kernel takes <= ${MLA_LIMITS.maxIndexHeads} heads of <= ${MLA_LIMITS.maxIndexDim}, got ${describe(q)}`,
+        `mla.indexerLogits: the CUDA kernel takes <= ${MLA_LIMITS.maxIndexHeads} heads of a multiple of 32 up to ${MLA_LIMITS.maxIndexDim}, got ${Hi} x ${Di}`,
+      );
+    if (indexKeyCache.dtype !== q.dtype)
+      throw new Error(
+        `mla.indexerLogits: the index keys (${describe(indexKeyCache)}) must have the queries' dtype ${q.dtype}`,
       );
     if (!(Number.isInteger(width) && width >= 1 && width >= meta.maxSeqLen))
       throw new Error(

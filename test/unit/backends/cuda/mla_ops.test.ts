@@ -98,7 +98,10 @@ describe("CUDA Backend.mla marshalling (fake addon)", () => {
     assert.deepEqual([logits.shape, logits.dtype], [[2, 48], "f32"]);
     const p = last().params as Record<string, number>;
     assert.deepEqual([p.numHeads, p.headDim, p.width, p.numTokens, p.keyDtype], [4, 32, 48, 2, 1]);
-    assert.throws(() => be.mla.indexerLogits(q, w, keys, meta, 16, scales, 39), /below the step's longest context/);
+    assert.throws(
+      () => be.mla.indexerLogits(q, w, keys, meta, 16, scales, 39),
+      /below the step's longest context/,
+    );
     const pos = be.stage(Int32Array.from([39, 6]), [2], "i32");
     const sel = be.mla.topkIndices(logits, pos, 32);
     assert.deepEqual([sel.shape, sel.dtype], [[2, 32], "i32"]);
@@ -117,8 +120,14 @@ describe("CUDA Backend.mla marshalling (fake addon)", () => {
     const pos = be.stage(Int32Array.from([3, 4]), [2], "i32");
     const x = be.stage(new Float32Array(2 * 192), [2, 192], "bf16");
     be.mla.rotaryStrided(x, { offset: 32, stride: 48, count: 4 }, pos, cs, true);
-    assert.deepEqual([last().fn, ...last().args.slice(5)], ["mlaRotaryStrided", 2, 192, 32, 48, 4, 16, 64, 1]);
-    assert.throws(() => be.mla.rotaryStrided(x, { offset: 40, stride: 48, count: 4 }, pos, cs, true), /do not fit/);
+    assert.deepEqual(
+      [last().fn, ...last().args.slice(5)],
+      ["mlaRotaryStrided", 2, 192, 32, 48, 4, 16, 64, 1],
+    );
+    assert.throws(
+      () => be.mla.rotaryStrided(x, { offset: 40, stride: 48, count: 4 }, pos, cs, true),
+      /do not fit/,
+    );
     const n = be.stage(new Float32Array(2 * 32), [2, 32], "bf16");
     const wt = be.uploadWeight({ data: new Float32Array(32), dtype: "f32", shape: [32] });
     assert.deepEqual(be.mla.layerNorm(n, wt, wt, 1e-6).shape, [2, 32]);
