@@ -64,11 +64,12 @@ export function runMlaParity(): void {
       const maxPos = Math.ceil(longest / BS) * BS + BS;
 
       describe("model forward through the paged caches", () => {
-        const cuda = dir === null ? null : makeBackend();
+        let cuda: ReturnType<typeof makeBackend> | null = null;
         after(() => cuda?.dispose());
         let forward: ((ids: number[]) => Float32Array) | null = null;
         before(() => {
-          const b = cuda!;
+          cuda = makeBackend();
+          const b = cuda;
           const cfg = loadModelConfig(dir!);
           const source = SafetensorsCheckpoint.open(dir!);
           const model = DeepseekV3ForCausalLM.load(cfg, source, b, maxPos);
