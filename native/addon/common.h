@@ -131,6 +131,7 @@ void initHiSparse(Napi::Env env, Napi::Object exports);
 void initLoader(Napi::Env env, Napi::Object exports);
 void initMoe(Napi::Env env, Napi::Object exports);
 void initNccl(Napi::Env env, Napi::Object exports);
+void initMla(Napi::Env env, Napi::Object exports);
 
 }  // namespace hs
 

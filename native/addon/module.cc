@@ -41,6 +41,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   initLoader(env, exports);
   initMoe(env, exports);
   initNccl(env, exports);
+  initMla(env, exports);
   return exports;
 }
 

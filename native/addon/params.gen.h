@@ -8,6 +8,7 @@
 
 #include "../kernels/attention.h"
 #include "../kernels/hisparse.h"
+#include "../kernels/mla.h"
 #include "common.h"
 
 namespace hs {
@@ -144,6 +145,52 @@ inline void readParams(const ParamObject& o, HsRowResolveParams& p) {
   p.blockSize = o.i32("blockSize");
   p.numBlocks = o.i32("numBlocks");
   p.numHostBlocks = o.i32("numHostBlocks");
+}
+
+/** HsMlaAttentionParams (native/kernels/mla.h). */
+inline void readParams(const ParamObject& o, HsMlaAttentionParams& p) {
+  p.qAbs = o.ptr("qAbs");
+  p.latentCache = o.ptr("latentCache");
+  p.cacheDtype = o.i32("cacheDtype");
+  p.oLat = o.ptr("oLat");
+  p.queryStartLoc = o.ptr("queryStartLoc");
+  p.seqLens = o.ptr("seqLens");
+  p.blockTables = o.ptr("blockTables");
+  p.maxBlocksPerReq = o.i32("maxBlocksPerReq");
+  p.numReqs = o.i32("numReqs");
+  p.numTokens = o.i32("numTokens");
+  p.numHeads = o.i32("numHeads");
+  p.rank = o.i32("rank");
+  p.ropeDim = o.i32("ropeDim");
+  p.blockSize = o.i32("blockSize");
+  p.scale = o.f32("scale");
+  p.topkIndices = o.ptr("topkIndices");
+  p.topkStride = o.i32("topkStride");
+  p.maxContext = o.i32("maxContext");
+  p.workspace = o.ptr("workspace");
+  p.workspaceBytes = o.size("workspaceBytes");
+}
+
+/** HsMlaIndexerParams (native/kernels/mla.h). */
+inline void readParams(const ParamObject& o, HsMlaIndexerParams& p) {
+  p.q = o.ptr("q");
+  p.headWeights = o.ptr("headWeights");
+  p.qDtype = o.i32("qDtype");
+  p.indexKeys = o.ptr("indexKeys");
+  p.keyDtype = o.i32("keyDtype");
+  p.logits = o.ptr("logits");
+  p.queryStartLoc = o.ptr("queryStartLoc");
+  p.seqLens = o.ptr("seqLens");
+  p.blockTables = o.ptr("blockTables");
+  p.maxBlocksPerReq = o.i32("maxBlocksPerReq");
+  p.numReqs = o.i32("numReqs");
+  p.numTokens = o.i32("numTokens");
+  p.numHeads = o.i32("numHeads");
+  p.headDim = o.i32("headDim");
+  p.blockSize = o.i32("blockSize");
+  p.softmaxScale = o.f32("softmaxScale");
+  p.headWeightScale = o.f32("headWeightScale");
+  p.width = o.i32("width");
 }
 
 }  // namespace hs

@@ -89,7 +89,9 @@ export class DenseMlaAttention implements MlaAttentionBackend {
 
   indexerTopk(_layerIdx: number, x: IndexerInputs, indexKeyCache: Tensor, meta: AttentionMetadata): Tensor {
     this.ops.writeRows(x.k, indexKeyCache, 0, meta.slotMapping);
-    // Eager steps score the step's longest context; a captured graph would pass a fixed width.
+    // The block table's width in tokens: >= every length of the step, and static in a captured
+    // graph (whose tables have max_model_len / blockSize columns), so replays score every row.
+    const width = Math.max(meta.maxSeqLen, (meta.blockTables.shape[1] ?? 0) * this.blockSize, 1);
     const logits = this.ops.indexerLogits(
       x.q,
       x.headWeights,
@@ -97,7 +99,7 @@ export class DenseMlaAttention implements MlaAttentionBackend {
       meta,
       this.blockSize,
       x.scales,
-      meta.maxSeqLen,
+      width,
     );
     return this.ops.topkIndices(logits, x.positions, x.topk);
   }

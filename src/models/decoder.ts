@@ -173,10 +173,11 @@ export class DecoderForCausalLM {
    */
   private forwardHidden(inputIds: Tensor, positions: Tensor, stepCtx: ForwardContext): Tensor {
     const b = this.backend;
-    // DSA "shared" layers read the top-k of the full layer before them (a workspace tensor, so a
-    // backend with workspaceScope must keep it alive across layers when MLA runs on it).
-    const ctx =
-      this.config.mla?.indexer != null ? { ...stepCtx, dsaTopk: new Map<number, Tensor>() } : stepCtx;
+    // DSA "shared" layers read the top-k of the full layer before them, a workspace tensor that a
+    // per-layer workspace scope would release: with shared layers, the step runs unscoped.
+    const indexer = this.config.mla?.indexer ?? null;
+    const ctx = indexer !== null ? { ...stepCtx, dsaTopk: new Map<number, Tensor>() } : stepCtx;
+    const scoped = b.workspaceScope !== undefined && !(indexer?.layerTypes.includes("shared") ?? false);
     const eps = this.config.rmsNormEps;
     const residual = this.vocabParallel
       ? reduceRowParallel(b.embedding(inputIds, this.embedTokens, this.vocabStart), this.tp)
@@ -185,7 +186,7 @@ export class DecoderForCausalLM {
     for (let l = 0; l < this.layers.length; l++) {
       const prev: Tensor | null = h;
       const run = (): Tensor => this.decoderLayer(l, prev, residual, positions, ctx);
-      h = b.workspaceScope !== undefined ? b.workspaceScope(run) : run();
+      h = scoped ? b.workspaceScope!(run) : run();
     }
     if (h === null) return b.rmsNorm(residual, this.norm, eps);
     b.fusedAddRmsNorm(h, residual, this.norm, eps);

@@ -3,6 +3,7 @@ import type { AttentionMetadata, Backend, BackendGraphs, GraphHandle, Tensor } f
 import { newExtensionData } from "../core/extension_data.js";
 import { PAD_SLOT_ID } from "../core/ids.js";
 import type { SchedulerOutput } from "../core/sched/output.js";
+import type { ForwardContext } from "../models/blocks.js";
 import type { LlamaForCausalLM } from "../models/llama.js";
 import type { ExtensionGraphBucket, WorkerExtension } from "./extension.js";
 import type { PreparedInputs } from "./input_batch.js";
@@ -39,6 +40,9 @@ interface Bucket {
 }
 
 /** The features of a step that replays from a graph, each with the variant it asks for. */
+/** The MLA fields of a step's ForwardContext (empty for GQA models). */
+export type MlaForwardContext = Pick<ForwardContext, "mlaAttention" | "indexerKeyCaches">;
+
 export interface GraphStepExtensions {
   so: SchedulerOutput;
   items: { ext: WorkerExtension; variant: string }[];
@@ -83,9 +87,11 @@ export class CudaGraphRunner {
     private readonly model: LlamaForCausalLM,
     private readonly kvCaches: readonly Tensor[],
     private readonly attention: () => AttentionBackend,
-    blockSize: number,
+    private readonly blockSize: number,
     maxModelLen: number,
     maxNumSeqs: number,
+    /** An MLA model's attention side (ForwardContext mlaAttention, indexerKeyCaches); {} otherwise. */
+    private readonly mla: () => MlaForwardContext = () => ({}),
   ) {
     this.sizes = captureSizes(maxNumSeqs);
     this.maxBlocksPerReq = Math.ceil(maxModelLen / blockSize);
@@ -151,7 +157,7 @@ export class CudaGraphRunner {
     return this.model.forward(
       b.inputIds,
       b.positions,
-      { meta, attention: this.attention(), kvCaches: this.kvCaches },
+      { meta, attention: this.attention(), kvCaches: this.kvCaches, ...this.mla() },
       b.logitsIndices,
     );
   }
@@ -167,7 +173,7 @@ export class CudaGraphRunner {
       blockTables: b.blockTables,
       slotMapping: b.slotMapping,
       maxQueryLen: 1,
-      maxSeqLen: this.maxBlocksPerReq,
+      maxSeqLen: this.maxBlocksPerReq * this.blockSize, // the static bound: every length fits the table
       // Host copies are not read by the CUDA kernels; a captured graph cannot depend on them.
       host: {
         queryStartLoc: new Int32Array(0),

@@ -5,7 +5,7 @@ import { newExtensionData } from "../core/extension_data.js";
 import type { RequestId } from "../core/ids.js";
 import type { ModelRunnerOutput, SchedulerOutput, TokenLogprobs } from "../core/sched/output.js";
 import type { LlamaForCausalLM } from "../models/llama.js";
-import { CudaGraphRunner, graphStepExtensions } from "./cuda_graph_runner.js";
+import { CudaGraphRunner, graphStepExtensions, type MlaForwardContext } from "./cuda_graph_runner.js";
 import type { WorkerExtension } from "./extension.js";
 import {
   type CachedRequestState,
@@ -100,6 +100,7 @@ export class ModelRunner {
             blockSize,
             opts.maxModelLen,
             opts.maxNumSeqs,
+            () => this.mlaContext(),
           );
   }
 
@@ -216,10 +217,13 @@ export class ModelRunner {
     const B = inputs.logitsIndices.length;
     const logitsIdx = B === 0 ? null : b.stage(inputs.logitsIndices, [B], "i32");
     const ctx = { meta, attention: this.attention, kvCaches: this.kvCaches };
-    const mla =
-      this.mlaAttention === null
-        ? {}
-        : { mlaAttention: this.mlaAttention, indexerKeyCaches: this.indexerKeyCaches };
-    return this.model.forward(ids, pos, { ...ctx, ...mla }, logitsIdx);
+    return this.model.forward(ids, pos, { ...ctx, ...this.mlaContext() }, logitsIdx);
+  }
+
+  /** The MLA attention side of a step's forward context (eager and captured steps alike). */
+  private mlaContext(): MlaForwardContext {
+    return this.mlaAttention === null
+      ? {}
+      : { mlaAttention: this.mlaAttention, indexerKeyCaches: this.indexerKeyCaches };
   }
 }

@@ -6,7 +6,8 @@
  * The typings are split by area and re-exported here: addon_memory.ts (device, memory, streams,
  * events, graphs), addon_ops.ts (GEMM, element-wise kernels), addon_attention.ts (paged attention,
  * sampling), addon_hisparse.ts (HiSparse kernels), addon_moe.ts (mixture-of-experts kernels),
- * addon_loader.ts (file reader, generated weights), addon_nccl.ts (NCCL, loaded at run time).
+ * addon_mla.ts (multi-head latent attention, the DSA indexer), addon_loader.ts (file reader,
+ * generated weights), addon_nccl.ts (NCCL, loaded at run time).
  *
  * Conventions of the flat functions:
  * - Device (and UVA host) addresses are `DevicePtr` (device_ptr.ts: branded JS numbers; user
@@ -28,6 +29,7 @@ import type { NativeAttentionApi } from "./addon_attention.js";
 import type { NativeHiSparseApi } from "./addon_hisparse.js";
 import type { NativeLoaderApi } from "./addon_loader.js";
 import type { NativeMemoryApi } from "./addon_memory.js";
+import type { NativeMlaApi } from "./addon_mla.js";
 import type { NativeMoeApi } from "./addon_moe.js";
 import type { NativeNcclApi } from "./addon_nccl.js";
 import type { NativeOpsApi } from "./addon_ops.js";
@@ -47,10 +49,15 @@ export type {
   NativeStream,
   NativeWorkspace,
 } from "./addon_memory.js";
+export { MLA_LIMITS, type NativeMlaApi } from "./addon_mla.js";
 export { MOE_LIMITS, MOE_SCORING, type NativeMoeApi } from "./addon_moe.js";
 export type { NativeNcclApi } from "./addon_nccl.js";
 export type { NativeBlas, NativeOpsApi } from "./addon_ops.js";
 export {
+  MLA_ATTENTION_PARAMS,
+  MLA_INDEXER_PARAMS,
+  type MlaAttentionParams,
+  type MlaIndexerParams,
   NATIVE_PARAM_STRUCTS,
   PAGED_ATTENTION_PARAMS,
   type PagedAttentionParams,
@@ -94,6 +101,7 @@ export interface HisparseNative
     NativeAttentionApi,
     NativeHiSparseApi,
     NativeMoeApi,
+    NativeMlaApi,
     NativeLoaderApi,
     NativeNcclApi {
   readonly abiVersion: number;

@@ -1,7 +1,8 @@
 /**
  * Addon typings, parameter structs: the one field list of each launcher that takes a named
- * parameter object (paged and sparse decode attention, Quest selection, the resolver) instead of
- * positional numbers. The list is the single source of both sides of the ABI:
+ * parameter object (paged and sparse decode attention, Quest selection, the resolver, absorbed
+ * MLA attention, the DSA indexer's logits) instead of positional numbers. The list is the single
+ * source of both sides of the ABI:
  * - TS: the object types below are derived from it (`ParamsOf`), so a call site cannot omit,
  *   misname or mistype a field (device addresses are `DevicePtr`);
  * - C++: `native/addon/params.gen.h`, which reads each field of the object by name into the C
@@ -196,6 +197,60 @@ export const ROW_RESOLVE_PARAMS = {
   ],
 } as const satisfies ParamStruct;
 
+/** HsMlaAttentionParams (hsMlaAttention, absorbed MLA attention). */
+export const MLA_ATTENTION_PARAMS = {
+  struct: "HsMlaAttentionParams",
+  header: "native/kernels/mla.h",
+  fields: [
+    ["qAbs", "ptr"],
+    ["latentCache", "ptr"],
+    ["cacheDtype", "i32"],
+    ["oLat", "ptr"],
+    ["queryStartLoc", "ptr"],
+    ["seqLens", "ptr"],
+    ["blockTables", "ptr"],
+    ["maxBlocksPerReq", "i32"],
+    ["numReqs", "i32"],
+    ["numTokens", "i32"],
+    ["numHeads", "i32"],
+    ["rank", "i32"],
+    ["ropeDim", "i32"],
+    ["blockSize", "i32"],
+    ["scale", "f32"],
+    ["topkIndices", "ptr"],
+    ["topkStride", "i32"],
+    ["maxContext", "i32"],
+    ["workspace", "ptr"],
+    ["workspaceBytes", "size"],
+  ],
+} as const satisfies ParamStruct;
+
+/** HsMlaIndexerParams (hsMlaIndexerLogits, the DSA lightning indexer's logits). */
+export const MLA_INDEXER_PARAMS = {
+  struct: "HsMlaIndexerParams",
+  header: "native/kernels/mla.h",
+  fields: [
+    ["q", "ptr"],
+    ["headWeights", "ptr"],
+    ["qDtype", "i32"],
+    ["indexKeys", "ptr"],
+    ["keyDtype", "i32"],
+    ["logits", "ptr"],
+    ["queryStartLoc", "ptr"],
+    ["seqLens", "ptr"],
+    ["blockTables", "ptr"],
+    ["maxBlocksPerReq", "i32"],
+    ["numReqs", "i32"],
+    ["numTokens", "i32"],
+    ["numHeads", "i32"],
+    ["headDim", "i32"],
+    ["blockSize", "i32"],
+    ["softmaxScale", "f32"],
+    ["headWeightScale", "f32"],
+    ["width", "i32"],
+  ],
+} as const satisfies ParamStruct;
+
 /** Every parameter struct, in the order params.gen.h declares their readers. */
 export const NATIVE_PARAM_STRUCTS: readonly ParamStruct[] = [
   PAGED_ATTENTION_PARAMS,
@@ -203,6 +258,8 @@ export const NATIVE_PARAM_STRUCTS: readonly ParamStruct[] = [
   QUEST_SELECT_PARAMS,
   RESOLVE_PARAMS,
   ROW_RESOLVE_PARAMS,
+  MLA_ATTENTION_PARAMS,
+  MLA_INDEXER_PARAMS,
 ];
 
 export type PagedAttentionParams = ParamsOf<typeof PAGED_ATTENTION_PARAMS>;
@@ -210,3 +267,5 @@ export type SparseDecodeParams = ParamsOf<typeof SPARSE_DECODE_PARAMS>;
 export type QuestSelectParams = ParamsOf<typeof QUEST_SELECT_PARAMS>;
 export type ResolveParams = ParamsOf<typeof RESOLVE_PARAMS>;
 export type RowResolveParams = ParamsOf<typeof ROW_RESOLVE_PARAMS>;
+export type MlaAttentionParams = ParamsOf<typeof MLA_ATTENTION_PARAMS>;
+export type MlaIndexerParams = ParamsOf<typeof MLA_INDEXER_PARAMS>;

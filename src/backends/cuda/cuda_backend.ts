@@ -1,6 +1,7 @@
 import {
   type AttentionMetadata,
   type Backend,
+  type BackendMlaOps,
   type BackendMoeOps,
   type DeviceSamplingRows,
   DTYPE_BYTES,
@@ -34,6 +35,7 @@ import {
 } from "./cuda_backend_setup.js";
 import type { CudaGraphs } from "./graphs.js";
 import { type HostStaging, readConverted, type UploadConversion, writeConverted } from "./host_io.js";
+import { CudaMlaOps } from "./mla_ops.js";
 import { CudaMoeOps } from "./moe_ops.js";
 import * as ops from "./ops.js";
 import { SideStream } from "./side_stream.js";
@@ -65,6 +67,8 @@ export class CudaBackend implements Backend {
   readonly blas: NativeBlas;
   /** Mixture-of-experts ops (moe_ops.ts). */
   readonly moe: BackendMoeOps;
+  /** Multi-head latent attention and the DSA indexer (mla_ops.ts). */
+  readonly mla: BackendMlaOps;
   private readonly allocator: NativeDeviceAllocator;
   private readonly streamObj: NativeStream;
   private readonly workspace: StepWorkspace;
@@ -99,6 +103,7 @@ export class CudaBackend implements Backend {
     );
     this.fillTables = new weights.DeviceFillTables(this.weightCtx);
     this.moe = new CudaMoeOps(this, options.moeFusedActivation ?? true);
+    this.mla = new CudaMlaOps(this);
   }
 
   /** Handle of the backend's stream (for the ops modules and for KV transfer code). */

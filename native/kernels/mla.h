@@ -1,0 +1,180 @@
+// Launchers of the multi-head latent attention (MLA) and DSA lightning-indexer kernels
+// (Backend.mla, src/backends/backend.ts; CPU oracle src/backends/cpu/kernels/{mla,dsa}.ts).
+// Conventions of kernels.h: device pointers, row-major shapes, asynchronous on `stream`,
+// cudaErrorInvalidValue without a launch for unsupported sizes or dtypes, fp32 accumulation.
+// Every grid depends only on the sizes passed in (padded token count, model dims, static bounds:
+// maxContext, width, k), never on device data; request lengths, block tables and selections are
+// read from device memory, so a whole MLA layer replays inside the decode CUDA graph.
+//
+// Data flow of one MLA layer on CUDA (q after RoPE [T, Hq * (N + R)], kvBProj [Hq * (N + Vd), C]):
+//   hsMlaWriteRows (kvc at column 0, kpe at C) -> latent cache [numBlocks, bs, C + R]
+//   hsMlaAbsorbQuery: qAbs f32 [T, Hq, C + R] = [W_UK[h]^T q_nope[t, h] | q_pe[t, h]]
+//   hsMlaAttention:   oLat f32 [T, Hq, C] = softmax(scale * qAbs . row_i) . c_i over the causal
+//                     rows (or the DSA top-k rows), split-KV with a merge for short batches
+//   hsMlaOutProject:  out [T, Hq * Vd] = W_UV[h] oLat[t, h]
+// This is the absorbed form (DeepSeek-V3 paper §2.1.2, FlashMLA's decode form) for decode and
+// prefill alike: MQA over one shared C + R wide "KV head".
+// DSA: hsMlaIndexerLogits (f32 [T, width]) then hsMlaTopk (i32 [T, k], the CPU oracle's order).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Largest C + R (latent row) the attention kernel handles: DeepSeek-V3 / GLM-5's 512 + 64. */
+#define HS_MLA_MAX_ROW 576
+/** Largest C (kv_lora_rank) the attention, absorb and output kernels handle. */
+#define HS_MLA_MAX_RANK 512
+/** Largest indexer head count (index_n_heads) of hsMlaIndexerLogits. */
+#define HS_MLA_MAX_INDEX_HEADS 64
+/** Largest indexer head dim (index_head_dim). */
+#define HS_MLA_MAX_INDEX_DIM 256
+
+/** out[t, :] = x[t, start : start + width]; elemBytes per element. x: [T, rowWidth]. */
+cudaError_t hsMlaSliceColumns(const void* x, void* out, int numTokens, int rowWidth, int start, int width,
+                              int elemBytes, cudaStream_t stream);
+
+/**
+ * cache[slot, dstColumn + e] = src[t, e] for e < width, slot = slotMapping[t] (skipped when < 0,
+ * PAD_SLOT_ID, or >= numSlots). src: [T, width] of srcDtype; cache: [numSlots, rowWidth] of
+ * cacheDtype (f32 | bf16; bf16 rounds to nearest even).
+ */
+cudaError_t hsMlaWriteRows(const void* src, int srcDtype, void* cache, int cacheDtype, const int32_t* slotMapping,
+                           int numTokens, int width, int rowWidth, int dstColumn, int numSlots, cudaStream_t stream);
+
+/**
+ * In place RoPE of `count` heads of rotDim columns at offset + h * stride of every row
+ * (Backend.mla.rotaryStrided): pairs (2i, 2i+1) when interleaved, else (i, i + rotDim/2);
+ * (a, b) -> (a cos - b sin, b cos + a sin), fp32, one rounding to the row's dtype. A position
+ * outside [0, maxPositions) leaves its row unchanged (the CPU backend throws).
+ * x: [T, rowWidth] of dtype (f32 | bf16); positions: i32 [T]; cosSin: f32 [maxPositions, rotDim].
+ */
+cudaError_t hsMlaRotaryStrided(void* x, int dtype, const int32_t* positions, const float* cosSin, int numTokens,
+                               int rowWidth, int offset, int stride, int count, int rotDim, int maxPositions,
+                               int interleaved, cudaStream_t stream);
+
+/**
+ * torch.nn.LayerNorm per row (biased variance, fp32 two-pass): out = T((x - mean) * rstd * w + b).
+ * x, out: [T, n] of xDtype; weight, bias: [n] of wDtype (f32 | bf16).
+ */
+cudaError_t hsMlaLayerNorm(const void* x, const void* weight, const void* bias, void* out, int numTokens, int n,
+                           float eps, int xDtype, int wDtype, cudaStream_t stream);
+
+/**
+ * qAbs[t, h] = [W_UK[h]^T q_nope[t, h] (C, fp32) | q_pe[t, h] (R)], W_UK[h] = kvBProj rows
+ * [h (N + Vd), h (N + Vd) + N). q: [T, Hq * (N + R)] of qDtype (f32 | bf16); kvBProj: bf16
+ * [Hq * (N + Vd), C]; qAbs: f32 [T, Hq, C + R]. Requires C <= HS_MLA_MAX_RANK.
+ */
+cudaError_t hsMlaAbsorbQuery(const void* q, int qDtype, const void* kvBProj, float* qAbs, int numTokens,
+                             int numHeads, int nopeDim, int ropeDim, int vDim, int rank, cudaStream_t stream);
+
+/**
+ * out[t, h * Vd + v] = sum_c W_UV[h][v, c] oLat[t, h, c] (fp32, one rounding), W_UV[h] =
+ * kvBProj rows [h (N + Vd) + N, (h + 1)(N + Vd)). oLat: f32 [T, Hq, C]; out: [T, Hq * Vd] of
+ * outDtype (f32 | bf16).
+ */
+cudaError_t hsMlaOutProject(const float* oLat, const void* kvBProj, void* out, int outDtype, int numTokens,
+                            int numHeads, int nopeDim, int vDim, int rank, cudaStream_t stream);
+
+/** Arguments of hsMlaAttention (device pointers; T = numTokens, Hq = numHeads). */
+typedef struct HsMlaAttentionParams {
+  /** f32 [T, Hq, C + R] absorbed queries (hsMlaAbsorbQuery). */
+  const float* qAbs;
+  /** [numBlocks, blockSize, C + R] latent rows of cacheDtype (f32 | bf16). */
+  const void* latentCache;
+  int cacheDtype;
+  /** f32 [T, Hq, C] attention output in latent space (sum_i p_i c_i). */
+  float* oLat;
+  /** i32 [numReqs + 1] query start of each request. */
+  const int32_t* queryStartLoc;
+  /** i32 [numReqs] context length after this step; query token j of request r sits at seqLen - qLen + j. */
+  const int32_t* seqLens;
+  /** i32 [numReqs, maxBlocksPerReq] block ids. */
+  const int32_t* blockTables;
+  int maxBlocksPerReq;
+  int numReqs;
+  int numTokens;
+  int numHeads;
+  /** C (kv_lora_rank) and R (qk_rope_head_dim): a latent row is C + R wide. */
+  int rank;
+  int ropeDim;
+  int blockSize;
+  float scale;
+  /** i32 [T, topkStride] attended positions (-1 = none) or NULL: every causal position. */
+  const int32_t* topkIndices;
+  int topkStride;
+  /** Static bound on the entries a token reads (dense: the block-table width in tokens; DSA: topkStride). */
+  int maxContext;
+  /** f32 split partials (hsMlaAttentionWorkspaceBytes) or NULL when 0 bytes are needed. */
+  void* workspace;
+  size_t workspaceBytes;
+} HsMlaAttentionParams;
+
+/**
+ * Workspace bytes of hsMlaAttention (0 when it runs without splits); maxEntries: topkStride with
+ * DSA indices, else maxContext.
+ */
+size_t hsMlaAttentionWorkspaceBytes(int numTokens, int numHeads, int rank, int maxEntries);
+
+/**
+ * Absorbed MLA attention (see the file comment): per token t (request r found by a binary search
+ * of queryStartLoc, position p) and head h, s_i = scale * (qAbs[t, h] . row_i) over the attended
+ * positions i (dense: [0, p]; DSA: the entries of topkIndices[t] in [0, p]), oLat[t, h] =
+ * sum_i softmax(s)_i c_i (c_i = the first C of row_i); no attended position gives zeros.
+ * Grid (T, ceil(Hq / 16), numSplits), numSplits from (T, Hq, maxContext, SM count) only; with
+ * more than one split a second kernel merges the partials. The first call raises the kernel's
+ * shared-memory limit (make it before capturing a graph).
+ */
+cudaError_t hsMlaAttention(const HsMlaAttentionParams* p, cudaStream_t stream);
+
+/** Arguments of hsMlaIndexerLogits (device pointers; Hi heads of Di). */
+typedef struct HsMlaIndexerParams {
+  /** [T, Hi * Di] indexer queries after RoPE, of qDtype (f32 | bf16; headWeights the same). */
+  const void* q;
+  /** [T, Hi] weights_proj output. */
+  const void* headWeights;
+  int qDtype;
+  /** [numBlocks, blockSize, Di] index keys of keyDtype (f32 | bf16). */
+  const void* indexKeys;
+  int keyDtype;
+  /** f32 [T, width] logits. */
+  float* logits;
+  const int32_t* queryStartLoc;
+  const int32_t* seqLens;
+  const int32_t* blockTables;
+  int maxBlocksPerReq;
+  int numReqs;
+  int numTokens;
+  int numHeads;
+  int headDim;
+  int blockSize;
+  float softmaxScale;
+  float headWeightScale;
+  int width;
+} HsMlaIndexerParams;
+
+/**
+ * DSA indexer logits (Backend.mla.indexerLogits): logits[t, i] = sum_h (w[t, h] * headWeightScale)
+ * * relu(softmaxScale * (q[t, h] . k_i)) for i <= p (fp32, heads summed in order), -inf for
+ * i > p. Grid (ceil(width / 128), T). Requires Hi <= HS_MLA_MAX_INDEX_HEADS, Di <= HS_MLA_MAX_INDEX_DIM,
+ * Di % 32 == 0, keyDtype == qDtype and 16-byte aligned key rows.
+ */
+cudaError_t hsMlaIndexerLogits(const HsMlaIndexerParams* p, cudaStream_t stream);
+
+/**
+ * Causal top-k per row (Backend.mla.topkIndices): among positions [0, positions[t]] (clamped to
+ * width - 1), the min(k, p + 1) largest logits in ascending position order, -1 after them. Order:
+ * larger first, NaN as -inf, -0 as +0, ties to the lower position: an order-preserving 32-bit key
+ * per logit and the radix select of hisparse_select.cu (radix_select.cuh), then one ordered pass.
+ * One CTA per row. logits: f32 [T, width]; positions: i32 [T]; out: i32 [T, k].
+ */
+cudaError_t hsMlaTopk(const float* logits, const int32_t* positions, int32_t* out, int numTokens, int width, int k,
+                      cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,112 @@
+/**
+ * Addon typings, MLA area: the launchers of native/kernels/mla.h (native/addon/mla.cc): multi-head
+ * latent attention in the absorbed form and the DSA lightning indexer. Part of the addon's typed
+ * surface: import these through addon.ts, the only loader (DESIGN.md §1). Argument order = the C
+ * launcher's, stream first; optional pointers are NULL_PTR.
+ */
+import type { MlaAttentionParams, MlaIndexerParams } from "./addon_params.js";
+import type { DevicePtr } from "./device_ptr.js";
+
+/** Limits of the MLA kernels (HS_MLA_MAX_ROW, HS_MLA_MAX_RANK, HS_MLA_MAX_INDEX_HEADS / _DIM). */
+export const MLA_LIMITS = { maxRow: 576, maxRank: 512, maxIndexHeads: 64, maxIndexDim: 256 } as const;
+
+/** The MLA part of the module object (HisparseNative in addon.ts). */
+export interface NativeMlaApi {
+  /** out [T, width] = x [T, rowWidth] columns [start, start + width) (hsMlaSliceColumns). */
+  mlaSliceColumns(
+    stream: number,
+    x: DevicePtr,
+    out: DevicePtr,
+    numTokens: number,
+    rowWidth: number,
+    start: number,
+    width: number,
+    elemBytes: number,
+  ): void;
+  /** cache[slot, dstColumn + e] = src[t, e] (hsMlaWriteRows); dtypes are DTYPE_CODE values. */
+  mlaWriteRows(
+    stream: number,
+    src: DevicePtr,
+    srcDtype: number,
+    cache: DevicePtr,
+    cacheDtype: number,
+    slotMapping: DevicePtr,
+    numTokens: number,
+    width: number,
+    rowWidth: number,
+    dstColumn: number,
+    numSlots: number,
+  ): void;
+  /** In place strided RoPE (hsMlaRotaryStrided); cosSin f32 [maxPositions, rotDim]. */
+  mlaRotaryStrided(
+    stream: number,
+    x: DevicePtr,
+    dtype: number,
+    positions: DevicePtr,
+    cosSin: DevicePtr,
+    numTokens: number,
+    rowWidth: number,
+    offset: number,
+    stride: number,
+    count: number,
+    rotDim: number,
+    maxPositions: number,
+    interleaved: boolean,
+  ): void;
+  /** torch.nn.LayerNorm per row (hsMlaLayerNorm). */
+  mlaLayerNorm(
+    stream: number,
+    x: DevicePtr,
+    weight: DevicePtr,
+    bias: DevicePtr,
+    out: DevicePtr,
+    numTokens: number,
+    n: number,
+    eps: number,
+    xDtype: number,
+    wDtype: number,
+  ): void;
+  /** qAbs f32 [T, Hq, C + R] from q [T, Hq (N + R)] and bf16 kv_b_proj (hsMlaAbsorbQuery). */
+  mlaAbsorbQuery(
+    stream: number,
+    q: DevicePtr,
+    qDtype: number,
+    kvBProj: DevicePtr,
+    qAbs: DevicePtr,
+    numTokens: number,
+    numHeads: number,
+    nopeDim: number,
+    ropeDim: number,
+    vDim: number,
+    rank: number,
+  ): void;
+  /** out [T, Hq Vd] = W_UV[h] oLat[t, h] (hsMlaOutProject). */
+  mlaOutProject(
+    stream: number,
+    oLat: DevicePtr,
+    kvBProj: DevicePtr,
+    out: DevicePtr,
+    outDtype: number,
+    numTokens: number,
+    numHeads: number,
+    nopeDim: number,
+    vDim: number,
+    rank: number,
+  ): void;
+  /** Split partial bytes of mlaAttention (maxEntries: topkStride with DSA, else maxContext). */
+  mlaAttentionWorkspaceBytes(numTokens: number, numHeads: number, rank: number, maxEntries: number): number;
+  /** Absorbed MLA attention over the latent rows (hsMlaAttention), HsMlaAttentionParams by name. */
+  mlaAttention(stream: number, params: MlaAttentionParams): void;
+  /** DSA indexer logits f32 [T, width] (hsMlaIndexerLogits), HsMlaIndexerParams by name. */
+  mlaIndexerLogits(stream: number, params: MlaIndexerParams): void;
+  /** Causal top-k i32 [T, k] of logits f32 [T, width] (hsMlaTopk). */
+  mlaTopk(
+    stream: number,
+    logits: DevicePtr,
+    positions: DevicePtr,
+    out: DevicePtr,
+    numTokens: number,
+    width: number,
+    k: number,
+  ): void;
+}
