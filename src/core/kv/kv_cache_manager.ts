@@ -169,8 +169,7 @@ export class KVCacheManager {
     const blocks = held ?? [];
     if (held === undefined) this.reqToBlocks.set(reqId, blocks);
     if (newComputedBlocks.length > 0) {
-      this.blockPool.touch(newComputedBlocks);
-      blocks.push(...newComputedBlocks);
+      blocks.push(...this.takeComputedBlocks(request, newComputedBlocks));
       this.reqToNumCachedBlocks.set(reqId, newComputedBlocks.length);
     }
     const fresh = this.blockPool.getNewBlocks(numToAllocate);
@@ -182,6 +181,25 @@ export class KVCacheManager {
     );
     this.cacheBlocks(request, numTokensToCache);
     return fresh.map((b) => b.blockId);
+  }
+
+  /**
+   * Takes references on a first allocation's prefix hits and returns the blocks the request's
+   * list starts with, in token order (already registered in the cache). Dense: the hits
+   * themselves. HiSparse replaces the placeholders of host-resident hits with fresh blocks.
+   */
+  protected takeComputedBlocks(_request: Request, hits: readonly KVCacheBlock[]): KVCacheBlock[] {
+    this.blockPool.touch(hits);
+    return [...hits];
+  }
+
+  /**
+   * Whether {@link releaseBlocks} may drop a page's reference with prefix caching on (HiSparse,
+   * whose pages are identified by their host block: a shared page stays resident while another
+   * request holds it).
+   */
+  protected get releasesSharedPages(): boolean {
+    return false;
   }
 
   /**
@@ -212,7 +230,7 @@ export class KVCacheManager {
   releaseBlocks(reqId: RequestId, pageIndices: readonly number[]): BlockId[] {
     const blocks = this.reqToBlocks.get(reqId);
     if (blocks === undefined) throw new Error(`request ${reqId} holds no blocks to release`);
-    if (this.enableCaching)
+    if (this.enableCaching && !this.releasesSharedPages)
       throw new Error("releasing pages of a request is not supported with prefix caching");
     const seen = new Set<number>();
     for (const i of pageIndices) {
@@ -244,7 +262,7 @@ export class KVCacheManager {
   }
 
   /** Registers the request's blocks that are full within its first `numTokens` tokens. */
-  private cacheBlocks(request: Request, numTokens: number): void {
+  protected cacheBlocks(request: Request, numTokens: number): void {
     if (!this.enableCaching) return;
     const reqId = request.requestId;
     const numFull = Math.floor(numTokens / this.blockSize);

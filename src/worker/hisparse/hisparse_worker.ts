@@ -86,6 +86,12 @@ export class HiSparseWorker implements WorkerExtension {
     const plan = so.extensions.get(HISPARSE_PLAN);
     if (plan === undefined) return;
     for (const d of plan.pageTableDeltas) applyDelta(this.tables, d);
+    // Host-resident prefix hits: back into their fresh device blocks before the forward.
+    const load = plan.load;
+    if (load !== undefined && load.blockIds.length > 0)
+      this.sparseLayers.forEach((layer, li) => {
+        this.hostTier.load(li, this.kvCaches[layer]!, load.blockIds, load.hostBlockIds);
+      });
   }
 
   /** @throws Error when the step has no plan or a scheduled request has no page table. */

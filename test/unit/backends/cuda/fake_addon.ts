@@ -436,6 +436,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     questSelect: recordParams("questSelect", QUEST_SELECT_PARAMS),
     resolve: recordParams("resolve", RESOLVE_PARAMS),
     mirrorPages: record("mirrorPages"),
+    loadPages: record("loadPages"),
     sparseDecodeAttention: recordParams("sparseDecodeAttention", SPARSE_DECODE_PARAMS),
     moeRoute: recordFlags("moeRoute"),
     moePermuteScratchBytes: (numTokens, topK, numExperts) =>
