@@ -55,6 +55,7 @@ export class HybridKVCacheManager extends KVCacheManager {
   readonly prefixCache: PagePrefixCache | null;
   /** Host -> device copies of host-resident hits to perform before the next forward. */
   private pendingLoads: MirrorCopy[] = [];
+  private hostHitTokens = 0;
   /**
    * Last step whose worker output came back: mirrors issued in steps up to it are complete, and
    * only such pages may be spilled.
@@ -73,6 +74,11 @@ export class HybridKVCacheManager extends KVCacheManager {
     this.prefixCache = blockPool.enableCaching
       ? new PagePrefixCache(blockPool, this.hostBlockPool, (h) => this.isHostMirrored(h))
       : null;
+  }
+
+  /** Prefix-hit tokens whose pages were only in the host tier (loaded back), total. */
+  override get numHostHitTokens(): number {
+    return this.hostHitTokens;
   }
 
   protected override get releasesSharedPages(): boolean {
@@ -186,6 +192,7 @@ export class HybridKVCacheManager extends KVCacheManager {
       const block = fresh[next++]!;
       cache.linkDeviceCopy(b.hostBlockId, block, this.hostBlockPool.hashOf(b.hostBlockId)!);
       this.pendingLoads.push({ blockId: block.blockId, hostBlockId: b.hostBlockId });
+      this.hostHitTokens += this.blockSize;
       return block;
     });
   }

@@ -68,6 +68,11 @@ export class KVCacheManager {
     return this.blockPool.numFreeBlocks;
   }
 
+  /** Prefix-hit tokens served from a slower tier than the device pool, total (none here; HiSparse: the host tier). */
+  get numHostHitTokens(): number {
+    return 0;
+  }
+
   /** Hashes of the request's full blocks, computed up to its current token count. */
   blockHashesOf(request: Request): readonly BlockHash[] {
     let hashes = this.reqToBlockHashes.get(request.requestId);
