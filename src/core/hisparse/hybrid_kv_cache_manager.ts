@@ -1,7 +1,13 @@
 import type { BlockId, HostBlockId, RequestId } from "../ids.js";
+import { extendBlockHashes } from "../kv/block_hash.js";
 import type { BlockPool } from "../kv/block_pool.js";
 import type { KVCacheBlock } from "../kv/kv_cache_block.js";
-import { type ComputedBlocks, KVCacheManager, NULL_BLOCK_ID } from "../kv/kv_cache_manager.js";
+import {
+  type CachedPrefix,
+  type ComputedBlocks,
+  KVCacheManager,
+  NULL_BLOCK_ID,
+} from "../kv/kv_cache_manager.js";
 import type { Request } from "../request.js";
 import type { HostBlockPool } from "./host_block_pool.js";
 import { HostResidentHit, PagePrefixCache } from "./page_prefix_cache.js";
@@ -120,6 +126,15 @@ export class HybridKVCacheManager extends KVCacheManager {
       this.hostBlockPool.numFreeBlocks - this.numEvictableHostHits(newComputedBlocks) >= numNewPages &&
       super.canAllocate(request, numNewTokens, newComputedBlocks)
     );
+  }
+
+  /** The cached prefix of `tokenIds` over both tiers: pages with a device copy, and host-only pages. */
+  override locateCachedPrefix(tokenIds: readonly number[]): CachedPrefix {
+    if (this.prefixCache === null) return { numDevicePages: 0, numHostPages: 0 };
+    const hashes = extendBlockHashes(tokenIds, this.blockSize, []);
+    const hits = this.prefixCache.lookup(hashes, hashes.length);
+    const numHostPages = hits.filter((b) => b instanceof HostResidentHit).length;
+    return { numDevicePages: hits.length - numHostPages, numHostPages };
   }
 
   /** Hits whose host block is free (a cache entry): touching them takes them out of the free queue. */

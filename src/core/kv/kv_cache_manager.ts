@@ -23,6 +23,14 @@ export interface ComputedBlocks {
 
 const NO_COMPUTED_BLOCKS: readonly KVCacheBlock[] = [];
 
+/** Pages of a cached prefix by tier ({@link KVCacheManager.locateCachedPrefix}). */
+export interface CachedPrefix {
+  /** Pages of the run with a device block (in use, or an evictable cache entry). */
+  numDevicePages: number;
+  /** Pages of the same run held only in the host tier (HiSparse; in token order they mix with the device ones). */
+  numHostPages: number;
+}
+
 /**
  * Maps requests to their device block lists (vllm/v1/core/kv_cache_manager.py KVCacheManager,
  * single full-attention group). Request `r`'s token `i` lives in block
@@ -71,6 +79,19 @@ export class KVCacheManager {
   /** Prefix-hit tokens served from a slower tier than the device pool, total (none here; HiSparse: the host tier). */
   get numHostHitTokens(): number {
     return 0;
+  }
+
+  /**
+   * Where the cached prefix of `tokenIds` lives, without taking references: the longest run of
+   * its full blocks found in the cache, split into pages with a device block and pages held only
+   * by a slower tier (HiSparse's host pool; none here). Used by POST /v1/preheat's answer.
+   */
+  locateCachedPrefix(tokenIds: readonly number[]): CachedPrefix {
+    if (!this.enableCaching) return { numDevicePages: 0, numHostPages: 0 };
+    const hashes = extendBlockHashes(tokenIds, this.blockSize, []);
+    let n = 0;
+    while (n < hashes.length && this.blockPool.getCachedBlock(hashes[n]!) !== null) n++;
+    return { numDevicePages: n, numHostPages: 0 };
   }
 
   /** Hashes of the request's full blocks, computed up to its current token count. */
