@@ -7,7 +7,10 @@
  *
  * Prompts go to /v1/completions as token ids, so the history's prompt part is resent exactly;
  * replies come back as text and are re-encoded with the client tokenizer (their tokens may
- * differ from the server's at a boundary, which costs at most the reply's pages a hit).
+ * differ from the server's at a boundary, which costs at most the reply's pages a hit). A
+ * server without a tokenizer (dummy weights from a bare config.json) streams no text: the reply
+ * then enters the history as `usage.completion_tokens` filler ids, so the history keeps its
+ * length, and only the reply's pages miss.
  * Reports per turn TTFT (median, mean), the median TTFT of turns 2.. (the blog's figure), decode
  * rate, and the server's own counters read from /metrics before and after the run: prefix-cache
  * hit rate (tokens, by tier when reported) and preemptions.
@@ -48,6 +51,17 @@ export function buildConversations(tok: DatasetTokenizer, o: MultiTurnOptions, r
   return Array.from({ length: o.conversations }, () =>
     Array.from({ length: o.turns }, (_, t) => chunk(t === 0 ? o.firstLen : o.turnLen)),
   );
+}
+
+/** `n` token ids in [100, 8100) from a seeded walk (a reply whose text the server did not send). */
+function fillerIds(n: number, seed: number): number[] {
+  const out: number[] = [];
+  let x = (seed * 2654435761 + 1) >>> 0;
+  for (let i = 0; i < n; i++) {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+    out.push(100 + (x % 8000));
+  }
+  return out;
 }
 
 /** Settings of one multi-turn run. */
@@ -156,7 +170,9 @@ export async function runMultiTurn(
       promptTokens[t]! += prompt.length;
       // A failed turn ends its conversation (the next turn would have no reply to build on).
       if (!out.success) return;
-      history = [...prompt, ...encode(out.generatedText)];
+      let reply = encode(out.generatedText);
+      if (reply.length === 0 && out.outputTokens > 0) reply = fillerIds(out.outputTokens, c * T + t);
+      history = [...prompt, ...reply];
     }
   };
   try {
