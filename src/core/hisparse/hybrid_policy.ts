@@ -179,9 +179,14 @@ export class HybridPolicy implements KVPressureHandler {
     const pages = this.spillablePages(request);
     if (pages.length === 0) return 0;
     const reqId = request.requestId;
-    if (this.hotCost(request) > this.kv.numFreeBlocks + pages.length) return 0;
+    // Only pages this request alone holds free their block (prefix caching shares pages).
+    const freed = this.exclusivePages(request, pages).length;
+    if (this.hotCost(request) > this.kv.numFreeBlocks + freed) return 0;
     this.kv.releasePages(reqId, pages);
-    this.kv.allocateHotBuffer(reqId);
+    if (!this.kv.allocateHotBuffer(reqId))
+      throw new Error(
+        `request ${reqId} went host-resident but its hot buffer does not fit (an accounting bug)`,
+      );
     this.spilledPagesTotal += pages.length;
     return pages.length;
   }
