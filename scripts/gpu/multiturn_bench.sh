@@ -10,8 +10,8 @@
 # Reduced from the vLLM blog's shape (13 turns, 74,160-token first turn, 753-token later turns,
 # 220 output tokens) to finish in under 8 minutes: by default 6 turns, a 6,144-token first turn,
 # 753-token later turns, 128 output tokens (env FIRST_LEN, TURNS, TURN_LEN, OUT_LEN, CONVS,
-# GPU_UTIL, HOST_GIB override them). Each bench run is capped (RUN_LIMIT_S, default 110 s); a
-# run that hits the cap shows "no result" in the table.
+# GPU_UTIL, HOST_GIB override them). Each bench run is capped (RUN_LIMIT_S, default 110 s) and
+# none starts after DEADLINE_S (450 s); a run cut short shows "no result" in the table.
 # Prepare here: npm run build && npm run build:native && bash ../shared/device/prepare.sh
 # Run there (carry .device, dist, build/Release):
 #   source .device/prelude.sh && bash scripts/gpu/multiturn_bench.sh
@@ -28,6 +28,7 @@ CONVS="${CONVS:-1,8,16,32}"
 GPU_UTIL="${GPU_UTIL:-0.26}"
 HOST_GIB="${HOST_GIB:-32}"
 RUN_LIMIT_S="${RUN_LIMIT_S:-110}"
+DEADLINE_S="${DEADLINE_S:-450}"  # no new bench run starts after this many seconds in all
 PORT="${PORT:-8123}"
 CLI="node dist/src/cli/main.js"
 [ -f dist/src/cli/main.js ] || { echo "multiturn_bench.sh: dist is missing (npm run build here, carry dist)" >&2; exit 2; }
@@ -50,7 +51,10 @@ serve() {
   grep -iE "KV cache|HiSparse|blocks|listening|error" "$out/serve_$label.log" | head -6
   if [ "$ok" -eq 1 ]; then
     for c in ${CONVS//,/ }; do
-      timeout "$RUN_LIMIT_S" $CLI bench serve --base-url "http://127.0.0.1:$PORT" --dataset multiturn \
+      local left=$(( DEADLINE_S - ($(date +%s) - start_all) ))
+      if [ "$left" -lt 20 ]; then echo "   $c conversations: skipped (deadline)"; continue; fi
+      [ "$left" -lt "$RUN_LIMIT_S" ] || left=$RUN_LIMIT_S
+      timeout "$left" $CLI bench serve --base-url "http://127.0.0.1:$PORT" --dataset multiturn \
         --multiturn-conversations "$c" --multiturn-turns "$TURNS" --multiturn-first-len "$FIRST_LEN" \
         --multiturn-turn-len "$TURN_LEN" --output-len "$OUT_LEN" --ignore-eos --temperature 0 \
         --save-result --result-dir "$out" --result-filename "${label}_c$c.json" --label "$label" \
