@@ -81,6 +81,14 @@ Napi::Value MirrorPages(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+/** loadPages(stream, ...): hsLoadPages, the arguments of mirrorPages. */
+Napi::Value LoadPages(const Napi::CallbackInfo& info) {
+  Args a(info, 12, "loadPages");
+  HS_LAUNCH(hsLoadPages, a.stream(0), a.as<const uint64_t>(1), a.as<const uint64_t>(2), a.as<const int32_t>(3),
+            a.as<const int32_t>(4), a.i32(5), a.i32(6), a.i32(7), a.i32(8), a.i32(9), a.i32(10), a.i32(11));
+  return info.Env().Undefined();
+}
+
 /** sparseDecodeAttention(stream, params: the fields of HsSparseDecodeParams, base included, by name). */
 Napi::Value SparseDecodeAttention(const Napi::CallbackInfo& info) {
   Args a(info, 2, "sparseDecodeAttention");
@@ -101,6 +109,7 @@ void initHiSparse(Napi::Env env, Napi::Object exports) {
   exports.Set("mirrorPages", Napi::Function::New(env, MirrorPages, "mirrorPages"));
   exports.Set("rowResolve", Napi::Function::New(env, RowResolve, "rowResolve"));
   exports.Set("rowCopy", Napi::Function::New(env, RowCopy, "rowCopy"));
+  exports.Set("loadPages", Napi::Function::New(env, LoadPages, "loadPages"));
   exports.Set("sparseDecodeAttention", Napi::Function::New(env, SparseDecodeAttention, "sparseDecodeAttention"));
 }
 

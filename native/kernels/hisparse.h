@@ -226,6 +226,16 @@ cudaError_t hsMirrorPages(const uint64_t* kvCaches, const uint64_t* hostTiers, c
                           const int32_t* hostBlockIds, int count, int numLayers, int numKvHeads, int headDim,
                           int blockSize, int numBlocks, int numHostBlocks, cudaStream_t stream);
 
+/**
+ * The reverse of hsMirrorPages (same arguments): copies host block hostBlockIds[i] of every layer
+ * into device block blockIds[i], back to the token-major device layout (prefix-cache hits on
+ * host-resident pages, before the prefill that reads them). Issue it on the compute stream after
+ * the mirrors it may overlap (the worker waits for the side stream first).
+ */
+cudaError_t hsLoadPages(const uint64_t* kvCaches, const uint64_t* hostTiers, const int32_t* blockIds,
+                        const int32_t* hostBlockIds, int count, int numLayers, int numKvHeads, int headDim,
+                        int blockSize, int numBlocks, int numHostBlocks, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

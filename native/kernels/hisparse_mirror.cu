@@ -1,4 +1,5 @@
-// Eager mirror of filled pages to the host tier (hisparse.h hsMirrorPages): one CTA per (page,
+// Eager mirror of filled pages to the host tier (hisparse.h hsMirrorPages), and its reverse for
+// host-resident prefix-cache hits (hsLoadPages): one CTA per (page,
 // layer) reads the device block ([2, bs, Hkv, D]) and writes the host block in the head-major
 // host layout ([Hkv, 2, bs, D]), so that the resolver later reads one contiguous slice per
 // (page, kv head). Writes go over the host link to mapped pinned memory in address order (each
@@ -56,13 +57,43 @@ __global__ void __launch_bounds__(kMirrorThreads) mirrorKernel(const MirrorArgs 
   }
 }
 
-}  // namespace
-}  // namespace hs_sparse
+// The reverse copy (hsLoadPages): host block hb (head-major) into device block b, one CTA per
+// (page, layer); loads walk the host block contiguously (16-byte UVA reads), stores scatter to
+// the token-major device layout.
+__global__ void __launch_bounds__(kMirrorThreads) loadKernel(const MirrorArgs a) {
+  const int i = blockIdx.x;
+  const int layer = blockIdx.y;
+  const int b = a.blockIds[i];
+  const int hb = a.hostBlockIds[i];
+  if (b < 0 || b >= a.numBlocks || hb < 0 || hb >= a.numHostBlocks) return;
+  const int rows = 2 * a.blockSize;
+  const int headVecs = rows * a.vecsPerRow;
+  const int pageVecs = a.numKvHeads * headVecs;
+  const uint4* src = reinterpret_cast<const uint4*>(a.hostTiers[layer]) + static_cast<size_t>(hb) * pageVecs;
+  uint4* dst = reinterpret_cast<uint4*>(a.kvCaches[layer]) + static_cast<size_t>(b) * pageVecs;
+  for (int base = 0; base < pageVecs; base += kMirrorThreads * kUnroll) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int w = base + u * kMirrorThreads + threadIdx.x;  // host (source) order: head, row, chunk
+      if (w < pageVecs) v[u] = __ldcs(src + w);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int w = base + u * kMirrorThreads + threadIdx.x;
+      if (w >= pageVecs) continue;
+      const int g = w / headVecs;
+      const int rest = w - g * headVecs;
+      const int row = rest / a.vecsPerRow;
+      const int c = rest - row * a.vecsPerRow;
+      dst[(static_cast<size_t>(row) * a.numKvHeads + g) * a.vecsPerRow + c] = v[u];
+    }
+  }
+}
 
-extern "C" cudaError_t hsMirrorPages(const uint64_t* kvCaches, const uint64_t* hostTiers, const int32_t* blockIds,
-                                     const int32_t* hostBlockIds, int count, int numLayers, int numKvHeads, int headDim,
-                                     int blockSize, int numBlocks, int numHostBlocks, cudaStream_t stream) {
-  using namespace hs_sparse;
+cudaError_t launchPageCopy(bool toHost, const uint64_t* kvCaches, const uint64_t* hostTiers, const int32_t* blockIds,
+                           const int32_t* hostBlockIds, int count, int numLayers, int numKvHeads, int headDim,
+                           int blockSize, int numBlocks, int numHostBlocks, cudaStream_t stream) {
   if (count < 0 || numLayers < 0 || numLayers > 65535 || numKvHeads <= 0 || headDim <= 0 || headDim % 8 != 0 ||
       blockSize <= 0 || numBlocks < 0 || numHostBlocks < 0)
     return cudaErrorInvalidValue;
@@ -80,6 +111,26 @@ extern "C" cudaError_t hsMirrorPages(const uint64_t* kvCaches, const uint64_t* h
   a.numBlocks = numBlocks;
   a.numHostBlocks = numHostBlocks;
   const dim3 grid(count, numLayers);
-  mirrorKernel<<<grid, kMirrorThreads, 0, stream>>>(a);
+  if (toHost)
+    mirrorKernel<<<grid, kMirrorThreads, 0, stream>>>(a);
+  else
+    loadKernel<<<grid, kMirrorThreads, 0, stream>>>(a);
   return cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace hs_sparse
+
+extern "C" cudaError_t hsMirrorPages(const uint64_t* kvCaches, const uint64_t* hostTiers, const int32_t* blockIds,
+                                     const int32_t* hostBlockIds, int count, int numLayers, int numKvHeads, int headDim,
+                                     int blockSize, int numBlocks, int numHostBlocks, cudaStream_t stream) {
+  return hs_sparse::launchPageCopy(true, kvCaches, hostTiers, blockIds, hostBlockIds, count, numLayers, numKvHeads,
+                                   headDim, blockSize, numBlocks, numHostBlocks, stream);
+}
+
+extern "C" cudaError_t hsLoadPages(const uint64_t* kvCaches, const uint64_t* hostTiers, const int32_t* blockIds,
+                                   const int32_t* hostBlockIds, int count, int numLayers, int numKvHeads, int headDim,
+                                   int blockSize, int numBlocks, int numHostBlocks, cudaStream_t stream) {
+  return hs_sparse::launchPageCopy(false, kvCaches, hostTiers, blockIds, hostBlockIds, count, numLayers, numKvHeads,
+                                   headDim, blockSize, numBlocks, numHostBlocks, stream);
 }

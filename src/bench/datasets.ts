@@ -31,7 +31,7 @@ export class DatasetError extends Error {
 }
 
 /** Dataset names accepted by `--dataset-name`. */
-export const DATASET_NAMES = ["random", "lognormal", "file", "sharegpt"] as const;
+export const DATASET_NAMES = ["random", "lognormal", "file", "sharegpt", "multiturn"] as const;
 export type DatasetName = (typeof DATASET_NAMES)[number];
 
 /** Lengths of synthetic requests (`--input-len`, `--output-len`, `--random-range-ratio`). */
@@ -250,6 +250,8 @@ export function getSamples(tok: DatasetTokenizer, o: DatasetOptions, rng: Rng): 
       return fileRequests(tok, needPath(), uniformLengths(o, 0, rng), rng);
     case "sharegpt":
       return shareGptRequests(tok, needPath(), o.numPrompts, o.sharegptOutputLen, rng);
+    case "multiturn":
+      throw new DatasetError("multiturn conversations are built by bench/multiturn.ts (buildConversations)");
     default:
       throw new DatasetError(
         `unknown dataset ${String(o.name)} (choose one of: ${DATASET_NAMES.join(", ")})`,

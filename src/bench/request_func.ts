@@ -19,7 +19,8 @@ export interface RequestFuncInput {
   /** Full URL of the endpoint, e.g. http://127.0.0.1:8000/v1/completions. */
   apiUrl: string;
   model: string;
-  prompt: string;
+  /** Text, or token ids (completions only: multi-turn histories are sent as ids, exactly). */
+  prompt: string | number[];
   /** Prompt length in tokens (client tokenizer); replaced by usage.prompt_tokens when reported. */
   promptLen: number;
   /** `max_tokens` (completions) / `max_completion_tokens` (chat). */

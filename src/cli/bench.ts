@@ -5,6 +5,13 @@ import { type Command, InvalidArgumentError, Option } from "commander";
 import { DATASET_NAMES, type DatasetName, getSamples } from "../bench/datasets.js";
 import { GpuMonitor, nvidiaSmiAvailable } from "../bench/gpu_monitor.js";
 import { LATENCY_METRICS, type LatencyMetric, parseGoodput } from "../bench/metrics.js";
+import {
+  buildConversations,
+  formatMultiTurnReport,
+  type MultiTurnOptions,
+  runMultiTurn,
+  summarizeMultiTurn,
+} from "../bench/multiturn.js";
 import { failedRequestLines, formatReport } from "../bench/report.js";
 import type { EndpointKind } from "../bench/request_func.js";
 import { Rng } from "../bench/rng.js";
@@ -43,7 +50,12 @@ interface BenchServeOptions {
   model?: string;
   tokenizer?: string;
   datasetName: DatasetName;
+  dataset?: DatasetName;
   datasetPath?: string;
+  multiturnConversations: number;
+  multiturnTurns: number;
+  multiturnFirstLen: number;
+  multiturnTurnLen: number;
   numPrompts: number;
   inputLen?: number;
   outputLen?: number;
@@ -99,14 +111,24 @@ export function registerBench(program: Command): void {
     .addOption(
       new Option("--dataset-name <name>", "prompt source").choices([...DATASET_NAMES]).default("random"),
     )
+    .addOption(new Option("--dataset <name>", "same as --dataset-name").choices([...DATASET_NAMES]))
     .option("--dataset-path <file>", "text file (file) or ShareGPT JSON (sharegpt)")
+    .option(
+      "--multiturn-conversations <n>",
+      "multiturn: conversations at once (--sweep-concurrency runs one per value)",
+      parseIntArg,
+      8,
+    )
+    .option("--multiturn-turns <n>", "multiturn: turns per conversation", parseIntArg, 13)
+    .option("--multiturn-first-len <n>", "multiturn: tokens of turn 1's prompt", parseIntArg, 74160)
+    .option("--multiturn-turn-len <n>", "multiturn: new tokens of each later turn", parseIntArg, 753)
     .option("--num-prompts <n>", "requests in the measured run", parseIntArg, 1000)
     .option(
       "--input-len <n>",
       "mean prompt length in tokens (random, lognormal, file; default 1024)",
       parseIntArg,
     )
-    .option("--output-len <n>", "mean output length in tokens (default 128)", parseIntArg)
+    .option("--output-len <n>", "mean output length in tokens (default 128; multiturn: 220)", parseIntArg)
     .option("--random-input-len <n>", "same as --input-len (vLLM's name)", parseIntArg)
     .option("--random-output-len <n>", "same as --output-len (vLLM's name)", parseIntArg)
     .option("--random-range-ratio <r>", "uniform lengths in len × [1 − r, 1 + r]", parseFloatArg, 0)
@@ -225,6 +247,10 @@ async function runBenchServe(o: BenchServeOptions): Promise<void> {
   const served = await fetchFirstModel(baseUrl, apiKey);
   const model = o.model ?? served;
   if (model === null) throw new Error(`${baseUrl}/v1/models is missing; pass --model NAME`);
+  if ((o.dataset ?? o.datasetName) === "multiturn") {
+    await runMultiTurnBench(o, baseUrl, model, apiKey, tok);
+    return;
+  }
   const requests = getSamples(
     tok,
     {
@@ -291,6 +317,60 @@ async function runBenchServe(o: BenchServeOptions): Promise<void> {
     }
   }
   writeOutputs(o, model, jsons, points);
+}
+
+/**
+ * `--dataset multiturn`: one run per conversation count (`--sweep-concurrency`, else
+ * `--multiturn-conversations`), each printed as a report; `--save-result` writes their summaries.
+ */
+async function runMultiTurnBench(
+  o: BenchServeOptions,
+  baseUrl: string,
+  model: string,
+  apiKey: string | undefined,
+  tok: Tokenizer,
+): Promise<void> {
+  const counts = o.sweepConcurrency ?? [o.multiturnConversations];
+  const jsons: Record<string, unknown>[] = [];
+  for (const conversations of counts) {
+    const mo: MultiTurnOptions = {
+      conversations,
+      turns: o.multiturnTurns,
+      firstLen: o.multiturnFirstLen,
+      turnLen: o.multiturnTurnLen,
+      outputLen: o.randomOutputLen ?? o.outputLen ?? 220,
+    };
+    const convs = buildConversations(tok, mo, new Rng(o.seed));
+    const r = await runMultiTurn(
+      { baseUrl, model, ignoreEos: o.ignoreEos, extraBody: extraBodyOf(o), apiKey, options: mo },
+      convs,
+      (t) => tok.encode(t, { addSpecialTokens: false }),
+    );
+    const sum = summarizeMultiTurn(r, mo);
+    for (const l of formatMultiTurnReport(sum, mo, r)) console.log(l);
+    const firstError = r.turns.flat().find((x) => !x.success)?.error;
+    if (sum.completed === 0)
+      throw new Error(`every multiturn request failed (first: ${firstError ?? "no detail"})`);
+    jsons.push({
+      date: new Date().toISOString(),
+      label: o.label ?? null,
+      model_id: model,
+      dataset_name: "multiturn",
+      turns: mo.turns,
+      first_turn_len: mo.firstLen,
+      later_turn_len: mo.turnLen,
+      output_len: mo.outputLen,
+      ...sum,
+    });
+  }
+  if (o.saveResult) {
+    const dir = o.resultDir ?? ".";
+    const stamp = new Date().toISOString().replace(/[-:]/g, "").slice(0, 15);
+    const path = join(dir, o.resultFilename ?? `${o.label ?? "multiturn"}-${basename(model)}-${stamp}.json`);
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, `${JSON.stringify(jsons.length === 1 ? jsons[0] : jsons, null, 2)}\n`);
+    console.log(`Result written to ${path}`);
+  }
 }
 
 function printHeader(cfg: BenchmarkConfig): void {

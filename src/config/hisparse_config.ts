@@ -225,7 +225,8 @@ export interface HiSparseValidationContext {
 /**
  * Reasons the settings are invalid (empty when valid): token counts must be whole pages, the
  * budget must hold the sinks and the window, the buffer must hold the budget, dense layers must
- * exist and leave a sparse one, and prefix caching (shared pages) is not supported yet.
+ * exist and leave a sparse one. Prefix caching combines with every mode (shared pages across both
+ * tiers: core/hisparse/page_prefix_cache.ts).
  */
 export function validateHiSparseConfig(c: HiSparseConfig, ctx: HiSparseValidationContext): string[] {
   const r: string[] = [];
@@ -267,8 +268,6 @@ export function validateHiSparseConfig(c: HiSparseConfig, ctx: HiSparseValidatio
     );
   if (c.hostPoolBytes !== null && !(c.hostPoolBytes > 0))
     r.push(`--host-pool-gib must be > 0, got ${c.hostPoolBytes / 2 ** 30}`);
-  if (ctx.enablePrefixCaching)
-    r.push("--enable-prefix-caching cannot be combined with --enable-hybrid-sparse on or auto yet");
   const dense = new Set<number>();
   for (const l of c.denseLayers) {
     if (!Number.isInteger(l) || l < 0) r.push(`dense_layers must hold integers >= 0, got ${l}`);

@@ -92,5 +92,9 @@ export function dsaHiSparseConfig(
     },
   ).filter((r) => !r.includes("must be >= topk"));
   reasons.push(...shared);
+  if (ctx.enablePrefixCaching && hs.mode !== "off")
+    reasons.push(
+      `--enable-prefix-caching with --enable-hybrid-sparse ${hs.mode} is not supported for DSA models yet (${ctx.architecture}): their latent rows and indexer keys do not take part in the host tier's page identity; use --enable-hybrid-sparse off or leave prefix caching off`,
+    );
   return { config, reasons };
 }

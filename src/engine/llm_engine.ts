@@ -318,6 +318,7 @@ function hisparseSchedulingFor(args: EngineArgs, info: WorkerInfo): HiSparseSche
     blockSize: info.blockSize,
     numGpuBlocks: info.numGpuBlocks,
     numHostBlocks: info.hisparse.numHostBlocks,
+    enablePrefixCaching: args.enablePrefixCaching,
   });
 }
 

@@ -65,14 +65,16 @@ export class MetricsRegistry {
   private readonly labels: Record<Label, string>;
   private readonly collectors: (() => void | Promise<void>)[] = [];
   private lastPreemptions = 0;
-  private lastPrefixQueries = 0;
-  private lastPrefixHits = 0;
+  /** Prefix-cache totals since start (tokens), also read by the stats line. */
+  prefixCacheQueries = 0;
+  prefixCacheHits = 0;
+  private lastPrefixHostHits = 0;
 
   private readonly promptTokens: Counter<Label>;
   private readonly generationTokens: Counter<Label>;
   private readonly preemptions: Counter<Label>;
   private readonly prefixQueries: Counter<Label>;
-  private readonly prefixHits: Counter<Label>;
+  private readonly prefixHits: Counter<Label | "tier">;
   private readonly requestSuccess: Counter<Label | "finished_reason">;
   private readonly ttft: Histogram<Label>;
   private readonly itl: Histogram<Label>;
@@ -108,7 +110,12 @@ export class MetricsRegistry {
     this.generationTokens = counter("vllm:generation_tokens_total", "Number of generation tokens processed.");
     this.preemptions = counter("vllm:num_preemptions_total", "Cumulative number of preemptions.");
     this.prefixQueries = counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens.");
-    this.prefixHits = counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in tokens.");
+    this.prefixHits = new Counter({
+      name: "vllm:prefix_cache_hits_total",
+      help: 'Prefix cache hits, in tokens, by the tier that held the pages ("device"; "host": HiSparse pages loaded back from pinned host memory).',
+      labelNames: ["model_name", "tier"] as const,
+      registers,
+    });
     this.requestSuccess = new Counter({
       name: "vllm:request_success_total",
       help: "Count of finished requests, by finish reason (stop, length, abort).",
@@ -209,11 +216,15 @@ export class MetricsRegistry {
     if (stats === null) return;
     const s = stats.scheduler;
     this.preemptions.inc(this.labels, Math.max(0, s.numPreemptions - this.lastPreemptions));
-    this.prefixQueries.inc(this.labels, Math.max(0, s.prefixCacheQueries - this.lastPrefixQueries));
-    this.prefixHits.inc(this.labels, Math.max(0, s.prefixCacheHits - this.lastPrefixHits));
+    this.prefixQueries.inc(this.labels, Math.max(0, s.prefixCacheQueries - this.prefixCacheQueries));
+    const hostHits = Math.max(0, s.prefixCacheHostHits - this.lastPrefixHostHits);
+    const hits = Math.max(0, s.prefixCacheHits - this.prefixCacheHits);
+    this.prefixHits.inc({ ...this.labels, tier: "device" }, Math.max(0, hits - hostHits));
+    this.prefixHits.inc({ ...this.labels, tier: "host" }, hostHits);
     this.lastPreemptions = s.numPreemptions;
-    this.lastPrefixQueries = s.prefixCacheQueries;
-    this.lastPrefixHits = s.prefixCacheHits;
+    this.prefixCacheQueries = s.prefixCacheQueries;
+    this.prefixCacheHits = s.prefixCacheHits;
+    this.lastPrefixHostHits = s.prefixCacheHostHits;
   }
 
   /** A tracker for one engine request; feed it every output of the request. */

@@ -5,6 +5,9 @@ import type { EngineGauges } from "./metrics_registry.js";
 export interface StatsSource {
   readonly numPromptTokens: number;
   readonly numGenerationTokens: number;
+  /** Prefix-cache totals in tokens (absent: the line names no hit rate). */
+  readonly prefixCacheQueries?: number;
+  readonly prefixCacheHits?: number;
   gauges(): EngineGauges;
 }
 
@@ -29,6 +32,8 @@ export class StatsLogger {
   private lastPrompt: number;
   private lastGeneration: number;
   private lastWasIdle = true;
+  private lastQueries: number;
+  private lastHits: number;
   private readonly extraLines: (() => string | null)[] = [];
 
   /**
@@ -47,7 +52,12 @@ export class StatsLogger {
     this.lastTime = now();
     this.lastPrompt = source.numPromptTokens;
     this.lastGeneration = source.numGenerationTokens;
+    this.lastQueries = source.prefixCacheQueries ?? 0;
+    this.lastHits = source.prefixCacheHits ?? 0;
   }
+
+  /** When set (prefix caching on), the line ends with the interval's prefix-cache hit rate. */
+  showPrefixCacheHitRate = false;
 
   /** Adds a line printed after the stats line (e.g. HiSparse's sparse_block_state); null skips it. */
   addLine(fn: () => string | null): void {
@@ -80,7 +90,8 @@ export class StatsLogger {
     this.lastPrompt = this.source.numPromptTokens;
     this.lastGeneration = this.source.numGenerationTokens;
     const g = this.source.gauges();
-    const line = formatStatsLine(prompt, generation, g, this.kvCacheDevice);
+    let line = formatStatsLine(prompt, generation, g, this.kvCacheDevice);
+    if (this.showPrefixCacheHitRate) line += `, ${this.prefixHitRate()}`;
     const idle = prompt === 0 && generation === 0;
     const emit = idle && this.lastWasIdle ? this.log.debug.bind(this.log) : this.log.info.bind(this.log);
     this.lastWasIdle = idle;
@@ -90,6 +101,17 @@ export class StatsLogger {
       if (extra !== null) emit(extra);
     }
     return line;
+  }
+
+  /** "Prefix cache hit rate: 42.0%" over the interval (tokens hit / tokens looked up; "n/a" without lookups). */
+  private prefixHitRate(): string {
+    const q = this.source.prefixCacheQueries ?? 0;
+    const h = this.source.prefixCacheHits ?? 0;
+    const dq = q - this.lastQueries;
+    const dh = h - this.lastHits;
+    this.lastQueries = q;
+    this.lastHits = h;
+    return `Prefix cache hit rate: ${dq > 0 ? `${((100 * dh) / dq).toFixed(1)}%` : "n/a"}`;
   }
 }
 

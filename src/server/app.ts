@@ -17,6 +17,7 @@ import {
 } from "./framework_errors.js";
 import { serveChat } from "./serving_chat.js";
 import { serveCompletion } from "./serving_completion.js";
+import { servePreheat } from "./serving_preheat.js";
 
 /** Default request-body limit in bytes (4 MiB: a 16K-token prompt is well under 100 KiB). */
 export const DEFAULT_MAX_REQUEST_BODY_BYTES = 4 * 2 ** 20;
@@ -34,7 +35,7 @@ export interface AppOptions {
 
 /**
  * The OpenAI-compatible HTTP app (fastify): /v1/completions, /v1/chat/completions, /v1/models,
- * /health, /version, /metrics. Every error is sent in OpenAI's shape ({@link OpenAIError}),
+ * /health, /version, /metrics, and our /v1/preheat. Every error is sent in OpenAI's shape ({@link OpenAIError}),
  * fastify's and Node's own included (bad URL, malformed headers, body limit).
  * POST bodies must be sent as `Content-Type: application/json` (anything else, `text/plain`
  * and form bodies included, gets 415 before the body is read: browsers send those cross-origin
@@ -95,6 +96,7 @@ export function buildApp(ctx: ServingContext, o: AppOptions): FastifyInstance {
   });
   app.post("/v1/completions", (req, reply) => serveCompletion(ctx, jsonBody(req), reply));
   app.post("/v1/chat/completions", (req, reply) => serveChat(ctx, jsonBody(req), reply));
+  app.post("/v1/preheat", (req, reply) => servePreheat(ctx, jsonBody(req), reply));
   return app;
 }
 

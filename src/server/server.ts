@@ -123,6 +123,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       undefined,
       llm.engine.info.backend === "cpu" ? "CPU" : "GPU",
     );
+    stats.showPrefixCacheHitRate = o.engineArgs.enablePrefixCaching === true;
     const hisparse = llm.engine.hisparse;
     if (hisparse !== null) attachHiSparseObservability(metrics, stats, () => hisparse.stats());
     o.extendMetrics?.(metrics, stats, llm);

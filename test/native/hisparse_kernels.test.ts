@@ -417,6 +417,42 @@ describe("HiSparse kernels vs the CPU oracles (GPU)", { skip: skip() }, () => {
     for (const c of caches) be.free(c);
   });
 
+  it("load: CudaHostKvTier.load (hsLoadPages) copies mirrored pages back into other device blocks bit for bit, every layer", () => {
+    be.resetWorkspace();
+    const numBlocks = 20;
+    const numHostBlocks = 24;
+    const L = 3;
+    const data = Array.from({ length: L }, () => randBf16(rng, numBlocks * 2 * BS * Hkv * D));
+    const caches = data.map((d) => be.upload(d, [numBlocks, 2, BS, Hkv, D], "bf16"));
+    const tier = new CudaHostKvTier(
+      be,
+      { numSparseLayers: L, numHostBlocks, blockSize: BS, numKvHeads: Hkv, headDim: D },
+      caches,
+    );
+    // Mirror pages 3, 17, 0 to host blocks 23, 1, 6, then load them back into blocks 5, 11, 19
+    // (prefix-cache hits on host-only pages); every other block keeps its bits.
+    tier.mirror([3, 17, 0], [23, 1, 6]);
+    tier.load([5, 11, 19], [23, 1, 6]);
+    be.synchronize();
+    const page = 2 * BS * Hkv * D;
+    const moved = new Map([
+      [5, 3],
+      [11, 17],
+      [19, 0],
+    ]);
+    for (let l = 0; l < L; l++) {
+      const got = be.toHost(caches[l]!);
+      for (let b = 0; b < numBlocks; b++) {
+        const src = moved.get(b) ?? b;
+        for (let i = 0; i < page; i++)
+          if (f32ToBf16Bits(got[b * page + i]!) !== f32ToBf16Bits(data[l]![src * page + i]!))
+            assert.fail(`layer ${l} block ${b} element ${i}: not block ${src}'s`);
+      }
+    }
+    tier.dispose();
+    for (const c of caches) be.free(c);
+  });
+
   it("sparse attention: dense-equal per-head tables give pagedAttention's bits; per-head subsets match float64", () => {
     be.resetWorkspace();
     const seqLens = [4000, 1, 0, 777, 2048, 16, 17, 9000];

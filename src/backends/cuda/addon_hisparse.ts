@@ -81,6 +81,21 @@ export interface NativeHiSparseApi {
     numDeviceSlots: number,
     numHostSlots: number,
   ): void;
+  /** The reverse of mirrorPages: host blocks back into device blocks, every layer (hsLoadPages). */
+  loadPages(
+    stream: number,
+    kvCaches: DevicePtr,
+    hostTiers: DevicePtr,
+    blockIds: DevicePtr,
+    hostBlockIds: DevicePtr,
+    count: number,
+    numLayers: number,
+    numKvHeads: number,
+    headDim: number,
+    blockSize: number,
+    numBlocks: number,
+    numHostBlocks: number,
+  ): void;
   /** Decode attention with per-(request, kv head) tables (hsSparseDecodeAttention). */
   sparseDecodeAttention(stream: number, params: SparseDecodeParams): void;
 }

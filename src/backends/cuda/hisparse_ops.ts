@@ -295,14 +295,31 @@ export interface MirrorInputs {
 
 /** Eager mirror of `count` pages of every layer to the host tier, on `stream` (hsMirrorPages). */
 export function mirrorPages(ctx: CudaAttentionContext, stream: number, a: MirrorInputs): void {
-  const caches = i32(ctx, a.kvCachePtrs, "mirrorPages kvCachePtrs", [2 * a.numLayers]);
-  const hosts = i32(ctx, a.hostTierPtrs, "mirrorPages hostTierPtrs", [2 * a.numLayers]);
-  const blocks = i32(ctx, a.blockIds, "mirrorPages blockIds", [null]);
-  const hostBlocks = i32(ctx, a.hostBlockIds, "mirrorPages hostBlockIds", [null]);
+  pageCopy(ctx, stream, a, "mirrorPages");
+}
+
+/**
+ * The reverse of {@link mirrorPages}: host block hostBlockIds[i] of every layer into device block
+ * blockIds[i] (prefix-cache hits on host-resident pages), on `stream` (hsLoadPages).
+ */
+export function loadPages(ctx: CudaAttentionContext, stream: number, a: MirrorInputs): void {
+  pageCopy(ctx, stream, a, "loadPages");
+}
+
+function pageCopy(
+  ctx: CudaAttentionContext,
+  stream: number,
+  a: MirrorInputs,
+  op: "mirrorPages" | "loadPages",
+): void {
+  const caches = i32(ctx, a.kvCachePtrs, `${op} kvCachePtrs`, [2 * a.numLayers]);
+  const hosts = i32(ctx, a.hostTierPtrs, `${op} hostTierPtrs`, [2 * a.numLayers]);
+  const blocks = i32(ctx, a.blockIds, `${op} blockIds`, [null]);
+  const hostBlocks = i32(ctx, a.hostBlockIds, `${op} hostBlockIds`, [null]);
   if (dim(a.blockIds, 0) < a.count || dim(a.hostBlockIds, 0) < a.count)
-    throw new Error(`mirrorPages: ${a.count} copies but block id tensors of ${dim(a.blockIds, 0)} entries`);
+    throw new Error(`${op}: ${a.count} copies but block id tensors of ${dim(a.blockIds, 0)} entries`);
   if (a.count === 0) return;
-  ctx.addon.mirrorPages(
+  ctx.addon[op](
     stream,
     caches.ptr,
     hosts.ptr,

@@ -31,6 +31,7 @@ export class HiSparseExtension implements SchedulerExtension {
     hostToDeviceBytes: 0,
     deviceToHostBytes: 0,
     mirroredPages: 0,
+    loadedPages: 0,
     sparseDecodes: 0,
   };
   private numSparsePages = 0;
@@ -55,6 +56,12 @@ export class HiSparseExtension implements SchedulerExtension {
       }
     }
     this.totals.mirroredPages += mirror.blockIds.length;
+    const load = { blockIds: [] as BlockId[], hostBlockIds: [] as HostBlockId[] };
+    for (const c of this.kv.takeLoads()) {
+      load.blockIds.push(c.blockId);
+      load.hostBlockIds.push(c.hostBlockId);
+    }
+    this.totals.loadedPages += load.blockIds.length;
     const sparseReqIds: RequestId[] = [];
     for (const [r, n] of scheduled) {
       if (!this.policy.decodesSparsely(r, n)) continue;
@@ -67,6 +74,7 @@ export class HiSparseExtension implements SchedulerExtension {
       step: this.step,
       pageTableDeltas: this.kv.takePageTableDeltas(),
       mirror,
+      load,
       sparseReqIds,
     });
   }
@@ -101,6 +109,7 @@ export class HiSparseExtension implements SchedulerExtension {
       deviceToHostBytesTotal: this.totals.deviceToHostBytes,
       spilledPagesTotal: this.policy.spilledPagesTotal,
       mirroredPagesTotal: this.totals.mirroredPages,
+      loadedPagesTotal: this.totals.loadedPages,
       sparseDecodesTotal: this.totals.sparseDecodes,
     };
   }

@@ -12,6 +12,8 @@ export interface HiSparseGeometry {
   blockSize: number;
   numGpuBlocks: number;
   numHostBlocks: number;
+  /** Prefix caching over both tiers (default false). */
+  enablePrefixCaching?: boolean;
 }
 
 /** The scheduler side of HiSparse: the objects to give the Scheduler, and their stats. */
@@ -33,11 +35,15 @@ export interface HiSparseScheduling {
 export function createHiSparseScheduling(config: HiSparseConfig, geo: HiSparseGeometry): HiSparseScheduling {
   if (config.mode === "off") throw new Error("HiSparse scheduling is only built for modes auto and on");
   const bs = geo.blockSize;
-  const kvCacheManager = new HybridKVCacheManager(new BlockPool(geo.numGpuBlocks, false), bs, {
-    hostBlockPool: new HostBlockPool(geo.numHostBlocks),
-    numHotBlocks: config.deviceBufferTokens / bs,
-    whitelistTokenIds: new Set(config.whitelistTokenIds),
-  });
+  const kvCacheManager = new HybridKVCacheManager(
+    new BlockPool(geo.numGpuBlocks, geo.enablePrefixCaching ?? false),
+    bs,
+    {
+      hostBlockPool: new HostBlockPool(geo.numHostBlocks),
+      numHotBlocks: config.deviceBufferTokens / bs,
+      whitelistTokenIds: new Set(config.whitelistTokenIds),
+    },
+  );
   const policy = new HybridPolicy(kvCacheManager, {
     mode: config.mode,
     blockSize: bs,

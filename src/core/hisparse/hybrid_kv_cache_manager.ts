@@ -1,9 +1,16 @@
 import type { BlockId, HostBlockId, RequestId } from "../ids.js";
+import { extendBlockHashes } from "../kv/block_hash.js";
 import type { BlockPool } from "../kv/block_pool.js";
 import type { KVCacheBlock } from "../kv/kv_cache_block.js";
-import { KVCacheManager, NULL_BLOCK_ID } from "../kv/kv_cache_manager.js";
+import {
+  type CachedPrefix,
+  type ComputedBlocks,
+  KVCacheManager,
+  NULL_BLOCK_ID,
+} from "../kv/kv_cache_manager.js";
 import type { Request } from "../request.js";
 import type { HostBlockPool } from "./host_block_pool.js";
+import { HostResidentHit, PagePrefixCache } from "./page_prefix_cache.js";
 import type { PageTableDelta } from "./plan.js";
 import { NOT_MIRRORED, RequestPages } from "./residency.js";
 
@@ -33,28 +40,67 @@ export interface MirrorCopy {
  * host block per new page. So a short host pool makes allocations fail, and the scheduler falls
  * back to its pressure handler, then to preemption (which frees host blocks).
  *
- * Prefix caching is not supported (pages would be shared between requests).
+ * Prefix caching (the device pool's `enableCaching`): full pages are registered in a
+ * {@link PagePrefixCache} keyed on host blocks, and a new request's first allocation starts with
+ * the cached pages of its prefix, shared (ref counted in both pools): a device copy is read in
+ * place; a host-only page is loaded into a fresh device block before the step's forward (a
+ * `load` of the plan; the prefill attends densely over every page) and becomes the page's device
+ * copy again. Its dense-layer KV and digests are already on the device (indexed by host block).
+ * A spill drops one request's reference to the device copy (the host copy is the one shared
+ * host block: nothing is copied); finished requests' pages stay cached in both pools until
+ * evicted, least recently freed first.
  */
 export class HybridKVCacheManager extends KVCacheManager {
   readonly hostBlockPool: HostBlockPool;
   readonly numHotBlocks: number;
   private readonly whitelist: ReadonlySet<number>;
   private readonly reqToPages = new Map<RequestId, RequestPages>();
+  /** [numHostBlocks] step whose forward mirrored the host block's page, or NOT_MIRRORED. */
+  private readonly mirroredStep: Int32Array;
+  /** The two-tier prefix cache (null when caching is off). */
+  readonly prefixCache: PagePrefixCache | null;
+  /** Host -> device copies of host-resident hits to perform before the next forward. */
+  private pendingLoads: MirrorCopy[] = [];
+  private hostHitTokens = 0;
   /**
    * Last step whose worker output came back: mirrors issued in steps up to it are complete, and
    * only such pages may be spilled.
    */
   completedStep = 0;
 
-  /** @throws Error when the pool has prefix caching on or numHotBlocks < 1. */
+  /** @throws Error when numHotBlocks < 1. */
   constructor(blockPool: BlockPool, blockSize: number, options: HybridKVCacheManagerOptions) {
     super(blockPool, blockSize);
-    if (blockPool.enableCaching) throw new Error("HiSparse does not support prefix caching yet");
     if (!Number.isInteger(options.numHotBlocks) || options.numHotBlocks < 1)
       throw new Error(`a hot buffer needs at least one block, got ${options.numHotBlocks}`);
     this.hostBlockPool = options.hostBlockPool;
     this.numHotBlocks = options.numHotBlocks;
     this.whitelist = options.whitelistTokenIds;
+    this.mirroredStep = new Int32Array(this.hostBlockPool.numHostBlocks).fill(NOT_MIRRORED);
+    this.prefixCache = blockPool.enableCaching
+      ? new PagePrefixCache(blockPool, this.hostBlockPool, (h) => this.isHostMirrored(h))
+      : null;
+  }
+
+  /** Prefix-hit tokens whose pages were only in the host tier (loaded back), total. */
+  override get numHostHitTokens(): number {
+    return this.hostHitTokens;
+  }
+
+  protected override get releasesSharedPages(): boolean {
+    return true;
+  }
+
+  /**
+   * Prefix-cache lookup over both tiers (PagePrefixCache.lookup): device copies and
+   * {@link HostResidentHit}s, leaving at least the last token to compute.
+   */
+  override getComputedBlocks(request: Request): ComputedBlocks {
+    if (this.prefixCache === null) return { blocks: [], numComputedTokens: 0 };
+    const hashes = this.blockHashesOf(request);
+    const maxHitBlocks = Math.min(hashes.length, Math.floor((request.numTokens - 1) / this.blockSize));
+    const blocks = this.prefixCache.lookup(hashes, maxHitBlocks);
+    return { blocks, numComputedTokens: blocks.length * this.blockSize };
   }
 
   /** Device blocks for new pages, plus the hot buffer of a request that needs one now. */
@@ -77,38 +123,116 @@ export class HybridKVCacheManager extends KVCacheManager {
   ): boolean {
     const numNewPages = this.numTokenBlocksToAllocate(request, numNewTokens, newComputedBlocks);
     return (
-      this.hostBlockPool.numFreeBlocks >= numNewPages &&
+      this.hostBlockPool.numFreeBlocks - this.numEvictableHostHits(newComputedBlocks) >= numNewPages &&
       super.canAllocate(request, numNewTokens, newComputedBlocks)
     );
   }
 
+  /** The cached prefix of `tokenIds` over both tiers: pages with a device copy, and host-only pages. */
+  override locateCachedPrefix(tokenIds: readonly number[]): CachedPrefix {
+    if (this.prefixCache === null) return { numDevicePages: 0, numHostPages: 0 };
+    const hashes = extendBlockHashes(tokenIds, this.blockSize, []);
+    const hits = this.prefixCache.lookup(hashes, hashes.length);
+    const numHostPages = hits.filter((b) => b instanceof HostResidentHit).length;
+    return { numDevicePages: hits.length - numHostPages, numHostPages };
+  }
+
+  /** Hits whose host block is free (a cache entry): touching them takes them out of the free queue. */
+  private numEvictableHostHits(hits: readonly KVCacheBlock[]): number {
+    if (this.prefixCache === null) return 0;
+    let n = 0;
+    for (const b of hits) if (this.hostBlockPool.refCount(this.prefixCache.hostBlockOf(b)) === 0) n++;
+    return n;
+  }
+
   /**
    * allocateSlots of the dense manager, then a host block per new page and the hot buffer when
-   * the request needs one. Plan, then apply: null and no change when either pool is short.
-   * @throws Error when prefix hits are passed (prefix caching is not supported).
+   * the request needs one. Prefix hits (a first allocation only) are shared: their host blocks
+   * and device copies get a reference; host-resident ones get a fresh device block and a load.
+   * Plan, then apply: null and no change when either pool is short.
+   * @throws Error when hits are passed for a request holding blocks, or without prefix caching.
    */
   override allocateSlots(
     request: Request,
     numNewTokens: number,
     newComputedBlocks: readonly KVCacheBlock[] = [],
   ): BlockId[] | null {
-    if (newComputedBlocks.length > 0) throw new Error("HiSparse does not support prefix-cache hits");
-    if (!this.canAllocate(request, numNewTokens)) return null;
+    const cache = this.prefixCache;
+    if (newComputedBlocks.length > 0 && cache === null)
+      throw new Error("prefix-cache hits need prefix caching on");
+    if (!this.canAllocate(request, numNewTokens, newComputedBlocks)) return null;
     const reqId = request.requestId;
     const numHot = this.numHotBlocksNeeded(reqId);
     const numNewPages = this.numTokenBlocksToAllocate(request, numNewTokens, newComputedBlocks);
-    const fresh = super.allocateSlots(request, numNewTokens)!;
+    const hitHosts = newComputedBlocks.map((b) => cache!.hostBlockOf(b));
+    if (newComputedBlocks.length > 0 && this.reqToPages.has(reqId))
+      throw new Error(`request ${reqId} already holds pages; prefix hits apply only to its first allocation`);
+    // Host references first, so that no allocation below can evict a hit.
+    this.hostBlockPool.touch(hitHosts);
+    const fresh = super.allocateSlots(request, numNewTokens, newComputedBlocks)!;
     let pages = this.reqToPages.get(reqId);
     if (pages === undefined) {
       pages = new RequestPages();
       this.reqToPages.set(reqId, pages);
     }
+    pages.hostBlockIds.push(...hitHosts);
+    pages.numMirrored = Math.max(pages.numMirrored, hitHosts.length);
+    pages.numCachedPages = Math.max(pages.numCachedPages, hitHosts.length);
     for (const h of this.hostBlockPool.allocate(numNewPages)!) {
       pages.hostBlockIds.push(h);
-      pages.mirroredStep.push(NOT_MIRRORED);
+      this.mirroredStep[h] = NOT_MIRRORED;
     }
     if (numHot > 0) pages.hotBlocks = this.blockPool.getNewBlocks(numHot);
+    const numTokensToCache = Math.min(
+      request.numComputedTokens + newComputedBlocks.length * this.blockSize + numNewTokens,
+      request.numTokens,
+    );
+    this.registerFullPages(request, pages, numTokensToCache);
     return fresh;
+  }
+
+  /**
+   * Device blocks of the hits: device copies get a reference; each host-resident hit gets a fresh
+   * block (after those references, so it cannot evict a hit), becomes that page's device copy
+   * and is queued for a load (host -> device, before the step's forward).
+   */
+  protected override takeComputedBlocks(_request: Request, hits: readonly KVCacheBlock[]): KVCacheBlock[] {
+    const cache = this.prefixCache!;
+    this.blockPool.touch(hits.filter((b) => !(b instanceof HostResidentHit)));
+    const numHostResident = hits.filter((b) => b instanceof HostResidentHit).length;
+    const fresh = this.blockPool.getNewBlocks(numHostResident);
+    let next = 0;
+    return hits.map((b) => {
+      if (!(b instanceof HostResidentHit)) return b;
+      const block = fresh[next++]!;
+      cache.linkDeviceCopy(b.hostBlockId, block, this.hostBlockPool.hashOf(b.hostBlockId)!);
+      this.pendingLoads.push({ blockId: block.blockId, hostBlockId: b.hostBlockId });
+      this.hostHitTokens += this.blockSize;
+      return block;
+    });
+  }
+
+  /** The dense registration is replaced by {@link registerFullPages} (host blocks first). */
+  protected override cacheBlocks(): void {}
+
+  /** Registers the pages that are full within the request's first `numTokens` tokens. */
+  private registerFullPages(request: Request, rp: RequestPages, numTokens: number): void {
+    const cache = this.prefixCache;
+    if (cache === null) return;
+    const numFull = Math.min(Math.floor(numTokens / this.blockSize), rp.numPages);
+    if (numFull <= rp.numCachedPages) return;
+    const hashes = this.blockHashesOf(request);
+    const blocks = this.getBlocks(request.requestId);
+    for (let p = rp.numCachedPages; p < numFull; p++)
+      cache.register(rp.hostBlockIds[p]!, blocks[p] ?? null, hashes[p]!);
+    rp.numCachedPages = numFull;
+  }
+
+  /** Host -> device loads queued since the last call (host-resident hits), in allocation order. */
+  takeLoads(): MirrorCopy[] {
+    const out = this.pendingLoads;
+    this.pendingLoads = [];
+    return out;
   }
 
   /** Frees the request's device pages (tail first), its hot buffer and its host blocks (tail first). */
@@ -139,7 +263,13 @@ export class HybridKVCacheManager extends KVCacheManager {
 
   /** True when the page's host mirror was issued in a step whose output came back. */
   isMirrored(reqId: RequestId, page: number): boolean {
-    const step = this.reqToPages.get(reqId)?.mirroredStep[page] ?? NOT_MIRRORED;
+    const h = this.reqToPages.get(reqId)?.hostBlockIds[page];
+    return h !== undefined && this.isHostMirrored(h);
+  }
+
+  /** True when the host block's mirror was issued in a step whose output came back. */
+  isHostMirrored(hostBlockId: HostBlockId): boolean {
+    const step = this.mirroredStep[hostBlockId] ?? NOT_MIRRORED;
     return step !== NOT_MIRRORED && step <= this.completedStep;
   }
 
@@ -197,7 +327,7 @@ export class HybridKVCacheManager extends KVCacheManager {
     for (let p = rp.numMirrored; p < numFull; p++) {
       const blockId = blocks[p]!.blockId;
       if (blockId === NULL_BLOCK_ID) throw new Error(`page ${p} of request ${reqId} was released unmirrored`);
-      rp.mirroredStep[p] = step;
+      this.mirroredStep[rp.hostBlockIds[p]!] = step;
       out.push({ blockId, hostBlockId: rp.hostBlockIds[p]! });
     }
     rp.numMirrored = Math.max(rp.numMirrored, numFull);

@@ -85,7 +85,9 @@ export class HybridPolicy implements KVPressureHandler {
    * its hot buffer, spilling it frees nothing). All or nothing: victims are chosen until their gain covers the deficit,
    * and nothing is spilled when it cannot (a spill that does not admit the request would only
    * make its victims sparse and swap-bound; the scheduler preempts or waits instead). A shortage
-   * of host blocks cannot be relieved by spilling: preemption frees them.
+   * of host blocks cannot be relieved by spilling: preemption frees them. With prefix caching,
+   * only pages whose device block the victim alone holds count and spill (a shared page's block
+   * would stay in use).
    */
   relieveKVPressure(ctx: KVPressureContext): boolean {
     const kv = this.kv;
@@ -94,7 +96,7 @@ export class HybridPolicy implements KVPressureHandler {
     const deficit = ctx.numBlocksNeeded - ctx.numFreeBlocks;
     if (deficit <= 0) return false;
     const victims = ctx.scheduler.runningRequests
-      .map((r, order) => ({ r, order, pages: this.spillablePages(r) }))
+      .map((r, order) => ({ r, order, pages: this.exclusivePages(r, this.spillablePages(r)) }))
       .map((v) => ({ ...v, gain: v.pages.length - this.hotCost(v.r) }))
       .filter((v) => v.gain > 0)
       .sort((a, b) => b.gain - a.gain || b.pages.length - a.pages.length || b.order - a.order);
@@ -118,6 +120,15 @@ export class HybridPolicy implements KVPressureHandler {
         );
     }
     return true;
+  }
+
+  /**
+   * The pages whose device block only this request holds: with prefix caching a page may be
+   * shared, and dropping one holder's reference frees nothing (relief spills only these).
+   */
+  private exclusivePages(request: Request, pages: number[]): number[] {
+    const blocks = this.kv.getBlocks(request.requestId);
+    return pages.filter((p) => blocks[p]!.refCnt === 1);
   }
 
   /** Device blocks a victim's first spill will cost besides its pages: its hot buffer, unless it has one. */
@@ -168,9 +179,14 @@ export class HybridPolicy implements KVPressureHandler {
     const pages = this.spillablePages(request);
     if (pages.length === 0) return 0;
     const reqId = request.requestId;
-    if (this.hotCost(request) > this.kv.numFreeBlocks + pages.length) return 0;
+    // Only pages this request alone holds free their block (prefix caching shares pages).
+    const freed = this.exclusivePages(request, pages).length;
+    if (this.hotCost(request) > this.kv.numFreeBlocks + freed) return 0;
     this.kv.releasePages(reqId, pages);
-    this.kv.allocateHotBuffer(reqId);
+    if (!this.kv.allocateHotBuffer(reqId))
+      throw new Error(
+        `request ${reqId} went host-resident but its hot buffer does not fit (an accounting bug)`,
+      );
     this.spilledPagesTotal += pages.length;
     return pages.length;
   }

@@ -47,6 +47,12 @@ export interface HiSparseStepPlan {
    * layer) to host block `hostBlockIds[i]` (eager mirror).
    */
   mirror: { blockIds: BlockId[]; hostBlockIds: HostBlockId[] };
+  /**
+   * Prefix-cache hits on host-resident pages: before the forward (after earlier mirrors), copy
+   * host block `hostBlockIds[i]` (every sparse layer) into device block `blockIds[i]`. Their
+   * dense-layer KV and digests are already on the device (indexed by host block).
+   */
+  load?: { blockIds: BlockId[]; hostBlockIds: HostBlockId[] };
   /** Scheduled requests with an INACTIVE page: they decode sparsely this step (one token each). */
   sparseReqIds: RequestId[];
 }
@@ -63,6 +69,8 @@ export interface HiSparseStepResult {
   hostToDeviceBytes: number;
   /** Bytes copied device -> host (mirrors). */
   deviceToHostBytes: number;
+  /** Bytes copied host -> device by the plan's loads (host-resident prefix hits); 0 when absent. */
+  loadedBytes?: number;
   /** INACTIVE pages currently held in some hot-buffer slot (SPARSE), over all requests. */
   numSparsePages: number;
 }
@@ -87,6 +95,8 @@ export interface HiSparseStats {
   deviceToHostBytesTotal: number;
   spilledPagesTotal: number;
   mirroredPagesTotal: number;
+  /** Host-resident prefix-cache pages loaded back to the device for a prefill. */
+  loadedPagesTotal?: number;
   /** Request decode steps that attended sparsely (one per request and step). */
   sparseDecodesTotal: number;
 }

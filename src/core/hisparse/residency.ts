@@ -58,10 +58,14 @@ export function isSinkPage(page: number, c: PageClassConfig): boolean {
 export class RequestPages {
   /** [numPages] the page's host block (allocated with the page). */
   readonly hostBlockIds: HostBlockId[] = [];
-  /** [numPages] step whose forward copied the page to its host block, or NOT_MIRRORED. */
-  readonly mirroredStep: number[] = [];
-  /** Pages [0, numMirrored) have their mirror issued (pages fill, and are mirrored, in order). */
+  /**
+   * Pages [0, numMirrored) have their mirror issued (pages fill, and are mirrored, in order;
+   * prefix hits count as mirrored: their host block is shared). The mirror's step is kept per
+   * host block (HybridKVCacheManager.isMirrored).
+   */
   numMirrored = 0;
+  /** Pages [0, numCachedPages) were registered in (or taken from) the prefix cache. */
+  numCachedPages = 0;
   /** Pages holding a whitelisted token. */
   readonly pinned = new Set<number>();
   /** Tokens already scanned for whitelisted ids. */

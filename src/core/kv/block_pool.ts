@@ -23,6 +23,11 @@ export class BlockPool {
    * two requests filled the same prefix before either could hit the other's block.
    */
   private readonly cachedBlockHashToBlock = new Map<BlockHash, Map<BlockId, KVCacheBlock>>();
+  /**
+   * Called when `getNewBlocks` evicts a free cached block (its hash is dropped before the call),
+   * so that an owner pairing blocks with other state (HiSparse: the page's host block) can follow.
+   */
+  onEvict: ((block: KVCacheBlock, hash: BlockHash) => void) | null = null;
 
   /**
    * @param numGpuBlocks number of device blocks (>= 1).
@@ -146,6 +151,14 @@ export class BlockPool {
   }
 
   private maybeEvictCachedBlock(b: KVCacheBlock): void {
+    const h = b.blockHash;
+    if (h === null) return;
+    this.uncacheBlock(b);
+    this.onEvict?.(b, h);
+  }
+
+  /** Drops the block's prefix-cache entry, if any (it keeps its references and queue place). */
+  uncacheBlock(b: KVCacheBlock): void {
     const h = b.blockHash;
     if (h === null) return;
     b.blockHash = null;

@@ -23,6 +23,14 @@ export interface ComputedBlocks {
 
 const NO_COMPUTED_BLOCKS: readonly KVCacheBlock[] = [];
 
+/** Pages of a cached prefix by tier ({@link KVCacheManager.locateCachedPrefix}). */
+export interface CachedPrefix {
+  /** Pages of the run with a device block (in use, or an evictable cache entry). */
+  numDevicePages: number;
+  /** Pages of the same run held only in the host tier (HiSparse; in token order they mix with the device ones). */
+  numHostPages: number;
+}
+
 /**
  * Maps requests to their device block lists (vllm/v1/core/kv_cache_manager.py KVCacheManager,
  * single full-attention group). Request `r`'s token `i` lives in block
@@ -66,6 +74,24 @@ export class KVCacheManager {
   /** Free device blocks (evictable cached ones included). */
   get numFreeBlocks(): number {
     return this.blockPool.numFreeBlocks;
+  }
+
+  /** Prefix-hit tokens served from a slower tier than the device pool, total (none here; HiSparse: the host tier). */
+  get numHostHitTokens(): number {
+    return 0;
+  }
+
+  /**
+   * Where the cached prefix of `tokenIds` lives, without taking references: the longest run of
+   * its full blocks found in the cache, split into pages with a device block and pages held only
+   * by a slower tier (HiSparse's host pool; none here). Used by POST /v1/preheat's answer.
+   */
+  locateCachedPrefix(tokenIds: readonly number[]): CachedPrefix {
+    if (!this.enableCaching) return { numDevicePages: 0, numHostPages: 0 };
+    const hashes = extendBlockHashes(tokenIds, this.blockSize, []);
+    let n = 0;
+    while (n < hashes.length && this.blockPool.getCachedBlock(hashes[n]!) !== null) n++;
+    return { numDevicePages: n, numHostPages: 0 };
   }
 
   /** Hashes of the request's full blocks, computed up to its current token count. */
@@ -169,8 +195,7 @@ export class KVCacheManager {
     const blocks = held ?? [];
     if (held === undefined) this.reqToBlocks.set(reqId, blocks);
     if (newComputedBlocks.length > 0) {
-      this.blockPool.touch(newComputedBlocks);
-      blocks.push(...newComputedBlocks);
+      blocks.push(...this.takeComputedBlocks(request, newComputedBlocks));
       this.reqToNumCachedBlocks.set(reqId, newComputedBlocks.length);
     }
     const fresh = this.blockPool.getNewBlocks(numToAllocate);
@@ -182,6 +207,25 @@ export class KVCacheManager {
     );
     this.cacheBlocks(request, numTokensToCache);
     return fresh.map((b) => b.blockId);
+  }
+
+  /**
+   * Takes references on a first allocation's prefix hits and returns the blocks the request's
+   * list starts with, in token order (already registered in the cache). Dense: the hits
+   * themselves. HiSparse replaces the placeholders of host-resident hits with fresh blocks.
+   */
+  protected takeComputedBlocks(_request: Request, hits: readonly KVCacheBlock[]): KVCacheBlock[] {
+    this.blockPool.touch(hits);
+    return [...hits];
+  }
+
+  /**
+   * Whether {@link releaseBlocks} may drop a page's reference with prefix caching on (HiSparse,
+   * whose pages are identified by their host block: a shared page stays resident while another
+   * request holds it).
+   */
+  protected get releasesSharedPages(): boolean {
+    return false;
   }
 
   /**
@@ -212,7 +256,7 @@ export class KVCacheManager {
   releaseBlocks(reqId: RequestId, pageIndices: readonly number[]): BlockId[] {
     const blocks = this.reqToBlocks.get(reqId);
     if (blocks === undefined) throw new Error(`request ${reqId} holds no blocks to release`);
-    if (this.enableCaching)
+    if (this.enableCaching && !this.releasesSharedPages)
       throw new Error("releasing pages of a request is not supported with prefix caching");
     const seen = new Set<number>();
     for (const i of pageIndices) {
@@ -244,7 +288,7 @@ export class KVCacheManager {
   }
 
   /** Registers the request's blocks that are full within its first `numTokens` tokens. */
-  private cacheBlocks(request: Request, numTokens: number): void {
+  protected cacheBlocks(request: Request, numTokens: number): void {
     if (!this.enableCaching) return;
     const reqId = request.requestId;
     const numFull = Math.floor(numTokens / this.blockSize);

@@ -115,6 +115,11 @@ export interface SchedulerStats {
   prefixCacheQueries: number;
   /** Of those, tokens found in the cache, total. */
   prefixCacheHits: number;
+  /**
+   * Of the hits, tokens whose pages were only in the host tier (HiSparse; loaded back for the
+   * prefill), total; the rest were device-resident. 0 without HiSparse.
+   */
+  prefixCacheHostHits: number;
   /** Preemptions since the scheduler started. */
   numPreemptions: number;
 }

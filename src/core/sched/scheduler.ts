@@ -378,6 +378,7 @@ export class Scheduler implements SchedulerView {
       kvCacheUsage: this.kvCacheManager.usage,
       prefixCacheQueries: this.prefixCacheQueries,
       prefixCacheHits: this.prefixCacheHits,
+      prefixCacheHostHits: this.kvCacheManager.numHostHitTokens,
       numPreemptions: this.numPreemptions,
     };
   }

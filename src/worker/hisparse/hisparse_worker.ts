@@ -70,7 +70,8 @@ export class HiSparseWorker implements WorkerExtension {
     private readonly blockSize: number,
     private readonly kvCaches: readonly Tensor[],
     private readonly sparseLayers: readonly number[],
-    private readonly hostTier: Pick<CpuHostKvCache, "mirror" | "pageBytes">,
+    private readonly hostTier: Pick<CpuHostKvCache, "mirror" | "pageBytes"> &
+      Partial<Pick<CpuHostKvCache, "load">>,
     private readonly resolver: Pick<HotBufferResolver, "forget" | "takeCounters" | "numSparsePages">,
   ) {}
 
@@ -87,6 +88,16 @@ export class HiSparseWorker implements WorkerExtension {
     const plan = so.extensions.get(HISPARSE_PLAN);
     if (plan === undefined) return;
     for (const d of plan.pageTableDeltas) applyDelta(this.tables, d);
+    // Host-resident prefix hits: back into their fresh device blocks before the forward.
+    const load = plan.load;
+    if (load !== undefined && load.blockIds.length > 0)
+      this.sparseLayers.forEach((layer, li) => {
+        if (this.hostTier.load === undefined)
+          throw new Error(
+            "this host tier cannot load pages back (prefix caching through the host tier covers Quest pages only)",
+          );
+        this.hostTier.load(li, this.kvCaches[layer]!, load.blockIds, load.hostBlockIds);
+      });
   }
 
   /** @throws Error when the step has no plan or a scheduled request has no page table. */

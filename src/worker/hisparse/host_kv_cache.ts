@@ -71,6 +71,25 @@ export class CpuHostKvCache implements HostKvTier {
     }
   }
 
+  /**
+   * The reverse of {@link mirror} (prefix-cache hits on host-resident pages): copies host block
+   * hostBlockIds[i] of sparse layer `sparseLayer` into device block blockIds[i] of `kvCache`.
+   */
+  load(
+    sparseLayer: number,
+    kvCache: Tensor,
+    blockIds: readonly number[],
+    hostBlockIds: readonly number[],
+  ): void {
+    const src = this.layers[sparseLayer]!;
+    const dst = this.view(kvCache);
+    const n = this.pageElems;
+    for (let i = 0; i < blockIds.length; i++) {
+      const h = hostBlockIds[i]! * n;
+      dst.set(src.subarray(h, h + n), blockIds[i]! * n);
+    }
+  }
+
   loadHeadSlice(sparseLayer: number, hostBlockId: number, g: number, kvCache: Tensor, blockId: number): void {
     const { blockSize: bs, numKvHeads: Hkv, headDim: D } = this.spec;
     const src = this.layers[sparseLayer]!;

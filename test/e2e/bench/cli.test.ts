@@ -56,7 +56,7 @@ describe("hisparse bench serve (CLI)", () => {
       [
         ["--dataset-name", "nope"],
         2,
-        /^hisparse: option '--dataset-name <name>' argument 'nope' is invalid\. Allowed choices are random, lognormal, file, sharegpt\.$/,
+        /^hisparse: option '--dataset-name <name>' argument 'nope' is invalid\. Allowed choices are random, lognormal, file, sharegpt, multiturn\.$/,
       ],
       [
         ["--request-rate", "0"],

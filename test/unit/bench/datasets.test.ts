@@ -150,7 +150,7 @@ describe("bench datasets", () => {
     );
     assert.throws(
       () => getSamples(tok, opts("nope" as DatasetName), new Rng(0)),
-      /unknown dataset nope \(choose one of: random, lognormal, file, sharegpt\)/,
+      /unknown dataset nope \(choose one of: random, lognormal, file, sharegpt, multiturn\)/,
     );
     assert.throws(
       () => getSamples(tok, opts("random", { rangeRatio: 1 }), new Rng(0)),

@@ -108,7 +108,6 @@ test("invalid combinations are all reported", () => {
       "device_buffer_tokens (64) must be >= topk (100)",
       "min_sparse_tokens must be an integer >= 0, got -1",
       "--host-pool-gib must be > 0, got 0",
-      "--enable-prefix-caching cannot be combined with --enable-hybrid-sparse on or auto yet",
       "dense layer 4 does not exist (the model has 4 layers)",
       "dense layer 0 is listed twice",
       "whitelist token 99999 is not a token id of the vocabulary (size 16384)",

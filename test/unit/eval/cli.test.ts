@@ -193,7 +193,7 @@ describe("hisparse eval (CLI)", () => {
         ),
       {
         message:
-          '--compare variant "sp": invalid configuration: sink_tokens + window_tokens (64 + 256 = 320, the defaults) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config; --enable-prefix-caching cannot be combined with --enable-hybrid-sparse on or auto yet; ' +
+          '--compare variant "sp": invalid configuration: sink_tokens + window_tokens (64 + 256 = 320, the defaults) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config; ' +
           '--compare variant "short": invalid configuration: --ctx (64) must be <= --max-model-len (32); ' +
           '--compare variant "big": --max-model-len 99999 exceeds the model\'s max_position_embeddings (16384)',
       },

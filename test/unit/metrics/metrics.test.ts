@@ -111,7 +111,7 @@ describe("MetricsRegistry", () => {
 
   it("step events turn the scheduler's cumulative counters into counter increments", async () => {
     const m = new MetricsRegistry({ modelName: "m", gauges: () => GAUGES });
-    const step = (pre: number, q: number, h: number): StepStats => ({
+    const step = (pre: number, q: number, h: number, hostHits = 0): StepStats => ({
       numScheduledTokens: 1,
       numPromptTokens: 0,
       numGenerationTokens: 1,
@@ -122,15 +122,19 @@ describe("MetricsRegistry", () => {
         numPreemptions: pre,
         prefixCacheQueries: q,
         prefixCacheHits: h,
+        prefixCacheHostHits: hostHits,
       },
     });
     m.onStep(step(1, 32, 16));
     m.onStep(null);
     m.onStep(step(3, 48, 16));
+    // HiSparse: 8 more tokens hit, 4 of them on pages found only in the host tier.
+    m.onStep(step(3, 64, 24, 4));
     const v = await values(m);
     assert.equal(v.get(`vllm:num_preemptions_total${L}`), 3);
-    assert.equal(v.get(`vllm:prefix_cache_queries_total${L}`), 48);
-    assert.equal(v.get(`vllm:prefix_cache_hits_total${L}`), 16);
+    assert.equal(v.get(`vllm:prefix_cache_queries_total${L}`), 64);
+    assert.equal(v.get(`vllm:prefix_cache_hits_total{model_name="m",tier="device"}`), 20);
+    assert.equal(v.get(`vllm:prefix_cache_hits_total{model_name="m",tier="host"}`), 4);
   });
 
   it("extensions add series on the registry and refresh them through collectors", async () => {

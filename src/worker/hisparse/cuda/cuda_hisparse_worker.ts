@@ -72,6 +72,8 @@ export class CudaHiSparseWorker implements WorkerExtension {
     const plan = so.extensions.get(HISPARSE_PLAN);
     if (plan === undefined) return;
     for (const d of plan.pageTableDeltas) this.tables.applyDelta(d);
+    // Host-resident prefix hits, before the forward (eager or graph) that reads them.
+    if (plan.load !== undefined) this.hostTier.load(plan.load.blockIds, plan.load.hostBlockIds);
   }
 
   /** Eager steps: the step's device metadata from staged arrays. @throws Error without a plan. */

@@ -2,7 +2,7 @@ import type { DeviceHostTier } from "../../../attention/sparse/cuda/cuda_hot_buf
 import type { Tensor } from "../../../backends/backend.js";
 import type { CudaBackend, PinnedHostMemory } from "../../../backends/cuda/cuda_backend.js";
 import type { DevicePtr } from "../../../backends/cuda/device_ptr.js";
-import { mirrorPages } from "../../../backends/cuda/hisparse_ops.js";
+import { loadPages, type MirrorInputs, mirrorPages } from "../../../backends/cuda/hisparse_ops.js";
 import type { SideStream } from "../../../backends/cuda/side_stream.js";
 import type { CudaTensor } from "../../../backends/cuda/tensor.js";
 
@@ -41,6 +41,8 @@ export class CudaHostKvTier implements DeviceHostTier {
   private readonly hostPtrs: Tensor;
   /** Mirror arguments (persistent: the side stream reads them after the step's workspace is recycled). */
   private args: { blockIds: Tensor; hostBlockIds: Tensor; capacity: number } | null = null;
+  /** Load arguments (written and read on the compute stream). */
+  private loadArgs: { blockIds: Tensor; hostBlockIds: Tensor; capacity: number } | null = null;
 
   /**
    * @param sparseKvCaches the main pool's tensor of each sparse layer, in sparse-layer order.
@@ -96,25 +98,60 @@ export class CudaHostKvTier implements DeviceHostTier {
   mirror(blockIds: readonly number[], hostBlockIds: readonly number[]): void {
     const n = blockIds.length;
     if (n === 0) return;
-    const args = this.argsFor(n);
-    this.backend.writeRange(args.blockIds, 0, Int32Array.from(blockIds));
-    this.backend.writeRange(args.hostBlockIds, 0, Int32Array.from(hostBlockIds));
-    const { numSparseLayers: L, numHostBlocks, blockSize, numKvHeads, headDim } = this.spec;
+    const args = this.copyArgs(this.argsFor(n), blockIds, hostBlockIds);
     this.side.afterCompute();
-    mirrorPages(this.backend, this.side.handle, {
+    mirrorPages(this.backend, this.side.handle, args);
+    this.side.recordDone();
+  }
+
+  /**
+   * Loads host block hostBlockIds[i] into device block blockIds[i], every sparse layer, on the
+   * compute stream after the mirrors issued so far (prefix-cache hits on host-resident pages;
+   * the step's forward then reads them in place). Uses its own argument tensors, so the side
+   * stream's mirror arguments are never rewritten under it.
+   */
+  load(blockIds: readonly number[], hostBlockIds: readonly number[]): void {
+    const n = blockIds.length;
+    if (n === 0) return;
+    this.side.computeWaits();
+    if (this.loadArgs === null || this.loadArgs.capacity < n) {
+      const capacity = Math.max(n, 2 * (this.loadArgs?.capacity ?? 64));
+      if (this.loadArgs !== null) {
+        this.backend.synchronize(); // an earlier load may still read the old tensors
+        this.backend.free(this.loadArgs.blockIds);
+        this.backend.free(this.loadArgs.hostBlockIds);
+      }
+      const up = () => this.backend.upload(new Int32Array(capacity).fill(-1), [capacity], "i32");
+      this.loadArgs = { blockIds: up(), hostBlockIds: up(), capacity };
+    }
+    // The id uploads and the kernel are ordered on the compute stream.
+    loadPages(this.backend, this.backend.stream, this.copyArgs(this.loadArgs, blockIds, hostBlockIds));
+  }
+
+  /** The page-copy arguments over `t` (writing the ids first when given). */
+  private copyArgs(
+    t: { blockIds: Tensor; hostBlockIds: Tensor; capacity: number },
+    blockIds: readonly number[] | null,
+    hostBlockIds: readonly number[] | null,
+  ): MirrorInputs {
+    if (blockIds !== null && hostBlockIds !== null) {
+      this.backend.writeRange(t.blockIds, 0, Int32Array.from(blockIds));
+      this.backend.writeRange(t.hostBlockIds, 0, Int32Array.from(hostBlockIds));
+    }
+    const { numSparseLayers: L, numHostBlocks, blockSize, numKvHeads, headDim } = this.spec;
+    return {
       kvCachePtrs: this.cachePtrs,
       hostTierPtrs: this.hostPtrs,
-      blockIds: args.blockIds,
-      hostBlockIds: args.hostBlockIds,
-      count: n,
+      blockIds: t.blockIds,
+      hostBlockIds: t.hostBlockIds,
+      count: blockIds?.length ?? t.capacity,
       numLayers: L,
       numKvHeads,
       headDim,
       blockSize,
       numBlocks: (this.sparseKvCaches[0] as CudaTensor | undefined)?.shape[0] ?? 0,
       numHostBlocks,
-    });
-    this.side.recordDone();
+    };
   }
 
   /** Makes the compute stream wait (on the device) for the mirrors issued so far. */
@@ -125,9 +162,10 @@ export class CudaHostKvTier implements DeviceHostTier {
   /** Waits for every mirror and frees the pinned memory. */
   dispose(): void {
     this.side.dispose();
-    if (this.args !== null) {
-      this.backend.free(this.args.blockIds);
-      this.backend.free(this.args.hostBlockIds);
+    for (const a of [this.args, this.loadArgs]) {
+      if (a === null) continue;
+      this.backend.free(a.blockIds);
+      this.backend.free(a.hostBlockIds);
     }
     this.backend.free(this.cachePtrs);
     this.backend.free(this.hostPtrs);

@@ -449,6 +449,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     mirrorPages: record("mirrorPages"),
     rowResolve: recordParams("rowResolve", ROW_RESOLVE_PARAMS),
     rowCopy: record("rowCopy"),
+    loadPages: record("loadPages"),
     sparseDecodeAttention: recordParams("sparseDecodeAttention", SPARSE_DECODE_PARAMS),
     moeRoute: recordFlags("moeRoute"),
     moePermuteScratchBytes: (numTokens, topK, numExperts) =>
