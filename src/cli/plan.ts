@@ -8,6 +8,8 @@ import {
 } from "../config/hisparse_config.js";
 import {
   countParameters,
+  derivedMaxModelLen,
+  derivedMaxModelLenSource,
   loadModelConfig,
   type ModelConfig,
   parseModelConfig,
@@ -165,7 +167,11 @@ function isDirectory(path: string): boolean {
  * (validateHiSparseConfig) before any figure is printed.
  * @throws PlanError listing every reason (a context above the model's positions, HiSparse knobs).
  */
-function refuseWhatTheEngineWould(input: PlanInput, maxPositions: number, numLayers: number): void {
+function refuseWhatTheEngineWould(
+  input: PlanInput,
+  maxPositions: { len: number; what: string },
+  numLayers: number,
+): void {
   const h = input.hisparse;
   const reasons = validateHiSparseConfig(
     resolveHiSparseConfig({
@@ -181,9 +187,9 @@ function refuseWhatTheEngineWould(input: PlanInput, maxPositions: number, numLay
     }),
     { blockSize: input.blockSize, enablePrefixCaching: false, numLayers },
   );
-  if (input.contextTokens > maxPositions)
+  if (input.contextTokens > maxPositions.len)
     reasons.unshift(
-      `--context (${input.contextTokens}) exceeds the model's max_position_embeddings (${maxPositions})`,
+      `--context (${input.contextTokens}) exceeds the model's ${maxPositions.what} (${maxPositions.len})`,
     );
   if (reasons.length > 0)
     throw new PlanError(`the engine would refuse these settings: ${reasons.join("; ")}`);
@@ -265,7 +271,8 @@ async function runPlan(o: PlanOptions): Promise<void> {
             hostPoolBytes: o.hostPoolGib,
           }),
   };
-  refuseWhatTheEngineWould(input, config.maxPositionEmbeddings, config.numHiddenLayers);
+  const maxLen = { len: derivedMaxModelLen(config), what: derivedMaxModelLenSource(config) };
+  refuseWhatTheEngineWould(input, maxLen, config.numHiddenLayers);
   const dense = planDense(input);
   const sparse = planHiSparse(input);
   if (o.json) {

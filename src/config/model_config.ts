@@ -172,6 +172,27 @@ function parseRope(cfg: Json, maxPos: number): RopeConfig {
   };
 }
 
+/**
+ * The longest context the model supports (vLLM ModelConfig's `derived_max_model_len`):
+ * `original_max_position_embeddings * factor` under YaRN, whose rope_scaling states the
+ * extended length that way (Qwen3's 128K setting: 32768 x 4 = 131072, while its
+ * max_position_embeddings stays 40960); `max_position_embeddings` otherwise. vLLM also
+ * multiplies by `factor` for linear and dynamic scaling; hisparse keeps max_position_embeddings
+ * for linear, as HF's files of linear-scaled models already state the scaled length.
+ */
+export function derivedMaxModelLen(config: Pick<ModelConfig, "maxPositionEmbeddings" | "rope">): number {
+  const r = config.rope;
+  if (r.type !== "yarn") return config.maxPositionEmbeddings;
+  return Math.floor(r.originalMaxPositionEmbeddings * r.factor);
+}
+
+/** What derivedMaxModelLen read, for error messages ("max_position_embeddings" or the YaRN product). */
+export function derivedMaxModelLenSource(config: Pick<ModelConfig, "rope">): string {
+  return config.rope.type === "yarn"
+    ? "YaRN length (original_max_position_embeddings x factor)"
+    : "max_position_embeddings";
+}
+
 /** YaRN's optional keys with HF's defaults (`beta_fast or 32`, `beta_slow or 1`, truncate true). */
 function parseYarn(params: Json): YarnParams {
   const truncate = params.truncate ?? true;

@@ -5,6 +5,8 @@ import type { Backend, HostTensorData } from "../backends/backend.js";
 import { ConfigError } from "../config/engine_args.js";
 import {
   type CheckpointDtype,
+  derivedMaxModelLen,
+  derivedMaxModelLenSource,
   loadModelConfig,
   type ModelConfig,
   ModelConfigError,
@@ -110,19 +112,20 @@ export function loadModel(opts: LoadModelOptions): LoadedModel {
 }
 
 /**
- * The max model length to use: `requested`, or max_position_embeddings when undefined.
- * @throws ModelConfigError when it is not a positive integer, exceeds max_position_embeddings,
+ * The max model length to use: `requested`, or the model's derived length when undefined
+ * (config/model_config.ts derivedMaxModelLen: max_position_embeddings, or
+ * original_max_position_embeddings x factor under YaRN, as vLLM derives it).
+ * @throws ModelConfigError when it is not a positive integer, exceeds that length,
  *   or exceeds a sliding window the engine does not implement.
  */
 export function resolveMaxModelLen(config: ModelConfig, requested: number | undefined): number {
-  const maxPos = config.maxPositionEmbeddings;
+  const maxPos = derivedMaxModelLen(config);
   const len = requested ?? maxPos;
   if (!Number.isInteger(len) || len < 1)
     throw new ModelConfigError(`--max-model-len must be a positive integer, got ${len}`);
   if (len > maxPos) {
-    throw new ModelConfigError(
-      `--max-model-len ${len} exceeds the model's max_position_embeddings (${maxPos})`,
-    );
+    const what = derivedMaxModelLenSource(config);
+    throw new ModelConfigError(`--max-model-len ${len} exceeds the model's ${what} (${maxPos})`);
   }
   const window = config.slidingWindow ?? null;
   if (window !== null && len > window) {
