@@ -52,7 +52,7 @@ import { writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../src/config/hisparse_config.js";
-import { loadModelConfig } from "../src/config/model_config.js";
+import { derivedMaxModelLen, loadModelConfig } from "../src/config/model_config.js";
 import { loadModel, resolveModelDir } from "../src/models/registry.js";
 import {
   abortAll,
@@ -69,10 +69,10 @@ const arg = (name: string, d: string) => {
 };
 const GiB = 2 ** 30;
 const BLOCK = 16;
-/** Positions the model supports; a context is capped so that its decode steps still fit. */
-const maxPositions = loadModelConfig(
-  resolveModelDir(arg("config", "configs/llama-3.1-8b")),
-).maxPositionEmbeddings;
+/** Positions the model supports (YaRN: original x factor, as vLLM derives max_model_len); a context is capped so that its decode steps still fit. */
+const maxPositions = derivedMaxModelLen(
+  loadModelConfig(resolveModelDir(arg("config", "configs/llama-3.1-8b"))),
+);
 /** A context as run: capped at maxPositions - 1024 so that its decode steps fit (131072 runs at 130048). */
 const capContext = (c: string) => Math.min(Number(c), maxPositions - 1024);
 const contexts = arg("contexts", "32768,131072").split(",").map(capContext);
