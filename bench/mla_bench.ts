@@ -40,7 +40,7 @@ import {
   kvBytesPerLayer,
   layerWeightBytes,
 } from "./mla_bench_setup.js";
-import { ExpertCounter } from "./moe_bench_setup.js";
+import { ExpertCounter, lmHeadMs } from "./moe_bench_setup.js";
 
 const arg = (name: string, d: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -79,25 +79,6 @@ const mlaAttention = new DenseMlaAttention(backend, BLOCK);
 const gqa = new DensePagedAttention(backend, model.layout, BLOCK); // unused by MLA layers
 /** Budget of per-layer caches before all layers share one (bytes). */
 const KV_BUDGET = 60 * 2 ** 30;
-
-/** lm_head alone: B rows against the [V, H] weight, mean of 20 launches. */
-function headMs(B: number): number {
-  const w = backend.allocateFilled([config.vocabSize, config.hiddenSize], "bf16");
-  backend.resetWorkspace();
-  const x = backend.allocateFilled([B, config.hiddenSize], "bf16");
-  backend.linear(x, w, null, "f32");
-  sync();
-  const t = performance.now();
-  for (let i = 0; i < 20; i++) {
-    backend.resetWorkspace();
-    backend.linear(x, w, null, "f32");
-  }
-  sync();
-  const ms = (performance.now() - t) / 20;
-  backend.free(w);
-  backend.free(x);
-  return ms;
-}
 
 interface DecodeRow {
   batch: number;
@@ -140,7 +121,7 @@ for (const C of contexts)
     let bytes = 0;
     for (let l = 0; l < N; l++) bytes += weights[l]!.other + kvBytesPerLayer(config, B, C);
     bytes += experts * counts.length * weights[N - 1]!.expert;
-    const hMs = headMs(B);
+    const hMs = lmHeadMs(backend, config, B, sync);
     const layerMs = (stepMs - hMs) / N;
     const layerRooflineMs = (bytes / N / HBM_BPS) * 1e3;
     decodeRows.push({

@@ -34,6 +34,7 @@ import {
   expertBytes,
   FastDummyWeights,
   layerBytesWithoutExperts,
+  lmHeadMs,
 } from "./moe_bench_setup.js";
 
 const arg = (name: string, d: string) => {
@@ -90,25 +91,6 @@ const sync = () => backend.toHost(probe);
 const layerBytes = (l: number) => layerBytesWithoutExperts(config, l);
 const headBytes = config.vocabSize * config.hiddenSize * 2;
 
-/** lm_head alone (+ nothing else): B rows against the [V, H] weight, mean of 20 launches. */
-function headMs(B: number): number {
-  const w = backend.allocateFilled([config.vocabSize, config.hiddenSize], "bf16");
-  backend.resetWorkspace();
-  const x = backend.allocateFilled([B, config.hiddenSize], "bf16");
-  backend.linear(x, w, null, "f32");
-  sync();
-  const t = performance.now();
-  for (let i = 0; i < 20; i++) {
-    backend.resetWorkspace();
-    backend.linear(x, w, null, "f32");
-  }
-  sync();
-  const ms = (performance.now() - t) / 20;
-  backend.free(w);
-  backend.free(x);
-  return ms;
-}
-
 function decodeInputs(B: number): PreparedInputs {
   const nb = Math.ceil(C / BLOCK);
   const reqIds: RequestId[] = [];
@@ -162,7 +144,7 @@ for (const B of batches) {
   let bytesN = 0;
   for (let l = 0; l < N; l++) bytesN += layerBytes(l) + B * C * kvPerTokLayer;
   bytesN += experts * counts.length * expertBytes(config);
-  const hMs = headMs(B);
+  const hMs = lmHeadMs(backend, config, B, sync);
   const layerMs = (stepMs - hMs) / N;
   const layerRooflineMs = (bytesN / N / HBM_BPS) * 1e3;
   const scaledStepMs = L * layerMs + hMs;

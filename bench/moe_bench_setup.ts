@@ -1,7 +1,9 @@
 /**
  * Set-up pieces of bench/moe_bench.ts: a cut-down config (--num-layers), a fast dummy weight
- * source, a counter of the experts each MoE layer activates, and the bytes a decode step reads.
+ * source, a counter of the experts each MoE layer activates, the bytes a decode step reads, and
+ * the LM head's time (shared with bench/mla_bench.ts).
  */
+import { performance } from "node:perf_hooks";
 import type {
   Backend,
   BackendMoeOps,
@@ -9,6 +11,7 @@ import type {
   MoePermutation,
   Tensor,
 } from "../src/backends/backend.js";
+import type { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import { type ModelConfig, mlpKindOf } from "../src/config/model_config.js";
 import { DummyWeights, llamaWeightSpecs } from "../src/models/dummy.js";
 import type { WeightSource } from "../src/models/weights.js";
@@ -124,4 +127,32 @@ export function expertBytes(c: ModelConfig): number {
 /** Tensors a bench allocates; freed together. */
 export function freeAll(b: Backend, ts: (Tensor | null)[]): void {
   for (const t of ts) if (t !== null) b.free(t);
+}
+
+/**
+ * Milliseconds of the LM head (a [vocab, hidden] bf16 GEMV/GEMM with f32 output) for B rows,
+ * the mean of 20 runs after one warm-up, on freshly filled tensors (freed before returning).
+ * `sync` waits for the device (a host read of a probe tensor).
+ */
+export function lmHeadMs(
+  backend: CudaBackend,
+  config: Pick<ModelConfig, "vocabSize" | "hiddenSize">,
+  B: number,
+  sync: () => void,
+): number {
+  const w = backend.allocateFilled([config.vocabSize, config.hiddenSize], "bf16");
+  backend.resetWorkspace();
+  const x = backend.allocateFilled([B, config.hiddenSize], "bf16");
+  backend.linear(x, w, null, "f32");
+  sync();
+  const t = performance.now();
+  for (let i = 0; i < 20; i++) {
+    backend.resetWorkspace();
+    backend.linear(x, w, null, "f32");
+  }
+  sync();
+  const ms = (performance.now() - t) / 20;
+  backend.free(w);
+  backend.free(x);
+  return ms;
 }
