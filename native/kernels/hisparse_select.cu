@@ -28,6 +28,7 @@
 
 #include "hisparse.h"
 #include "hisparse_common.cuh"
+#include "radix_select.cuh"
 
 namespace hs_sparse {
 namespace {
@@ -79,75 +80,6 @@ __device__ __forceinline__ bool keepPrevious(uint32_t qSeed, int g, int p, float
 
 /** Warps of a scoring CTA. */
 constexpr int kScoreWarps = kThreads / 32;
-
-/**
- * Radix select: the k-th largest nonzero key of keys[0, n) (k >= 1, at least k nonzero keys).
- * Returns T; *take receives how many keys equal to T belong to the top k. The top k is the
- * same set as keys > T plus the first *take keys == T in page order.
- * Early exit: when every key of the digit bucket that holds the k-th key belongs to the top k,
- * T is the bucket's smallest possible key (lower bits 0) and *take is INT_MAX (every key equal
- * to it is in the bucket, hence taken); distinct float64 scores usually end after 2-3 passes
- * of 8 bits instead of 8.
- */
-__device__ unsigned long long radixSelect(const unsigned long long* keys, int n, int k, int* hist, int* bc,
-                                          int* take) {
-  const int lane = threadIdx.x & 31;
-  unsigned long long prefix = 0;
-  unsigned long long mask = 0;
-  int need = k;
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
-    __syncthreads();
-    for (int p = threadIdx.x; p < n; p += blockDim.x) {
-      const unsigned long long key = keys[p];
-      if (key != 0 && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1);
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      // Lane l owns digits 255 - 8l down to 248 - 8l: lanes in order walk the digits descending.
-      int c[8];
-      int sum = 0;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        c[e] = hist[255 - 8 * lane - e];
-        sum += c[e];
-      }
-      int incl = sum;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += y;
-      }
-      const unsigned ballot = __ballot_sync(0xffffffffu, incl >= need);
-      const int owner = __ffs(ballot) - 1;  // the invariant (>= need candidates) makes ballot nonzero
-      if (lane == owner) {
-        int cum = incl - sum;
-        for (int e = 0; e < 8; ++e) {
-          if (cum + c[e] >= need) {
-            bc[0] = 255 - 8 * lane - e;
-            bc[1] = need - cum;
-            bc[2] = c[e] == need - cum ? 1 : 0;  // the whole bucket is taken
-            break;
-          }
-          cum += c[e];
-        }
-      }
-    }
-    __syncthreads();
-    const int digit = bc[0];
-    need = bc[1];
-    const bool whole = bc[2] != 0;
-    prefix |= static_cast<unsigned long long>(digit) << shift;
-    mask |= 0xffull << shift;
-    __syncthreads();  // bc and hist are rewritten by the next pass
-    if (whole) {
-      *take = INT_MAX;
-      return prefix;
-    }
-  }
-  *take = need;
-  return prefix;
-}
 
 /** A row's selection context: its slot, q row and page count, or !valid when it is skipped. */
 struct SelectRow {
@@ -304,7 +236,8 @@ __global__ void __launch_bounds__(kThreads) questSelectKernel(const HsQuestSelec
   unsigned long long threshold = ~0ull;  // k <= 0: no score is taken
   int take = 0;
   const unsigned long long* keys = sortKeys(a) + item * a.tableStride;
-  if (k > 0) threshold = radixSelect(keys, numPages, k, hist, bc, &take);
+  if (k > 0)
+    threshold = radixSelect<unsigned long long>([keys](int p) { return keys[p]; }, numPages, k, hist, bc, &take);
   // Ordered pass: forced pages, keys above the threshold, then the first `take` keys equal to it.
   int eqSoFar = 0;
   int selSoFar = 0;
