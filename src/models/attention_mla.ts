@@ -126,7 +126,9 @@ class MlaAttentionLayer implements AttentionLayer {
         throw new Error(`shared DSA layer ${l} runs before its full layer ${this.topkSource}`);
       return t;
     }
-    const t = this.indexer.forward(this.backend, l, qr!, a, this.layout.indexer, positions, this.cosSin, ctx);
+    const t =
+      ctx.dsaForcedTopk?.get(l) ??
+      this.indexer.forward(this.backend, l, qr!, a, this.layout.indexer, positions, this.cosSin, ctx);
     ctx.dsaTopk?.set(l, t);
     return t;
   }

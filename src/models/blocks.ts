@@ -26,9 +26,16 @@ export interface ForwardContext {
   indexerKeyCaches?: readonly (Tensor | null)[];
   /**
    * DSA models, set by the decoder for one forward: the top-k (i32 [T, index_topk]) each full
-   * layer computed, read by the "shared" layers after it.
+   * layer computed, read by the "shared" layers after it. A caller that passes its own map gets
+   * the selections back after the forward.
    */
   dsaTopk?: Map<number, Tensor>;
+  /**
+   * DSA models, verification only (teacher-forced selection, test/native/mla_parity.ts): per
+   * full layer, the top-k (i32 [T, index_topk], on this backend) to attend to instead of the
+   * indexer's own, so two backends can be compared on the same selection.
+   */
+  dsaForcedTopk?: ReadonlyMap<number, Tensor>;
 }
 
 /**

@@ -176,7 +176,8 @@ export class DecoderForCausalLM {
     // DSA "shared" layers read the top-k of the full layer before them, a workspace tensor that a
     // per-layer workspace scope would release: with shared layers, the step runs unscoped.
     const indexer = this.config.mla?.indexer ?? null;
-    const ctx = indexer !== null ? { ...stepCtx, dsaTopk: new Map<number, Tensor>() } : stepCtx;
+    const ctx =
+      indexer !== null ? { ...stepCtx, dsaTopk: stepCtx.dsaTopk ?? new Map<number, Tensor>() } : stepCtx;
     const scoped = b.workspaceScope !== undefined && !(indexer?.layerTypes.includes("shared") ?? false);
     const eps = this.config.rmsNormEps;
     const residual = this.vocabParallel

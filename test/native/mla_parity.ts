@@ -13,10 +13,13 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { DenseMlaAttention } from "../../src/attention/mla.js";
+import type { Backend, Tensor } from "../../src/backends/backend.js";
+import { CpuBackend } from "../../src/backends/cpu/cpu_backend.js";
 import { loadModelConfig } from "../../src/config/model_config.js";
 import { modelKVCacheGroups } from "../../src/core/kv/kv_cache_interface.js";
 import { LLM } from "../../src/engine/llm.js";
 import type { RequestOutput } from "../../src/engine/outputs.js";
+import type { ForwardContext } from "../../src/models/blocks.js";
 import { DeepseekV3ForCausalLM } from "../../src/models/llama.js";
 import { SafetensorsCheckpoint } from "../../src/models/safetensors.js";
 import { allocateGroupCaches, allocateIndexerKeyCaches } from "../../src/worker/kv_cache_setup.js";
@@ -38,6 +41,58 @@ const MODELS = [
   "tiny-deepseek-v32",
   "tiny-glm5-dsa",
 ] as RefModel[];
+
+/** One forward of a whole prompt through freshly paged caches; last-position logits. */
+/** `extra` runs after the workspace reset, so what it stages lives through the forward. */
+type PagedForward = (ids: number[], extra: () => Partial<ForwardContext>) => Float32Array;
+
+/**
+ * Loads `dir` on `b` with bf16 (CUDA) or f32 (CPU) latent and indexer caches of `maxPos`
+ * tokens, and returns a forward of one prompt from position 0 (blocks in reverse order, so the
+ * page table is exercised).
+ */
+function pagedForward(b: Backend, dir: string, maxPos: number): PagedForward {
+  const cfg = loadModelConfig(dir);
+  const source = SafetensorsCheckpoint.open(dir);
+  const model = DeepseekV3ForCausalLM.load(cfg, source, b, maxPos);
+  source.close();
+  const numBlocks = maxPos / BS;
+  const dtype = b.name === "cuda" ? ("bf16" as const) : ("f32" as const);
+  const groups = modelKVCacheGroups(cfg, { elementBytes: dtype === "bf16" ? 2 : 4 });
+  const alloc = { numLayers: cfg.numHiddenLayers, blockSize: BS, dtype, numBlocksOf: () => numBlocks };
+  const latent = allocateGroupCaches(b, groups, alloc);
+  const indexerKeys = allocateIndexerKeyCaches(b, groups, alloc) ?? undefined;
+  const mlaAttention = new DenseMlaAttention(b, BS);
+  const blockIds = Array.from({ length: numBlocks }, (_, i) => numBlocks - 1 - i);
+  return (ids, extra) => {
+    b.resetWorkspace?.();
+    const { meta, positions } = buildMetadata(b, [{ numComputed: 0, numNew: ids.length, blockIds }], BS);
+    const input = b.stage(Int32Array.from(ids), [ids.length], "i32");
+    const idx = b.stage(Int32Array.from([ids.length - 1]), [1], "i32");
+    const ctx: ForwardContext = {
+      meta,
+      attention: undefined as never,
+      kvCaches: latent,
+      mlaAttention,
+      indexerKeyCaches: indexerKeys,
+      ...extra(),
+    };
+    return b.toHost(model.forward(input, positions, ctx, idx)) as Float32Array;
+  };
+}
+
+/**
+ * Picks of `b` not in `a`, summed over the rows of two top-k tables (i32 [T, k], -1 padded):
+ * how many selected tokens two backends disagree on.
+ */
+function selectionDifference(a: Int32Array, b: Int32Array, k: number): number {
+  let n = 0;
+  for (let r = 0; r < a.length / k; r++) {
+    const mine = new Set(a.subarray(r * k, (r + 1) * k));
+    for (const p of b.subarray(r * k, (r + 1) * k)) if (p >= 0 && !mine.has(p)) n++;
+  }
+  return n;
+}
 
 /** Index of the first token where `got` leaves `expected`, or -1; asserts the near-tie there. */
 function checkGreedy(out: RequestOutput, expected: number[], what: string): number {
@@ -65,52 +120,54 @@ export function runMlaParity(): void {
 
       describe("model forward through the paged caches", () => {
         let cuda: ReturnType<typeof makeBackend> | null = null;
-        after(() => cuda?.dispose());
-        let forward: ((ids: number[]) => Float32Array) | null = null;
+        let cpu: CpuBackend | null = null;
+        after(() => {
+          cuda?.dispose();
+          cpu?.dispose();
+        });
+        let cudaForward: PagedForward | null = null;
+        let cpuForward: PagedForward | null = null;
         before(() => {
           cuda = makeBackend();
-          const b = cuda;
-          const cfg = loadModelConfig(dir!);
-          const source = SafetensorsCheckpoint.open(dir!);
-          const model = DeepseekV3ForCausalLM.load(cfg, source, b, maxPos);
-          source.close();
-          const numBlocks = maxPos / BS;
-          const groups = modelKVCacheGroups(cfg, { elementBytes: 2 });
-          const alloc = {
-            numLayers: cfg.numHiddenLayers,
-            blockSize: BS,
-            dtype: "bf16" as const,
-            numBlocksOf: () => numBlocks,
-          };
-          const latent = allocateGroupCaches(b, groups, alloc);
-          const indexerKeys = allocateIndexerKeyCaches(b, groups, alloc) ?? undefined;
-          const mlaAttention = new DenseMlaAttention(b, BS);
-          const blockIds = Array.from({ length: numBlocks }, (_, i) => numBlocks - 1 - i);
-          forward = (ids) => {
-            b.resetWorkspace();
-            const { meta, positions } = buildMetadata(
-              b,
-              [{ numComputed: 0, numNew: ids.length, blockIds }],
-              BS,
-            );
-            const input = b.stage(Int32Array.from(ids), [ids.length], "i32");
-            const idx = b.stage(Int32Array.from([ids.length - 1]), [1], "i32");
-            const ctx = {
-              meta,
-              attention: undefined as never,
-              kvCaches: latent,
-              mlaAttention,
-              indexerKeyCaches: indexerKeys,
-            };
-            return b.toHost(model.forward(input, positions, ctx, idx)) as Float32Array;
-          };
+          cpu = new CpuBackend({ numThreads: 2 });
+          cudaForward = pagedForward(cuda, dir!, maxPos);
+          cpuForward = pagedForward(cpu, dir!, maxPos);
         });
-        for (const [i, c] of cases.entries())
-          it(`prompt ${i} (${c.input_ids.length} ids): last-position logits within bf16 tolerance of HF fp32`, () => {
-            const e = relErr(forward!(c.input_ids), c.last_logits);
-            console.log(`# ${name} prompt ${i}: logits rel err vs HF fp32 ${e.toExponential(2)}`);
-            assert.ok(e < LOGITS_TOL, `relative error ${e} >= ${LOGITS_TOL}`);
+        const topk = dir === null ? 0 : (loadModelConfig(dir).mla?.indexer?.topk ?? 0);
+        for (const [i, c] of cases.entries()) {
+          const drops = topk > 0 && c.input_ids.length > topk;
+          it(`prompt ${i} (${c.input_ids.length} ids): last-position logits within bf16 tolerance of ${drops ? "the CPU's on the same selection" : "HF fp32"}`, () => {
+            const tap = new Map<number, Tensor>();
+            const logits = cudaForward!(c.input_ids, () => ({ dsaTopk: tap }));
+            const eHf = relErr(logits, c.last_logits);
+            console.log(`# ${name} prompt ${i}: logits rel err vs HF fp32 ${eHf.toExponential(2)}`);
+            if (!drops) {
+              assert.ok(eHf < LOGITS_TOL, `relative error ${eHf} >= ${LOGITS_TOL}`);
+              return;
+            }
+            // The indexer drops tokens: a bf16 rounding can swap a near-tied pick at the k-th
+            // place, and a random tiny model's logits move a lot with one swapped token. So the
+            // bf16 check is against the CPU oracle (fp32) attending to CUDA's own selection;
+            // the CPU's own selection matches HF within 2e-3 (npm test).
+            const picks = new Map(
+              [...tap].map(([l, t]) => [l, { host: cuda!.toHost(t) as Int32Array, shape: [...t.shape] }]),
+            );
+            const forced = () => ({
+              dsaForcedTopk: new Map([...picks].map(([l, p]) => [l, cpu!.stage(p.host, p.shape, "i32")])),
+            });
+            const ref = cpuForward!(c.input_ids, forced);
+            const own = new Map<number, Tensor>();
+            cpuForward!(c.input_ids, () => ({ dsaTopk: own }));
+            const differ = [...own].map(([l, t]) =>
+              selectionDifference(cpu!.toHost(t) as Int32Array, picks.get(l)!.host, topk),
+            );
+            const e = relErr(logits, ref);
+            console.log(
+              `# ${name} prompt ${i}: rel err vs CPU fp32 on CUDA's selection ${e.toExponential(2)}; picks differing from the CPU's own selection per full layer ${JSON.stringify(differ)}`,
+            );
+            assert.ok(e < LOGITS_TOL, `relative error ${e} >= ${LOGITS_TOL} on the same selection`);
           });
+        }
       });
 
       for (const enforceEager of [false, true])
