@@ -1,0 +1,48 @@
+/*
+ * A debugging aid for crashes in native code on the GPU machine (no gdb there): preloaded with
+ * LD_PRELOAD, it installs a SIGSEGV/SIGBUS/SIGILL/SIGABRT handler on an alternate stack that
+ * prints the faulting address and the return addresses of the stack, each as module + offset
+ * (+ symbol when exported), then re-raises the signal. Build: scripts/gpu/nccl_diag.sh.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void describe(void* pc) {
+  Dl_info info;
+  if (dladdr(pc, &info) && info.dli_fname != NULL) {
+    fprintf(stderr, "  %p %s+0x%lx %s+0x%lx\n", pc, info.dli_fname,
+            (unsigned long)((char*)pc - (char*)info.dli_fbase), info.dli_sname ? info.dli_sname : "?",
+            info.dli_saddr ? (unsigned long)((char*)pc - (char*)info.dli_saddr) : 0UL);
+  } else {
+    fprintf(stderr, "  %p ?\n", pc);
+  }
+}
+
+static void handler(int sig, siginfo_t* si, void* uc) {
+  (void)uc;
+  fprintf(stderr, "segv_trace: signal %d (%s) at address %p, thread %ld\n", sig, strsignal(sig), si->si_addr,
+          (long)gettid());
+  void* frames[64];
+  int n = backtrace(frames, 64);
+  for (int i = 0; i < n; i++) describe(frames[i]);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+__attribute__((constructor)) static void install(void) {
+  static char stack[1 << 16];
+  stack_t ss = {.ss_sp = stack, .ss_size = sizeof stack, .ss_flags = 0};
+  sigaltstack(&ss, NULL);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = handler;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGABRT};
+  for (unsigned i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+}
