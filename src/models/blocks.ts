@@ -27,7 +27,8 @@ export interface ForwardContext {
   /**
    * DSA models, set by the decoder for one forward: the top-k (i32 [T, index_topk]) each full
    * layer computed, read by the "shared" layers after it. A caller that passes its own map gets
-   * the selections back after the forward.
+   * the selections back after the forward (valid until the next workspace reset: the forward
+   * then runs without per-layer workspace scopes).
    */
   dsaTopk?: Map<number, Tensor>;
   /**

@@ -174,11 +174,15 @@ export class DecoderForCausalLM {
   private forwardHidden(inputIds: Tensor, positions: Tensor, stepCtx: ForwardContext): Tensor {
     const b = this.backend;
     // DSA "shared" layers read the top-k of the full layer before them, a workspace tensor that a
-    // per-layer workspace scope would release: with shared layers, the step runs unscoped.
+    // per-layer workspace scope would release: with shared layers, or when the caller takes the
+    // selections back in its own dsaTopk map, the step runs unscoped.
     const indexer = this.config.mla?.indexer ?? null;
     const ctx =
       indexer !== null ? { ...stepCtx, dsaTopk: stepCtx.dsaTopk ?? new Map<number, Tensor>() } : stepCtx;
-    const scoped = b.workspaceScope !== undefined && !(indexer?.layerTypes.includes("shared") ?? false);
+    const scoped =
+      b.workspaceScope !== undefined &&
+      stepCtx.dsaTopk === undefined &&
+      !(indexer?.layerTypes.includes("shared") ?? false);
     const eps = this.config.rmsNormEps;
     const residual = this.vocabParallel
       ? reduceRowParallel(b.embedding(inputIds, this.embedTokens, this.vocabStart), this.tp)
