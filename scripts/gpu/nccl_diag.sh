@@ -20,6 +20,16 @@ echo "== after probe()"; LD_PRELOAD="$tmp/segv_trace.so" node "$tmp/info.js" pro
 echo "== bindings of libnccl's symbols outside libc/libm/libdl/librt/libpthread/libnccl"
 LD_DEBUG=bindings node "$tmp/info.js" 2>&1 | grep "binding file.*libnccl" \
   | grep -v -E "to /(usr/)?lib/x86_64-linux-gnu/(libc|libm|libdl|librt|libpthread|libgcc_s|libnccl)[.]" | head -40
+echo "== the loading sequence as a plain program (scripts/gpu/debug/nccl_load.cc); ulimit -s $(ulimit -s)"
+g++ -O1 -std=c++17 -o "$tmp/nl" scripts/gpu/debug/nccl_load.cc -ldl -lpthread
+g++ -O1 -std=c++17 -static-libstdc++ -rdynamic -o "$tmp/nl_static" scripts/gpu/debug/nccl_load.cc -ldl -lpthread
+for v in "nl" "nl 256" "nl_static" "nl_static 256"; do
+  for f in local deepbind; do
+    echo "-- $v ($f)"; NCCL_DLOPEN_FLAGS=$f "$tmp/"$v 2>&1 | tail -3
+  done
+done
+echo "== the dynamic linker's last words before the crash (LD_DEBUG=files)"
+LD_DEBUG=files node "$tmp/info.js" 2>&1 | tail -12
 echo "== node exports a symbol libnccl imports"
 comm -12 <(nm -D --defined-only "$(command -v node)" | awk '{print $3}' | sort -u) \
   <(nm -D --undefined-only "$lib" | awk '{print $2}' | sed 's/@.*//' | sort -u) | head -40
