@@ -30,13 +30,8 @@ Api loadOnce() {
   Api api;
   std::string errors;
   void* lib = nullptr;
-  // RTLD_DEEPBIND: NCCL's own dependencies (libstdc++.so.6) come before the global scope. The
-  // Node.js binary links libstdc++ statically and exports part of it: without it, NCCL's
-  // std::call_once binds `__once_proxy` to node's copy and `__once_callable` (TLS) to
-  // libstdc++.so.6's, and its first call_once jumps through a null callable (SIGSEGV in the first
-  // NCCL call; scripts/gpu/nccl_diag.sh shows the bindings).
   for (const char* c : {"libnccl.so.2", "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "libnccl.so"}) {
-    lib = dlopen(c, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    lib = dlopen(c, RTLD_NOW | RTLD_LOCAL);
     if (lib != nullptr) {
       api.path = c;
       break;
