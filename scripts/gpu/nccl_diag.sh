@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 lib="${NCCL_LIB:-/usr/lib/x86_64-linux-gnu/libnccl.so.2}"
 tmp="$(mktemp -d)"
-gcc -O1 -g -shared -fPIC -o "$tmp/segv_trace.so" scripts/gpu/debug/segv_trace.c || exit 1
+gcc -O1 -g -shared -fPIC -o "$tmp/segv_trace.so" scripts/gpu/debug/segv_trace.c -ldl || exit 1
 echo "== ldd $lib"; ldd "$lib"
 cat >"$tmp/info.js" <<JS
 const a = require("$PWD/build/Release/hisparse_native.node");
@@ -16,6 +16,8 @@ console.error("calling ncclInfo");
 console.error("ncclInfo", JSON.stringify(a.ncclInfo()));
 JS
 echo "== ncclInfo under segv_trace"; LD_PRELOAD="$tmp/segv_trace.so" node "$tmp/info.js" 2>&1 | tail -40
+echo "== ncclInfo under segv_trace, libnccl preloaded too"
+LD_PRELOAD="$tmp/segv_trace.so /usr/lib/x86_64-linux-gnu/libnccl.so.2" node "$tmp/info.js" 2>&1 | tail -40
 echo "== after probe()"; LD_PRELOAD="$tmp/segv_trace.so" node "$tmp/info.js" probe 2>&1 | tail -40
 echo "== bindings of libnccl's symbols outside libc/libm/libdl/librt/libpthread/libnccl"
 LD_DEBUG=bindings node "$tmp/info.js" 2>&1 | grep "binding file.*libnccl" \
@@ -28,6 +30,10 @@ for v in "nl" "nl 256" "nl_static" "nl_static 256"; do
     echo "-- $v ($f)"; NCCL_DLOPEN_FLAGS=$f "$tmp/"$v 2>&1 | tail -3
   done
 done
+echo "-- nl after loading the addon (no node; its N-API imports served by empty stand-ins)"
+nm -D --undefined-only build/Release/hisparse_native.node | awk '$2 ~ /^napi_|^node_/ {print "void " $2 "(void) {}"}' >"$tmp/napi_stubs.c"
+gcc -shared -fPIC -o "$tmp/napi_stubs.so" "$tmp/napi_stubs.c"
+LD_PRELOAD="$tmp/napi_stubs.so" NCCL_PRELOAD_ADDON="$PWD/build/Release/hisparse_native.node" "$tmp/nl" 2>&1 | tail -4
 echo "== the dynamic linker's last words before the crash (LD_DEBUG=files)"
 LD_DEBUG=files node "$tmp/info.js" 2>&1 | tail -12
 echo "== node exports a symbol libnccl imports"

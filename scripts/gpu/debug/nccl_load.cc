@@ -2,7 +2,8 @@
 // scripts/gpu/nccl_diag.sh: setenv, dlopen, dlsym, ncclGetVersion, ncclGetUniqueId, each step
 // traced on stderr. Built both as an ordinary program and like the Node.js binary (libstdc++
 // linked statically and its symbols exported with -rdynamic), and run on the main thread or on a
-// thread with a small stack (argv[1] = stack KiB), to tell which difference makes NCCL crash.
+// thread with a small stack (argv[1] = stack KiB), optionally after loading the addon itself
+// (NCCL_PRELOAD_ADDON=path), to tell which difference makes NCCL crash.
 #include <dlfcn.h>
 #include <pthread.h>
 
@@ -20,6 +21,12 @@ static int flags() {
 }
 
 static void* load(void*) {
+  if (const char* addon = std::getenv("NCCL_PRELOAD_ADDON")) {
+    // The addon without Node.js: its N-API imports stay unresolved (lazy binding), its static
+    // initialisers (the CUDA runtime's fat-binary registration) run.
+    std::fprintf(stderr, "step dlopen %s\n", addon);
+    if (dlopen(addon, RTLD_LAZY | RTLD_LOCAL) == nullptr) std::fprintf(stderr, "addon: %s\n", dlerror());
+  }
   std::fprintf(stderr, "step setenv\n");
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   std::fprintf(stderr, "step dlopen\n");
