@@ -4,6 +4,7 @@
 // typed in src/backends/cuda/addon_nccl.ts.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -134,17 +135,26 @@ Napi::Value AllGather(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
+// Not std::call_once: NCCL's own initialisers (run by dlopen inside the callable) use it too, and
+// the nested call_once left the outer one calling a null __once_call under Node.js on the GPU
+// machine (SIGSEGV at pc 0 below __once_proxy; scripts/gpu/nccl_diag.sh). A mutex and a flag
+// run loadOnce() once without touching libstdc++'s thread-local once state.
 const Api& loadNccl() {
-  static std::once_flag once;
+  static std::atomic<bool> done{false};
+  static std::mutex mutex;
   static Api api;
   static std::string error;
-  std::call_once(once, [] {
-    try {
-      api = loadOnce();
-    } catch (const std::exception& e) {
-      error = e.what();
+  if (!done.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!done.load(std::memory_order_relaxed)) {
+      try {
+        api = loadOnce();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      done.store(true, std::memory_order_release);
     }
-  });
+  }
   if (!error.empty()) throw std::runtime_error(error);
   return api;
 }

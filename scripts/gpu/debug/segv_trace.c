@@ -44,7 +44,16 @@ static void handler(int sig, siginfo_t* si, void* ucv) {
   fprintf(stderr, "segv_trace: signal %d (%s) at address %p, thread %ld, pc:\n", sig, strsignal(sig), si->si_addr,
           (long)gettid());
   describe((void*)uc->uc_mcontext.gregs[REG_RIP]);
-  fprintf(stderr, "segv_trace: stack pointer %p; backtrace:\n", (void*)uc->uc_mcontext.gregs[REG_RSP]);
+  void** sp = (void**)uc->uc_mcontext.gregs[REG_RSP];
+  fprintf(stderr, "segv_trace: stack pointer %p; words on the stack that point into loaded code:\n", (void*)sp);
+  for (int i = 0; i < 256; i++) {
+    Dl_info info;
+    if (dladdr(sp[i], &info) && info.dli_fname != NULL && info.dli_sname != NULL) {
+      fprintf(stderr, "  [sp+%d]", i * 8);
+      describe(sp[i]);
+    }
+  }
+  fprintf(stderr, "segv_trace: backtrace:\n");
   void* frames[64];
   int n = backtrace(frames, 64);
   for (int i = 0; i < n; i++) describe(frames[i]);
