@@ -40,7 +40,7 @@ void* openLibrary(const char* stem, std::string& pathOut) {
 }
 
 template <typename F>
-void bind(void* lib, const char* lib_name, const char* symbol, F& out) {
+void bindSymbol(void* lib, const char* lib_name, const char* symbol, F& out) {
   dlerror();
   void* s = dlsym(lib, symbol);
   if (s == nullptr) {
@@ -57,25 +57,25 @@ Api loadOnce() {
   void* cb = openLibrary("libcublas", api.cublasPath);
   const char* ltName = api.cublasLtPath.c_str();
   const char* cbName = api.cublasPath.c_str();
-  bind(cb, cbName, "cublasCreate_v2", api.cublasCreate);
-  bind(cb, cbName, "cublasDestroy_v2", api.cublasDestroy);
-  bind(cb, cbName, "cublasSetStream_v2", api.cublasSetStream);
-  bind(cb, cbName, "cublasSetWorkspace_v2", api.cublasSetWorkspace);
-  bind(cb, cbName, "cublasGetStatusString", api.cublasGetStatusString);
-  bind(cb, cbName, "cublasGemmEx", api.cublasGemmEx);
-  bind(lt, ltName, "cublasLtCreate", api.ltCreate);
-  bind(lt, ltName, "cublasLtDestroy", api.ltDestroy);
-  bind(lt, ltName, "cublasLtGetVersion", api.ltGetVersion);
-  bind(lt, ltName, "cublasLtMatmulDescCreate", api.ltMatmulDescCreate);
-  bind(lt, ltName, "cublasLtMatmulDescDestroy", api.ltMatmulDescDestroy);
-  bind(lt, ltName, "cublasLtMatmulDescSetAttribute", api.ltMatmulDescSetAttribute);
-  bind(lt, ltName, "cublasLtMatrixLayoutCreate", api.ltMatrixLayoutCreate);
-  bind(lt, ltName, "cublasLtMatrixLayoutDestroy", api.ltMatrixLayoutDestroy);
-  bind(lt, ltName, "cublasLtMatmulPreferenceCreate", api.ltMatmulPreferenceCreate);
-  bind(lt, ltName, "cublasLtMatmulPreferenceDestroy", api.ltMatmulPreferenceDestroy);
-  bind(lt, ltName, "cublasLtMatmulPreferenceSetAttribute", api.ltMatmulPreferenceSetAttribute);
-  bind(lt, ltName, "cublasLtMatmulAlgoGetHeuristic", api.ltMatmulAlgoGetHeuristic);
-  bind(lt, ltName, "cublasLtMatmul", api.ltMatmul);
+  bindSymbol(cb, cbName, "cublasCreate_v2", api.cublasCreate);
+  bindSymbol(cb, cbName, "cublasDestroy_v2", api.cublasDestroy);
+  bindSymbol(cb, cbName, "cublasSetStream_v2", api.cublasSetStream);
+  bindSymbol(cb, cbName, "cublasSetWorkspace_v2", api.cublasSetWorkspace);
+  bindSymbol(cb, cbName, "cublasGetStatusString", api.cublasGetStatusString);
+  bindSymbol(cb, cbName, "cublasGemmEx", api.cublasGemmEx);
+  bindSymbol(lt, ltName, "cublasLtCreate", api.ltCreate);
+  bindSymbol(lt, ltName, "cublasLtDestroy", api.ltDestroy);
+  bindSymbol(lt, ltName, "cublasLtGetVersion", api.ltGetVersion);
+  bindSymbol(lt, ltName, "cublasLtMatmulDescCreate", api.ltMatmulDescCreate);
+  bindSymbol(lt, ltName, "cublasLtMatmulDescDestroy", api.ltMatmulDescDestroy);
+  bindSymbol(lt, ltName, "cublasLtMatmulDescSetAttribute", api.ltMatmulDescSetAttribute);
+  bindSymbol(lt, ltName, "cublasLtMatrixLayoutCreate", api.ltMatrixLayoutCreate);
+  bindSymbol(lt, ltName, "cublasLtMatrixLayoutDestroy", api.ltMatrixLayoutDestroy);
+  bindSymbol(lt, ltName, "cublasLtMatmulPreferenceCreate", api.ltMatmulPreferenceCreate);
+  bindSymbol(lt, ltName, "cublasLtMatmulPreferenceDestroy", api.ltMatmulPreferenceDestroy);
+  bindSymbol(lt, ltName, "cublasLtMatmulPreferenceSetAttribute", api.ltMatmulPreferenceSetAttribute);
+  bindSymbol(lt, ltName, "cublasLtMatmulAlgoGetHeuristic", api.ltMatmulAlgoGetHeuristic);
+  bindSymbol(lt, ltName, "cublasLtMatmul", api.ltMatmul);
   // The libraries stay loaded for the life of the process (handles are never dlclose'd).
   return api;
 }

@@ -4,7 +4,6 @@
 // typed in src/backends/cuda/addon_nccl.ts.
 #include <dlfcn.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -17,8 +16,14 @@ namespace hs {
 namespace nccl {
 namespace {
 
+/**
+ * Looks `symbol` up in `lib` into `out`. @throws runtime_error naming `name` and the symbol.
+ * Not called `bind`: with a std::string argument, ADL finds std::bind, which wins overload
+ * resolution and silently discards the lookup (every entry point stayed null: SIGSEGV at pc 0 on
+ * the first NCCL call).
+ */
 template <typename F>
-void bind(void* lib, const std::string& name, const char* symbol, F& out) {
+void bindSymbol(void* lib, const std::string& name, const char* symbol, F& out) {
   dlerror();
   void* s = dlsym(lib, symbol);
   if (s == nullptr) throw std::runtime_error(name + " has no symbol " + symbol);
@@ -43,13 +48,13 @@ Api loadOnce() {
   if (lib == nullptr)
     throw std::runtime_error("NCCL (libnccl.so.2) could not be loaded; install it or add its folder to "
                              "LD_LIBRARY_PATH (tried" + errors + ")");
-  bind(lib, api.path, "ncclGetVersion", api.getVersion);
-  bind(lib, api.path, "ncclGetUniqueId", api.getUniqueId);
-  bind(lib, api.path, "ncclCommInitRank", api.commInitRank);
-  bind(lib, api.path, "ncclCommDestroy", api.commDestroy);
-  bind(lib, api.path, "ncclAllReduce", api.allReduce);
-  bind(lib, api.path, "ncclAllGather", api.allGather);
-  bind(lib, api.path, "ncclGetErrorString", api.getErrorString);
+  bindSymbol(lib, api.path, "ncclGetVersion", api.getVersion);
+  bindSymbol(lib, api.path, "ncclGetUniqueId", api.getUniqueId);
+  bindSymbol(lib, api.path, "ncclCommInitRank", api.commInitRank);
+  bindSymbol(lib, api.path, "ncclCommDestroy", api.commDestroy);
+  bindSymbol(lib, api.path, "ncclAllReduce", api.allReduce);
+  bindSymbol(lib, api.path, "ncclAllGather", api.allGather);
+  bindSymbol(lib, api.path, "ncclGetErrorString", api.getErrorString);
   if (api.getVersion(&api.version) != ncclSuccess) api.version = 0;
   return api;
 }
@@ -135,26 +140,17 @@ Napi::Value AllGather(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
-// Not std::call_once: NCCL's own initialisers (run by dlopen inside the callable) use it too, and
-// the nested call_once left the outer one calling a null __once_call under Node.js on the GPU
-// machine (SIGSEGV at pc 0 below __once_proxy; scripts/gpu/nccl_diag.sh). A mutex and a flag
-// run loadOnce() once without touching libstdc++'s thread-local once state.
 const Api& loadNccl() {
-  static std::atomic<bool> done{false};
-  static std::mutex mutex;
+  static std::once_flag once;
   static Api api;
   static std::string error;
-  if (!done.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!done.load(std::memory_order_relaxed)) {
-      try {
-        api = loadOnce();
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-      done.store(true, std::memory_order_release);
+  std::call_once(once, [] {
+    try {
+      api = loadOnce();
+    } catch (const std::exception& e) {
+      error = e.what();
     }
-  }
+  });
   if (!error.empty()) throw std::runtime_error(error);
   return api;
 }

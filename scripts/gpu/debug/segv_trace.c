@@ -48,7 +48,7 @@ static void handler(int sig, siginfo_t* si, void* ucv) {
   fprintf(stderr, "segv_trace: stack pointer %p; words on the stack that point into loaded code:\n", (void*)sp);
   for (int i = 0; i < 256; i++) {
     Dl_info info;
-    if (dladdr(sp[i], &info) && info.dli_fname != NULL && info.dli_sname != NULL) {
+    if (dladdr(sp[i], &info) && info.dli_fname != NULL && (info.dli_sname != NULL || strstr(info.dli_fname, ".node") || strstr(info.dli_fname, "nccl"))) {
       fprintf(stderr, "  [sp+%d]", i * 8);
       describe(sp[i]);
     }
