@@ -147,6 +147,28 @@ inline void readParams(const ParamObject& o, HsRowResolveParams& p) {
   p.numHostBlocks = o.i32("numHostBlocks");
 }
 
+/** HsRowViewMergeParams (native/kernels/hisparse.h). */
+inline void readParams(const ParamObject& o, HsRowViewMergeParams& p) {
+  p.topk = o.ptr("topk");
+  p.blockTables = o.ptr("blockTables");
+  p.seqLens = o.ptr("seqLens");
+  p.rowFlags = o.ptr("rowFlags");
+  p.reqSlot = o.ptr("reqSlot");
+  p.tokenRow = o.ptr("tokenRow");
+  p.viewTopk = o.ptr("viewTopk");
+  p.viewTable = o.ptr("viewTable");
+  p.viewSeqLens = o.ptr("viewSeqLens");
+  p.outTopk = o.ptr("outTopk");
+  p.outTables = o.ptr("outTables");
+  p.outSeqLens = o.ptr("outSeqLens");
+  p.numReqs = o.i32("numReqs");
+  p.numTokens = o.i32("numTokens");
+  p.K = o.i32("K");
+  p.tableStride = o.i32("tableStride");
+  p.outStride = o.i32("outStride");
+  p.numSlots = o.i32("numSlots");
+}
+
 /** HsMlaAttentionParams (native/kernels/mla.h). */
 inline void readParams(const ParamObject& o, HsMlaAttentionParams& p) {
   p.qAbs = o.ptr("qAbs");

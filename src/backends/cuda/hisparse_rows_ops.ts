@@ -165,3 +165,76 @@ export function rowCopy(
     numHostBlocks * bs,
   );
 }
+
+/** What rowViewMerge needs of the step besides the plan. */
+export interface RowViewMergeInputs {
+  /** i32 [T, K] the indexer's top-k the plan resolved. */
+  topk: Tensor;
+  /** i32 [R, W] the step's block tables; i32 [R] its lengths (AttentionMetadata). */
+  blockTables: Tensor;
+  seqLens: Tensor;
+  /** rowResolve's row rule: flags (null: every row), request slots, token rows (null: r). */
+  rowFlags: Tensor | null;
+  reqSlot: Tensor;
+  tokenRow: Tensor | null;
+  /** Request slots of the tables (rows with a slot outside [0, numSlots) are not resolved). */
+  numSlots: number;
+}
+
+/** The attention metadata of a partly resolved step: top-k [T, K], tables [R, max(W, K)], lengths [R]. */
+export interface MergedRowView {
+  topk: Tensor;
+  blockTables: Tensor;
+  seqLens: Tensor;
+}
+
+/**
+ * hsRowViewMerge: resolved rows read `plan`'s view (their token's top-k row replaced by the view
+ * positions), every other row (resident decodes, prefill chunks, padding) its own table, length
+ * and top-k, so one Backend.mla.attention call serves the whole step (the CPU oracle:
+ * DsaHiSparseAttention.sparseView).
+ */
+export function rowViewMerge(
+  ctx: CudaAttentionContext,
+  plan: RowResolutionTensors,
+  a: RowViewMergeInputs,
+): MergedRowView {
+  const [T, K] = [dim(a.topk, 0), dim(a.topk, 1)];
+  const [R, W] = [dim(a.blockTables, 0), dim(a.blockTables, 1)];
+  const topk = i32(ctx, a.topk, "rowViewMerge topk", [T, K]);
+  const tables = i32(ctx, a.blockTables, "rowViewMerge blockTables", [R, W]);
+  const seq = i32(ctx, a.seqLens, "rowViewMerge seqLens", [R]);
+  const slot = i32(ctx, a.reqSlot, "rowViewMerge reqSlot", [R]);
+  if (a.rowFlags !== null) i32(ctx, a.rowFlags, "rowViewMerge rowFlags", [R]);
+  if (a.tokenRow !== null) i32(ctx, a.tokenRow, "rowViewMerge tokenRow", [R]);
+  expectShape(plan.viewTopk, "rowViewMerge viewTopk", [R, K]);
+  const outStride = Math.max(W, K);
+  const out: MergedRowView = {
+    topk: ctx.out([T, K], "i32"),
+    blockTables: ctx.out([R, outStride], "i32"),
+    seqLens: ctx.out([R], "i32"),
+  };
+  if (R === 0 && T === 0) return out;
+  const ptr = (x: Tensor, what: string) => ctx.dev(x, what).ptr;
+  ctx.addon.rowViewMerge(ctx.stream, {
+    topk: topk.ptr,
+    blockTables: tables.ptr,
+    seqLens: seq.ptr,
+    rowFlags: ptrOf(ctx, a.rowFlags, "rowViewMerge rowFlags"),
+    reqSlot: slot.ptr,
+    tokenRow: ptrOf(ctx, a.tokenRow, "rowViewMerge tokenRow"),
+    viewTopk: ptr(plan.viewTopk, "rowViewMerge viewTopk"),
+    viewTable: ptr(plan.viewTable, "rowViewMerge viewTable"),
+    viewSeqLens: ptr(plan.viewSeqLens, "rowViewMerge viewSeqLens"),
+    outTopk: ptr(out.topk, "rowViewMerge outTopk"),
+    outTables: ptr(out.blockTables, "rowViewMerge outTables"),
+    outSeqLens: ptr(out.seqLens, "rowViewMerge outSeqLens"),
+    numReqs: R,
+    numTokens: T,
+    K,
+    tableStride: W,
+    outStride,
+    numSlots: a.numSlots,
+  });
+  return out;
+}
