@@ -81,6 +81,22 @@ export class CudaDsaHiSparseAttention implements MlaAttentionBackend {
     return ops.attention(x.q, latentCache, x.kvBProj, viewMeta, x.dims, this.blockSize, view.topk);
   }
 
+  /** Sparse layers' rows into the main pool, dense layers' rows and the index keys at their host slots. */
+  fillRows(
+    layerIdx: number,
+    latentRows: Tensor,
+    indexKeys: Tensor | null,
+    latentCache: Tensor,
+    indexKeyCache: Tensor | null,
+    meta: AttentionMetadata,
+  ): void {
+    const hs = stepMetaOf(meta);
+    const dense = this.layers.sparseIndex[layerIdx]! < 0;
+    this.ops.writeRows(latentRows, latentCache, 0, dense ? hs.denseMeta.slotMapping : meta.slotMapping);
+    if (indexKeys !== null && indexKeyCache !== null)
+      this.ops.writeRows(indexKeys, indexKeyCache, 0, hs.denseMeta.slotMapping);
+  }
+
   indexerTopk(layerIdx: number, x: IndexerInputs, indexKeyCache: Tensor, meta: AttentionMetadata): Tensor {
     return this.dense.indexerTopk(layerIdx, x, indexKeyCache, stepMetaOf(meta).denseMeta);
   }

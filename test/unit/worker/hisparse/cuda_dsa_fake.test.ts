@@ -11,6 +11,13 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import {
+  abortAll,
+  addRequests,
+  createBenchEngine,
+  measureConcurrency,
+  step,
+} from "../../../../bench/hisparse_harness.js";
 import { CudaBackend } from "../../../../src/backends/cuda/cuda_backend.js";
 import { makeEngineArgs } from "../../../../src/config/engine_args.js";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../../../../src/config/hisparse_config.js";
@@ -155,4 +162,49 @@ describe("DSA HiSparse on the CUDA TS layer, end to end on the fake addon", {
     assert.ok(s.captured.has("mlaAttention") && s.captured.has("mlaIndexerLogits"));
     assert.ok((s.calls.get("mirrorPages") ?? 0) > 0, "eager mirrors still run");
   });
+});
+
+describe("DSA benchmark harness on the fake addon (bench/hisparse_harness.ts)", {
+  skip: MODEL === null && "tiny-glm5-dsa-shared-pv not found",
+}, () => {
+  for (const mode of ["off", "on"] as const)
+    it(`${mode}: fastPrefill writes latent rows and indexer keys only (no attention, no GEMM), then requests decode; measureConcurrency counts them`, () => {
+      const fake = createFakeAddon();
+      const be = new CudaBackend({ addon: fake, workspaceBytes: 32 << 20, stagingBytes: 1 << 18 });
+      const { model, config } = loadModel({
+        modelDir: MODEL!,
+        backend: be,
+        loadFormat: "dummy",
+        seed: 0,
+        maxModelLen: MAX_MODEL_LEN,
+      });
+      const e = createBenchEngine(be, model, {
+        blockSize: BS,
+        maxModelLen: MAX_MODEL_LEN,
+        maxNumSeqs: 4,
+        maxNumBatchedTokens: 128,
+        kvBudgetBytes: 4 << 20,
+        hisparse:
+          mode === "off" ? null : resolveHiSparseConfig({ mode, minSparseTokens: 0, hostPoolBytes: 4 << 20 }),
+      });
+      const ids = addRequests(e, config.vocabSize, 3, 180, 40);
+      const prefillFns = new Set<string>();
+      const mark = fake.calls.length;
+      step(e); // the first step prefills (fast-filled)
+      for (const c of fake.calls.slice(mark)) prefillFns.add(c.fn);
+      assert.ok(prefillFns.has("mlaWriteRows"), [...prefillFns].join());
+      assert.ok(!prefillFns.has("mlaAttention") && !prefillFns.has("linear"), [...prefillFns].join());
+      const run = measureConcurrency(e, 180, 3, 200, true);
+      assert.equal(run.preempted, false);
+      assert.equal(run.maxDecoding, 3, "the three requests decode at once");
+      for (let k = 0; k < 3; k++) step(e); // decodes: in `on`, host-resident and sparse from the next one
+      if (mode === "on") {
+        const st = e.hisparse!.stats();
+        assert.ok(st.spilledPagesTotal > 0 && st.sparseDecodesTotal > 0, JSON.stringify(st));
+      }
+      abortAll(e, ids);
+      assert.equal(e.scheduler.kvCacheManager.numFreeBlocks, e.numGpuBlocks);
+      e.dispose();
+      be.dispose();
+    });
 });
