@@ -374,6 +374,40 @@ typedef struct HsRowViewMergeParams {
  */
 cudaError_t hsRowViewMerge(const HsRowViewMergeParams* a, cudaStream_t stream);
 
+
+/** Arguments of hsRowSelectionOverlap (device pointers; benchmarks only). */
+typedef struct HsRowSelectionOverlapParams {
+  /** i32 [T, K] the indexer's top-k; out: i32 [T, K] its copy with resolved rows rewritten. */
+  const int32_t* topk;
+  int32_t* out;
+  int K;
+  /** hsRowResolve's row rule: i32 [R] flags (NULL: every row), request slots, top-k row of each row (NULL: r). */
+  const int32_t* rowFlags;
+  const int32_t* reqSlot;
+  const int32_t* tokenRow;
+  /** i32 [R] context length after the step. */
+  const int32_t* seqLens;
+  /** i32 [numSlots, numSources, K] each request's previous selection per indexer; [numSlots, numSources] its context length. */
+  int32_t* prevSelection;
+  int32_t* prevSeqLen;
+  int source;
+  int numSources;
+  int numSlots;
+  int numReqs;
+  int numTokens;
+  /** Probability of keeping each previous entry. */
+  float p;
+} HsRowSelectionOverlapParams;
+
+/**
+ * Benchmark-only selection overlap of DSA models: out = topk, then for each resolved row its
+ * token's row is rewritten to the previous selection's entries kept with probability p (hash of
+ * slot, indexer, context length, entry) plus the model's entries not kept, until the model's
+ * count, ascending; a request's first step (context not one token longer than the stored one)
+ * keeps the model's. The previous selection is updated. A copy and one CTA per row; graph-capturable.
+ */
+cudaError_t hsRowSelectionOverlap(const HsRowSelectionOverlapParams* p, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -349,6 +349,45 @@ void mergeCase(Tally& tally) {
   tally.record(ok, "hsRowViewMerge: a resolved row takes its view, prefill and padding rows keep theirs");
 }
 
+
+/**
+ * hsRowSelectionOverlap (benchmarks only): p = 1 keeps the whole previous selection (2, 5, 9, 13)
+ * and fills up with the model's picks not kept (0, 1, 3, 4), ascending; the next step with p = 0
+ * takes the model's; a context that did not grow by one token (a new request) takes the model's
+ * whatever p; the other token's row is copied.
+ */
+void overlapCase(Tally& tally) {
+  const int K = 8, T = 2;
+  std::vector<int> topk{50, 51, 52, 53, -1, -1, -1, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<int> prev(2 * 2 * K, -1);
+  const int lane = 1 * 2 + 1;  // slot 1, source 1
+  for (int j = 0; j < 4; ++j) prev[lane * K + j] = std::vector<int>{2, 5, 9, 13}[j];
+  std::vector<int> prevLen{-1, -1, -1, 19};
+  auto dTopk = dev(topk), dPrev = dev(prev), dPrevLen = dev(prevLen);
+  auto dSlot = dev(std::vector<int>{1}), dTok = dev(std::vector<int>{1}), dFlags = dev(std::vector<int>{1});
+  DeviceBuffer<int> out(T * K);
+  HsRowSelectionOverlapParams p{};
+  p.topk = dTopk.ptr, p.out = out.ptr, p.K = K, p.rowFlags = dFlags.ptr, p.reqSlot = dSlot.ptr, p.tokenRow = dTok.ptr;
+  p.prevSelection = dPrev.ptr, p.prevSeqLen = dPrevLen.ptr, p.source = 1, p.numSources = 2, p.numSlots = 2;
+  p.numReqs = 1, p.numTokens = T;
+  auto runWith = [&](int seqLen, float prob) {
+    auto dLen = dev(std::vector<int>{seqLen});
+    p.seqLens = dLen.ptr, p.p = prob;
+    HS_CHECK(hsRowSelectionOverlap(&p, nullptr));
+    HS_CHECK(cudaDeviceSynchronize());
+    return out.download();
+  };
+  const std::vector<int> row0{50, 51, 52, 53, -1, -1, -1, -1};
+  auto a = runWith(20, 1.0f);
+  bool ok = std::vector<int>(a.begin(), a.begin() + K) == row0 &&
+            std::vector<int>(a.begin() + K, a.end()) == std::vector<int>{0, 1, 2, 3, 4, 5, 9, 13};
+  auto b = runWith(21, 0.0f);
+  ok = ok && std::vector<int>(b.begin() + K, b.end()) == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7};
+  auto c = runWith(40, 1.0f);  // not 22: a new request in the slot
+  ok = ok && std::vector<int>(c.begin() + K, c.end()) == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7};
+  tally.record(ok, "hsRowSelectionOverlap: p = 1 keeps the previous rows, p = 0 and a new request take the model's");
+}
+
 /**
  * --bench: hsRowCopy's swap-in bandwidth at GLM-5's row (576 bf16 = 1,152 B), every entry of 64
  * rows x index_topk 2048 a miss from distinct random host rows (GPU only; figures, no checks).
@@ -396,5 +435,6 @@ int main(int argc, char** argv) {
   sequenceCase(tally, quick ? 12 : 200);
   errorCase(tally);
   mergeCase(tally);
+  overlapCase(tally);
   return tally.finish("hisparse_rows_test");
 }

@@ -7,6 +7,7 @@ import type {
   QuestSelectParams,
   ResolveParams,
   RowResolveParams,
+  RowSelectionOverlapParams,
   RowViewMergeParams,
   SparseDecodeParams,
 } from "./addon_params.js";
@@ -69,6 +70,8 @@ export interface NativeHiSparseApi {
   rowResolve(stream: number, params: RowResolveParams): void;
   /** The MLA attention metadata of a step partly resolved by rowResolve (hsRowViewMerge). */
   rowViewMerge(stream: number, params: RowViewMergeParams): void;
+  /** Benchmarks only: the DSA selection-overlap rewrite of a top-k (hsRowSelectionOverlap). */
+  rowSelectionOverlap(stream: number, params: RowSelectionOverlapParams): void;
   /** One layer's copy pass of a row plan from mapped pinned host rows (hsRowCopy); rowFlags: i32* or NULL_PTR. */
   rowCopy(
     stream: number,

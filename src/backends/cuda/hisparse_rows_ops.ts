@@ -238,3 +238,52 @@ export function rowViewMerge(
   });
   return out;
 }
+
+/** The benchmark's selection-overlap state of one set-up: previous selections per (slot, indexer). */
+export interface SelectionOverlapState {
+  /** i32 [S, numSources, K] previous selection (-1 padded); i32 [S, numSources] its context length (-1: none). */
+  prevSelection: Tensor;
+  prevSeqLen: Tensor;
+  /** Probability of keeping each previous entry. */
+  p: number;
+}
+
+/**
+ * Benchmarks only (hsRowSelectionOverlap): `topk` with each resolved row's selection rewritten to
+ * keep each entry of its previous one with probability `state.p`, the rest the model's own
+ * picks (native/kernels/hisparse_rows_overlap.cu). @returns a new i32 [T, K].
+ */
+export function rowSelectionOverlap(
+  ctx: CudaAttentionContext,
+  topk: Tensor,
+  rows: { rowFlags: Tensor | null; reqSlot: Tensor; tokenRow: Tensor | null; seqLens: Tensor },
+  state: SelectionOverlapState,
+  source: number,
+): Tensor {
+  const [T, K] = [dim(topk, 0), dim(topk, 1)];
+  const R = dim(rows.reqSlot, 0);
+  const [S, numSources] = [dim(state.prevSelection, 0), dim(state.prevSelection, 1)];
+  const t = i32(ctx, topk, "rowSelectionOverlap topk", [T, K]);
+  const prev = i32(ctx, state.prevSelection, "rowSelectionOverlap prevSelection", [S, numSources, K]);
+  const prevLen = i32(ctx, state.prevSeqLen, "rowSelectionOverlap prevSeqLen", [S, numSources]);
+  const out = ctx.out([T, K], "i32");
+  if (T === 0) return out;
+  ctx.addon.rowSelectionOverlap(ctx.stream, {
+    topk: t.ptr,
+    out: ctx.dev(out, "rowSelectionOverlap out").ptr,
+    K,
+    rowFlags: ptrOf(ctx, rows.rowFlags, "rowSelectionOverlap rowFlags"),
+    reqSlot: i32(ctx, rows.reqSlot, "rowSelectionOverlap reqSlot", [R]).ptr,
+    tokenRow: ptrOf(ctx, rows.tokenRow, "rowSelectionOverlap tokenRow"),
+    seqLens: i32(ctx, rows.seqLens, "rowSelectionOverlap seqLens", [R]).ptr,
+    prevSelection: prev.ptr,
+    prevSeqLen: prevLen.ptr,
+    source,
+    numSources,
+    numSlots: S,
+    numReqs: R,
+    numTokens: T,
+    p: state.p,
+  });
+  return out;
+}

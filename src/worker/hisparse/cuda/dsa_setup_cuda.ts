@@ -10,9 +10,11 @@ import { DensePagedAttention } from "../../../attention/backend.js";
 import {
   CudaDsaHiSparseAttention,
   type CudaDsaLayerPlan,
+  type DeviceSelectionRewrite,
 } from "../../../attention/sparse/cuda/cuda_dsa_attention.js";
 import { CudaLruRowResolver } from "../../../attention/sparse/cuda/cuda_hot_rows.js";
 import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
+import { rowSelectionOverlap, type SelectionOverlapState } from "../../../backends/cuda/hisparse_rows_ops.js";
 import { ConfigError } from "../../../config/engine_args.js";
 import { type HiSparseConfig, sparseLayersOf } from "../../../config/hisparse_config.js";
 import { indexerSourceLayer, type MlaConfig } from "../../../config/mla_config.js";
@@ -157,8 +159,9 @@ function assemble(
     lay.numGpuBlocks,
     tablesConfig.numSlots,
   );
-  const attention = new CudaDsaHiSparseAttention(backend, bs, layers, resolver);
   const numSources = tablesConfig.lruShape![0]!;
+  const overlap = selectionOverlapOf(backend, ctx, eff, tablesConfig.numSlots, numSources);
+  const attention = new CudaDsaHiSparseAttention(backend, bs, layers, resolver, overlap?.rewrite ?? null);
   const bytesPerMiss = (row * BF16_BYTES * Math.max(1, sparseLayers.length)) / numSources;
   const extension = new CudaHiSparseWorker(backend, bs, tables, hostTier, [], bytesPerMiss);
   const gqa = new DensePagedAttention(backend, layout, bs);
@@ -170,6 +173,34 @@ function assemble(
     dispose: () => {
       setup.dispose();
       for (const t of indexerKeyCaches) if (t !== null) backend.free(t);
+      overlap?.dispose();
+    },
+  };
+}
+
+/**
+ * Benchmarks only: the selection-overlap rewrite (HiSparseConfig.benchSelectionOverlap, or the
+ * context's benchmark knob) over previous selections per (slot, indexer); null when not asked.
+ */
+function selectionOverlapOf(
+  backend: CudaBackend,
+  ctx: KVCacheSetupContext,
+  eff: HiSparseConfig,
+  numSlots: number,
+  numSources: number,
+): { rewrite: DeviceSelectionRewrite; dispose(): void } | null {
+  const p = eff.benchSelectionOverlap ?? ctx.benchmark?.selectionOverlap ?? null;
+  if (p === null) return null;
+  const state: SelectionOverlapState = {
+    prevSelection: backend.allocateFilled([numSlots, numSources, eff.topk], "i32", 0xff),
+    prevSeqLen: backend.allocateFilled([numSlots, numSources], "i32", 0xff),
+    p,
+  };
+  return {
+    rewrite: (source, topk, hs) => rowSelectionOverlap(backend, topk, hs.rows, state, source),
+    dispose: () => {
+      backend.free(state.prevSelection);
+      backend.free(state.prevSeqLen);
     },
   };
 }

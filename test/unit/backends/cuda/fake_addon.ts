@@ -31,6 +31,7 @@ import {
   QUEST_SELECT_PARAMS,
   RESOLVE_PARAMS,
   ROW_RESOLVE_PARAMS,
+  ROW_SELECTION_OVERLAP_PARAMS,
   ROW_VIEW_MERGE_PARAMS,
   SPARSE_DECODE_PARAMS,
 } from "../../../../src/backends/cuda/addon.js";
@@ -451,6 +452,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     rowResolve: recordParams("rowResolve", ROW_RESOLVE_PARAMS),
     rowCopy: record("rowCopy"),
     rowViewMerge: recordParams("rowViewMerge", ROW_VIEW_MERGE_PARAMS),
+    rowSelectionOverlap: recordParams("rowSelectionOverlap", ROW_SELECTION_OVERLAP_PARAMS),
     loadPages: record("loadPages"),
     sparseDecodeAttention: recordParams("sparseDecodeAttention", SPARSE_DECODE_PARAMS),
     moeRoute: recordFlags("moeRoute"),

@@ -39,6 +39,7 @@ const WATCHED = [
   "rowResolve",
   "rowCopy",
   "rowViewMerge",
+  "rowSelectionOverlap",
   "mlaAttention",
   "mlaIndexerLogits",
   "mirrorPages",
@@ -82,7 +83,12 @@ function run(hsConfig: Partial<HiSparseConfig>, numGpuBlocks: number, prompts: n
     seed: 0,
     maxModelLen: MAX_MODEL_LEN,
   });
-  const hs = resolveHiSparseConfig({ ...hsConfig });
+  // The benchmark knob is not a user key: set it on the resolved settings, as the benchmarks do.
+  const bench = hsConfig.benchSelectionOverlap;
+  const hs = {
+    ...resolveHiSparseConfig({ ...hsConfig }),
+    ...(bench === undefined ? {} : { benchSelectionOverlap: bench }),
+  };
   const args = makeEngineArgs({
     blockSize: BS,
     maxNumSeqs: 4,
@@ -152,6 +158,16 @@ describe("DSA HiSparse on the CUDA TS layer, end to end on the fake addon", {
     assert.equal(n("rowCopy"), 2 * n("rowResolve"));
     assert.ok(n("mirrorPages") > 0, "eager mirrors");
     assert.equal(s.slotsAfter, 0, "finished requests gave their slots back");
+  });
+
+  it("on with the benchmark's selection overlap: one rewrite per resolution, captured too; none without the knob", () => {
+    const s = run({ mode: "on", minSparseTokens: 0, benchSelectionOverlap: 0.87 }, 128, PROMPTS);
+    assert.equal(s.outputs, 2);
+    assert.ok((s.calls.get("rowResolve") ?? 0) > 0);
+    assert.equal(s.calls.get("rowSelectionOverlap"), s.calls.get("rowResolve"));
+    assert.ok(s.captured.has("rowSelectionOverlap"));
+    const plain = run({ mode: "on", minSparseTokens: 0 }, 128, PROMPTS);
+    assert.equal(plain.calls.get("rowSelectionOverlap") ?? 0, 0);
   });
 
   it("auto without pressure: no resolution, copy or view; the dense-resident attention runs", () => {
