@@ -31,7 +31,7 @@ import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import { resolveHiSparseConfig } from "../src/config/hisparse_config.js";
 import { loadModel } from "../src/models/registry.js";
 import { planDense, planHiSparse } from "../src/plan/plan.js";
-import { abortAll, addRequests, createBenchEngine, step } from "./hisparse_harness.js";
+import { abortAll, addRequests, createBenchEngine, measureConcurrency } from "./hisparse_harness.js";
 
 const arg = (name: string, d: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -125,22 +125,8 @@ for (const mode of modes) {
   }
   const ids = addRequests(e, config.vocabSize, maxRequests, context - OUTPUTS, OUTPUTS);
   const prompt = context - OUTPUTS;
-  let maxDecoding = 0;
-  let steps = 0;
   const cap = (Math.ceil(context / 8192) + 1) * maxRequests + OUTPUTS + 200;
-  while (steps < cap && (e.scheduler.hasUnfinishedRequests() || e.scheduler.hasFinishedRequests())) {
-    const { so } = step(e);
-    steps++;
-    if (e.scheduler.makeStats().numPreemptions > 0) break;
-    let decoding = 0;
-    for (const [id, n] of so.numScheduledTokens) {
-      const r = e.scheduler.getRequest(id);
-      if (n === 1 && r !== undefined && r.numComputedTokens > prompt) decoding++;
-    }
-    maxDecoding = Math.max(maxDecoding, decoding);
-    if (maxDecoding === maxRequests) break; // every request decodes at once: nothing more to learn
-  }
-  const preempted = e.scheduler.makeStats().numPreemptions > 0;
+  const { maxDecoding, preempted, steps } = measureConcurrency(e, prompt, maxRequests, cap);
   const r: Result = {
     mode,
     numGpuBlocks: e.numGpuBlocks,

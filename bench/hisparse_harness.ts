@@ -27,7 +27,7 @@ import { Request, RequestStatus } from "../src/core/request.js";
 import { makeSamplingParams } from "../src/core/sampling_params.js";
 import type { EngineCoreOutput, SchedulerOutput } from "../src/core/sched/output.js";
 import { Scheduler } from "../src/core/sched/scheduler.js";
-import type { LlamaForCausalLM } from "../src/models/llama.js";
+import type { LoadedModel } from "../src/models/registry.js";
 import { createKVCacheSetup } from "../src/worker/kv_cache_registry.js";
 import { ModelRunner } from "../src/worker/model_runner.js";
 
@@ -62,7 +62,7 @@ export interface BenchEngineOptions {
  */
 export function createBenchEngine(
   backend: CudaBackend,
-  model: LlamaForCausalLM,
+  model: LoadedModel["model"],
   o: BenchEngineOptions,
 ): BenchEngine {
   const args = makeEngineArgs({
@@ -90,7 +90,9 @@ export function createBenchEngine(
   });
   const { numGpuBlocks } = kv;
   const numHostBlocks = kv.info.hisparse?.numHostBlocks ?? 0;
-  const hs = hisparseConfigOf(args.extensions);
+  // The settings in effect (DSA models derive theirs: KVCacheSetup info.hisparse.config).
+  const user = hisparseConfigOf(args.extensions);
+  const hs = user === null ? null : (kv.info.hisparse?.config ?? user);
   const hisparse =
     hs === null
       ? null
@@ -156,4 +158,43 @@ export function abortAll(e: BenchEngine, ids: readonly string[]): void {
 export function isDecodeStep(so: SchedulerOutput): boolean {
   for (const n of so.numScheduledTokens.values()) if (n !== 1) return false;
   return so.numScheduledTokens.size > 0;
+}
+
+/** What {@link measureConcurrency} saw. */
+export interface ConcurrencyRun {
+  /** Most requests decoding in one step before the first preemption (or the end). */
+  maxDecoding: number;
+  preempted: boolean;
+  steps: number;
+}
+
+/**
+ * Steps until the first preemption, every request decoding at once, or `maxSteps` (and, with
+ * `stopAtFirstFinish`, the first finished request: memory it frees would let later requests in),
+ * counting the requests that decode (one token past a `promptLen`-token prompt) in each step:
+ * the capacity figure of bench/hisparse_capacity.ts and bench/dsa_capacity.ts.
+ */
+export function measureConcurrency(
+  e: BenchEngine,
+  promptLen: number,
+  numRequests: number,
+  maxSteps: number,
+  stopAtFirstFinish = false,
+): ConcurrencyRun {
+  let maxDecoding = 0;
+  let steps = 0;
+  while (steps < maxSteps && (e.scheduler.hasUnfinishedRequests() || e.scheduler.hasFinishedRequests())) {
+    const { so, outs } = step(e);
+    steps++;
+    if (e.scheduler.makeStats().numPreemptions > 0) break;
+    if (stopAtFirstFinish && outs.some((o) => o.finishReason !== null)) break;
+    let decoding = 0;
+    for (const [id, n] of so.numScheduledTokens) {
+      const r = e.scheduler.getRequest(id);
+      if (n === 1 && r !== undefined && r.numComputedTokens > promptLen) decoding++;
+    }
+    maxDecoding = Math.max(maxDecoding, decoding);
+    if (maxDecoding === numRequests) break; // every request decodes at once: nothing more to learn
+  }
+  return { maxDecoding, preempted: e.scheduler.makeStats().numPreemptions > 0, steps };
 }

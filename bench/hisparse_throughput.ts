@@ -3,7 +3,7 @@
  *   node dist/bench/hisparse_throughput.js [--config configs/llama-3.1-8b] [--contexts 32768,131072]
  *     [--batches 32768:1,4,8,16;131072:1,2,4] [--modes off,on,auto] [--steps 16]
  *     [--kv-budget-gib 32] [--host-pool-gib 64] [--topk 2048] [--buffer 4096] [--dense-layers 0,1]
- *     [--json FILE] [--budget-s 420] [--overlap P]
+ *     [--json FILE] [--budget-s 420] [--overlap P] [--num-layers N --num-experts E]
  * Llama-3.1-8B shape with seeded dummy weights (bf16), block size 16, CUDA graphs. Modes: `off`,
  * `auto`, `on` (residency host: long requests go host-resident after prefill) and `on-hybrid`
  * (`on` with residency hybrid: sparse attention over pages that stay on the device while there
@@ -38,6 +38,14 @@
  * the tens of seconds a real prefill takes; decode steps then run the real model (graph replays),
  * over random keys, so Quest selects different pages from step to step (a miss-heavy workload).
  *
+ * DSA models (`--config configs/glm-5 --num-layers 8`: GLM-5's per-layer shape cut to 8 layers
+ * and 16 routed experts, as bench/mla_bench.ts): the indexer selects (its top-k and the hot
+ * buffer are derived, --topk / --buffer / --dense-layers do not apply), prefills fast-fill latent
+ * rows and indexer keys, and `--overlap P` keeps each row of a request's previous selection (per
+ * indexer) with probability P, the rest being the model's own picks (native/kernels/
+ * hisparse_rows_overlap.cu; the paper's LRU miss rates at 2x and 4x top-k buffers correspond to
+ * P = 0.87 and 0.93).
+ *
  * Per mode, one configuration sized for the longest context serves every point. Per (context,
  * batch B): add B requests of `context` prompt tokens, step until every
  * running request decodes (requests that do not fit wait, or are preempted by `off`, or spill in
@@ -53,6 +61,8 @@ import { performance } from "node:perf_hooks";
 import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../src/config/hisparse_config.js";
 import { derivedMaxModelLen, loadModelConfig } from "../src/config/model_config.js";
+import { DummyWeights } from "../src/models/dummy.js";
+import { DeepseekV3ForCausalLM } from "../src/models/llama.js";
 import { loadModel, resolveModelDir } from "../src/models/registry.js";
 import {
   abortAll,
@@ -62,6 +72,7 @@ import {
   isDecodeStep,
   step,
 } from "./hisparse_harness.js";
+import { cutGlm5 } from "./mla_bench_setup.js";
 
 const arg = (name: string, d: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -123,13 +134,15 @@ interface Row {
   note: string;
 }
 
-function hisparseConfig(mode: Exclude<BenchMode, "off">): HiSparseConfig {
+function hisparseConfig(mode: Exclude<BenchMode, "off">, dsa: boolean): HiSparseConfig {
+  // DSA models derive topk (index_topk), the hot buffer and dense layers (config/hisparse_dsa.ts).
+  const quest = dsa
+    ? {}
+    : { topk: Number(arg("topk", "2048")), deviceBufferTokens: Number(arg("buffer", "4096")), denseLayers };
   const cfg = resolveHiSparseConfig({
     mode: mode === "on-hybrid" ? "on" : mode,
     residency: mode === "on" ? "host" : "hybrid",
-    topk: Number(arg("topk", "2048")),
-    deviceBufferTokens: Number(arg("buffer", "4096")),
-    denseLayers,
+    ...quest,
     hostPoolBytes,
     minSparseTokens: 0,
   });
@@ -205,20 +218,45 @@ function measure(e: BenchEngine, vocab: number, ctx: number, batch: number, mode
 }
 
 const backend = new CudaBackend({ workspaceBytes: 8 * GiB });
+
+/** The MLA config of --config cut to `numLayers` layers, dummy weights on the device. */
+function loadCut(numLayers: number, maxLen: number) {
+  const cfg = cutGlm5(
+    loadModelConfig(resolveModelDir(arg("config", "configs/glm-5"))),
+    numLayers,
+    Number(arg("num-experts", "16")),
+  );
+  const m = DeepseekV3ForCausalLM.load(
+    cfg,
+    new DummyWeights(cfg, { seed: 0, dtype: "bf16" }),
+    backend,
+    maxLen,
+  );
+  return { config: cfg, model: m };
+}
 const maxCtx = Math.max(...contexts);
 const t0 = performance.now();
-const { config, model } = loadModel({
-  modelDir: arg("config", "configs/llama-3.1-8b"),
-  backend,
-  loadFormat: "dummy",
-  seed: 0,
-  maxModelLen: maxCtx + 1024,
-});
+/** `--num-layers N`: an MLA config (GLM-5) cut to N layers and `--num-experts` routed experts (bench/mla_bench_setup.ts). */
+const numLayersArg = arg("num-layers", "");
+const { config, model } =
+  numLayersArg === ""
+    ? loadModel({
+        modelDir: arg("config", "configs/llama-3.1-8b"),
+        backend,
+        loadFormat: "dummy",
+        seed: 0,
+        maxModelLen: maxCtx + 1024,
+      })
+    : loadCut(Number(numLayersArg), maxCtx + 1024);
+const isDsa = config.mla?.indexer != null;
 console.log(
   `loaded ${config.architecture} (dummy, ${config.numHiddenLayers} layers) in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
 );
+const knobs = isDsa
+  ? `DSA: the indexer's top ${config.mla!.indexer!.topk}, hot buffer 2 x top-k rows`
+  : `topk ${arg("topk", "2048")}, buffer ${arg("buffer", "4096")}, dense layers [${denseLayers}]`;
 console.log(
-  `device KV budget ${(budgetBytes / GiB).toFixed(1)} GiB for every mode; host pool ${(hostPoolBytes / GiB).toFixed(1)} GiB; topk ${arg("topk", "2048")}, buffer ${arg("buffer", "4096")}, dense layers [${denseLayers}]${overlapTag}`,
+  `device KV budget ${(budgetBytes / GiB).toFixed(1)} GiB for every mode; host pool ${(hostPoolBytes / GiB).toFixed(1)} GiB; ${knobs}${overlapTag}`,
 );
 const rows: Row[] = [];
 /** Column label of each listed mode: the mode, or `mode#k` for its k-th round when listed again. */
@@ -238,7 +276,7 @@ outer: for (const [mi, mode] of modes.entries()) {
       maxNumSeqs: Math.max(...contexts.flatMap(batchesFor)),
       maxNumBatchedTokens: 8192,
       kvBudgetBytes: budgetBytes,
-      hisparse: mode === "off" ? null : hisparseConfig(mode),
+      hisparse: mode === "off" ? null : hisparseConfig(mode, isDsa),
     });
   } catch (err) {
     console.log(`${mode}: does not start: ${(err as Error).message}`);

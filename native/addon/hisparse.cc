@@ -63,6 +63,24 @@ Napi::Value RowResolve(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+/** rowViewMerge(stream, params: the fields of HsRowViewMergeParams by name): a partly resolved step's MLA metadata. */
+Napi::Value RowViewMerge(const Napi::CallbackInfo& info) {
+  Args a(info, 2, "rowViewMerge");
+  HsRowViewMergeParams p{};
+  readParams(ParamObject(info, 1, "rowViewMerge"), p);
+  checkLaunch(hsRowViewMerge(&p, a.stream(0)), "hsRowViewMerge", a.stream(0), __FILE__, __LINE__);
+  return info.Env().Undefined();
+}
+
+/** rowSelectionOverlap(stream, params: the fields of HsRowSelectionOverlapParams by name): benchmarks only. */
+Napi::Value RowSelectionOverlap(const Napi::CallbackInfo& info) {
+  Args a(info, 2, "rowSelectionOverlap");
+  HsRowSelectionOverlapParams p{};
+  readParams(ParamObject(info, 1, "rowSelectionOverlap"), p);
+  checkLaunch(hsRowSelectionOverlap(&p, a.stream(0)), "hsRowSelectionOverlap", a.stream(0), __FILE__, __LINE__);
+  return info.Env().Undefined();
+}
+
 /** rowCopy(stream, cache, hostRows, missSrc, missDst, missCount, rowFlags, numReqs, K, rowBytes, numDeviceSlots,
  *  numHostSlots): one layer's copy pass of an hsRowResolve plan. */
 Napi::Value RowCopy(const Napi::CallbackInfo& info) {
@@ -109,6 +127,8 @@ void initHiSparse(Napi::Env env, Napi::Object exports) {
   exports.Set("mirrorPages", Napi::Function::New(env, MirrorPages, "mirrorPages"));
   exports.Set("rowResolve", Napi::Function::New(env, RowResolve, "rowResolve"));
   exports.Set("rowCopy", Napi::Function::New(env, RowCopy, "rowCopy"));
+  exports.Set("rowViewMerge", Napi::Function::New(env, RowViewMerge, "rowViewMerge"));
+  exports.Set("rowSelectionOverlap", Napi::Function::New(env, RowSelectionOverlap, "rowSelectionOverlap"));
   exports.Set("loadPages", Napi::Function::New(env, LoadPages, "loadPages"));
   exports.Set("sparseDecodeAttention", Napi::Function::New(env, SparseDecodeAttention, "sparseDecodeAttention"));
 }

@@ -147,6 +147,47 @@ inline void readParams(const ParamObject& o, HsRowResolveParams& p) {
   p.numHostBlocks = o.i32("numHostBlocks");
 }
 
+/** HsRowViewMergeParams (native/kernels/hisparse.h). */
+inline void readParams(const ParamObject& o, HsRowViewMergeParams& p) {
+  p.topk = o.ptr("topk");
+  p.blockTables = o.ptr("blockTables");
+  p.seqLens = o.ptr("seqLens");
+  p.rowFlags = o.ptr("rowFlags");
+  p.reqSlot = o.ptr("reqSlot");
+  p.tokenRow = o.ptr("tokenRow");
+  p.viewTopk = o.ptr("viewTopk");
+  p.viewTable = o.ptr("viewTable");
+  p.viewSeqLens = o.ptr("viewSeqLens");
+  p.outTopk = o.ptr("outTopk");
+  p.outTables = o.ptr("outTables");
+  p.outSeqLens = o.ptr("outSeqLens");
+  p.numReqs = o.i32("numReqs");
+  p.numTokens = o.i32("numTokens");
+  p.K = o.i32("K");
+  p.tableStride = o.i32("tableStride");
+  p.outStride = o.i32("outStride");
+  p.numSlots = o.i32("numSlots");
+}
+
+/** HsRowSelectionOverlapParams (native/kernels/hisparse.h). */
+inline void readParams(const ParamObject& o, HsRowSelectionOverlapParams& p) {
+  p.topk = o.ptr("topk");
+  p.out = o.ptr("out");
+  p.K = o.i32("K");
+  p.rowFlags = o.ptr("rowFlags");
+  p.reqSlot = o.ptr("reqSlot");
+  p.tokenRow = o.ptr("tokenRow");
+  p.seqLens = o.ptr("seqLens");
+  p.prevSelection = o.ptr("prevSelection");
+  p.prevSeqLen = o.ptr("prevSeqLen");
+  p.source = o.i32("source");
+  p.numSources = o.i32("numSources");
+  p.numSlots = o.i32("numSlots");
+  p.numReqs = o.i32("numReqs");
+  p.numTokens = o.i32("numTokens");
+  p.p = o.f32("p");
+}
+
 /** HsMlaAttentionParams (native/kernels/mla.h). */
 inline void readParams(const ParamObject& o, HsMlaAttentionParams& p) {
   p.qAbs = o.ptr("qAbs");

@@ -336,6 +336,78 @@ cudaError_t hsRowCopy(void* cache, const void* hostRows, const int32_t* missSrc,
                       const int32_t* missCount, const int32_t* rowFlags, int numReqs, int K, size_t rowBytes,
                       int numDeviceSlots, int numHostSlots, cudaStream_t stream);
 
+
+/** Arguments of hsRowViewMerge (device pointers; the step's rows, R = numReqs, T = numTokens). */
+typedef struct HsRowViewMergeParams {
+  /** i32 [T, K] the indexer's top-k; i32 [R, tableStride] the step's block tables; i32 [R] its lengths. */
+  const int32_t* topk;
+  const int32_t* blockTables;
+  const int32_t* seqLens;
+  /** hsRowResolve's row rule: i32 [R] flags (NULL: every row), request slots, top-k row of each row (NULL: r). */
+  const int32_t* rowFlags;
+  const int32_t* reqSlot;
+  const int32_t* tokenRow;
+  /** hsRowResolve's view: i32 [R, K] positions, [R, K] table columns, [R] lengths. */
+  const int32_t* viewTopk;
+  const int32_t* viewTable;
+  const int32_t* viewSeqLens;
+  /** Out: i32 [T, K], [R, outStride], [R]. */
+  int32_t* outTopk;
+  int32_t* outTables;
+  int32_t* outSeqLens;
+  int numReqs;
+  int numTokens;
+  int K;
+  int tableStride;
+  /** >= max(K, tableStride). */
+  int outStride;
+  int numSlots;
+} HsRowViewMergeParams;
+
+/**
+ * The metadata Backend.mla.attention reads for a step whose rows are partly resolved by
+ * hsRowResolve (a batch mixing sparse decodes with resident decodes, prefill chunks or padding):
+ * resolved rows get their view (table columns, length K * bs, and the view positions written over
+ * their token's top-k row), every other row its own table (zero-padded to outStride), length and
+ * top-k. Two stream-ordered kernels; graph-capturable. CPU oracle: DsaHiSparseAttention.sparseView
+ * (src/attention/sparse/dsa_attention.ts).
+ */
+cudaError_t hsRowViewMerge(const HsRowViewMergeParams* a, cudaStream_t stream);
+
+
+/** Arguments of hsRowSelectionOverlap (device pointers; benchmarks only). */
+typedef struct HsRowSelectionOverlapParams {
+  /** i32 [T, K] the indexer's top-k; out: i32 [T, K] its copy with resolved rows rewritten. */
+  const int32_t* topk;
+  int32_t* out;
+  int K;
+  /** hsRowResolve's row rule: i32 [R] flags (NULL: every row), request slots, top-k row of each row (NULL: r). */
+  const int32_t* rowFlags;
+  const int32_t* reqSlot;
+  const int32_t* tokenRow;
+  /** i32 [R] context length after the step. */
+  const int32_t* seqLens;
+  /** i32 [numSlots, numSources, K] each request's previous selection per indexer; [numSlots, numSources] its context length. */
+  int32_t* prevSelection;
+  int32_t* prevSeqLen;
+  int source;
+  int numSources;
+  int numSlots;
+  int numReqs;
+  int numTokens;
+  /** Probability of keeping each previous entry. */
+  float p;
+} HsRowSelectionOverlapParams;
+
+/**
+ * Benchmark-only selection overlap of DSA models: out = topk, then for each resolved row its
+ * token's row is rewritten to the previous selection's entries kept with probability p (hash of
+ * slot, indexer, context length, entry) plus the model's entries not kept, until the model's
+ * count, ascending; a request's first step (context not one token longer than the stored one)
+ * keeps the model's. The previous selection is updated. A copy and one CTA per row; graph-capturable.
+ */
+cudaError_t hsRowSelectionOverlap(const HsRowSelectionOverlapParams* p, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,8 @@
 #include "hisparse.h"
 #include "hisparse_common.cuh"
 
+#include <algorithm>
+
 namespace hs_sparse {
 namespace {
 
@@ -268,6 +270,48 @@ __global__ void __launch_bounds__(kThreads) rowCopyKernel(uint4* cache, const ui
   }
 }
 
+
+/** Whether hsRowResolve resolved row r (its rule: flagged, or every row without flags, and a valid slot). */
+__device__ __forceinline__ bool rowResolved(const int32_t* rowFlags, const int32_t* reqSlot, int r, int numSlots) {
+  const int slot = reqSlot[r];
+  return (rowFlags == nullptr || rowFlags[r] != 0) && slot >= 0 && slot < numSlots;
+}
+
+/** hsRowViewMerge, pass 1: every row's own top-k, table (zero-padded to outStride) and length; resolved rows' view. */
+__global__ void __launch_bounds__(kThreads) rowViewMergeKernel(const HsRowViewMergeParams a) {
+  const long long nTopk = static_cast<long long>(a.numTokens) * a.K;
+  const long long nTables = static_cast<long long>(a.numReqs) * a.outStride;
+  const long long n = max(max(nTopk, nTables), static_cast<long long>(a.numReqs));
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    if (i < nTopk) a.outTopk[i] = a.topk[i];
+    if (i < nTables) {
+      const int r = static_cast<int>(i / a.outStride);
+      const int c = static_cast<int>(i - static_cast<long long>(r) * a.outStride);
+      int v = 0;
+      if (rowResolved(a.rowFlags, a.reqSlot, r, a.numSlots))
+        v = c < a.K ? a.viewTable[static_cast<size_t>(r) * a.K + c] : 0;
+      else if (c < a.tableStride)
+        v = a.blockTables[static_cast<size_t>(r) * a.tableStride + c];
+      a.outTables[i] = v;
+    }
+    if (i < a.numReqs) {
+      const int r = static_cast<int>(i);
+      a.outSeqLens[r] = rowResolved(a.rowFlags, a.reqSlot, r, a.numSlots) ? a.viewSeqLens[r] : a.seqLens[r];
+    }
+  }
+}
+
+/** hsRowViewMerge, pass 2: CTA r writes resolved row r's view positions over its token's top-k row. */
+__global__ void __launch_bounds__(kThreads) rowViewTopkKernel(const HsRowViewMergeParams a) {
+  const int r = blockIdx.x;
+  if (!rowResolved(a.rowFlags, a.reqSlot, r, a.numSlots)) return;
+  const int t = a.tokenRow == nullptr ? r : a.tokenRow[r];
+  if (t < 0 || t >= a.numTokens) return;
+  for (int j = threadIdx.x; j < a.K; j += blockDim.x)
+    a.outTopk[static_cast<size_t>(t) * a.K + j] = a.viewTopk[static_cast<size_t>(r) * a.K + j];
+}
+
 }  // namespace
 }  // namespace hs_sparse
 
@@ -308,5 +352,25 @@ extern "C" cudaError_t hsRowCopy(void* cache, const void* hostRows, const int32_
   rowCopyKernel<<<grid, kThreads, 0, stream>>>(static_cast<uint4*>(cache), static_cast<const uint4*>(hostRows),
                                                missSrc, missDst, missCount, rowFlags, K,
                                                static_cast<int>(rowBytes / 16), numDeviceSlots, numHostSlots);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t hsRowViewMerge(const HsRowViewMergeParams* a, cudaStream_t stream) {
+  using namespace hs_sparse;
+  if (a == nullptr || a->numReqs < 0 || a->numTokens < 0 || a->K <= 0 || a->tableStride < 0 ||
+      a->outStride < a->K || a->outStride < a->tableStride || a->numSlots <= 0)
+    return cudaErrorInvalidValue;
+  if (a->numReqs == 0 && a->numTokens == 0) return cudaSuccess;
+  if (a->topk == nullptr || a->seqLens == nullptr || a->reqSlot == nullptr || a->viewTopk == nullptr ||
+      a->viewTable == nullptr || a->viewSeqLens == nullptr || a->outTopk == nullptr || a->outTables == nullptr ||
+      a->outSeqLens == nullptr || (a->tableStride > 0 && a->blockTables == nullptr))
+    return cudaErrorInvalidValue;
+  const long long n = std::max({static_cast<long long>(a->numTokens) * a->K,
+                                static_cast<long long>(a->numReqs) * a->outStride, static_cast<long long>(a->numReqs)});
+  const int grid = static_cast<int>(std::min<long long>((n + kThreads - 1) / kThreads, 1024));
+  rowViewMergeKernel<<<std::max(grid, 1), kThreads, 0, stream>>>(*a);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || a->numReqs == 0) return err;
+  rowViewTopkKernel<<<a->numReqs, kThreads, 0, stream>>>(*a);
   return cudaGetLastError();
 }

@@ -315,6 +315,79 @@ void errorCase(Tally& tally) {
   tally.record(ok, "hsRowResolve errors: entry past the context, unflagged row untouched");
 }
 
+
+/**
+ * hsRowViewMerge on a mixed step: row 0 a 3-token prefill chunk (tokens 0-2, not flagged), row 1
+ * a resolved sparse decode (token 3), row 2 a flagged row without a slot (padding, token 4):
+ * only row 1 takes the view; the others keep their tables (zero-padded to outStride), lengths
+ * and top-k rows.
+ */
+void mergeCase(Tally& tally) {
+  const int R = 3, T = 5, K = 4, W = 2, outStride = 4;
+  std::vector<int> topk(T * K);
+  for (int i = 0; i < T * K; ++i) topk[i] = 100 + i;
+  const std::vector<int> tables{7, 8, 9, 10, 11, 12}, lens{3, 20, 1};
+  const std::vector<int> flags{0, 1, 1}, slots{0, 2, -1}, tokenRow{2, 3, 4};
+  std::vector<int> vTopk(R * K), vTable(R * K);
+  for (int i = 0; i < R * K; ++i) vTopk[i] = 500 + i, vTable[i] = 900 + i;
+  const std::vector<int> vLens{-5, 16, -6};
+  auto dTopk = dev(topk), dTables = dev(tables), dLens = dev(lens), dFlags = dev(flags), dSlots = dev(slots);
+  auto dTok = dev(tokenRow), dVt = dev(vTopk), dVb = dev(vTable), dVl = dev(vLens);
+  DeviceBuffer<int> oTopk(T * K), oTables(R * outStride), oLens(R);
+  oTopk.poison(0x7f), oTables.poison(0x7f), oLens.poison(0x7f);
+  HsRowViewMergeParams p{};
+  p.topk = dTopk.ptr, p.blockTables = dTables.ptr, p.seqLens = dLens.ptr, p.rowFlags = dFlags.ptr;
+  p.reqSlot = dSlots.ptr, p.tokenRow = dTok.ptr, p.viewTopk = dVt.ptr, p.viewTable = dVb.ptr, p.viewSeqLens = dVl.ptr;
+  p.outTopk = oTopk.ptr, p.outTables = oTables.ptr, p.outSeqLens = oLens.ptr;
+  p.numReqs = R, p.numTokens = T, p.K = K, p.tableStride = W, p.outStride = outStride, p.numSlots = 3;
+  HS_CHECK(hsRowViewMerge(&p, nullptr));
+  HS_CHECK(cudaDeviceSynchronize());
+  std::vector<int> wantTopk = topk;
+  for (int j = 0; j < K; ++j) wantTopk[3 * K + j] = vTopk[1 * K + j];
+  const std::vector<int> wantTables{7, 8, 0, 0, 904, 905, 906, 907, 11, 12, 0, 0}, wantLens{3, 16, 1};
+  const bool ok = oTopk.download() == wantTopk && oTables.download() == wantTables && oLens.download() == wantLens;
+  tally.record(ok, "hsRowViewMerge: a resolved row takes its view, prefill and padding rows keep theirs");
+}
+
+
+/**
+ * hsRowSelectionOverlap (benchmarks only): p = 1 keeps the whole previous selection (2, 5, 9, 13)
+ * and fills up with the model's picks not kept (0, 1, 3, 4), ascending; the next step with p = 0
+ * takes the model's; a context that did not grow by one token (a new request) takes the model's
+ * whatever p; the other token's row is copied.
+ */
+void overlapCase(Tally& tally) {
+  const int K = 8, T = 2;
+  std::vector<int> topk{50, 51, 52, 53, -1, -1, -1, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<int> prev(2 * 2 * K, -1);
+  const int lane = 1 * 2 + 1;  // slot 1, source 1
+  for (int j = 0; j < 4; ++j) prev[lane * K + j] = std::vector<int>{2, 5, 9, 13}[j];
+  std::vector<int> prevLen{-1, -1, -1, 19};
+  auto dTopk = dev(topk), dPrev = dev(prev), dPrevLen = dev(prevLen);
+  auto dSlot = dev(std::vector<int>{1}), dTok = dev(std::vector<int>{1}), dFlags = dev(std::vector<int>{1});
+  DeviceBuffer<int> out(T * K);
+  HsRowSelectionOverlapParams p{};
+  p.topk = dTopk.ptr, p.out = out.ptr, p.K = K, p.rowFlags = dFlags.ptr, p.reqSlot = dSlot.ptr, p.tokenRow = dTok.ptr;
+  p.prevSelection = dPrev.ptr, p.prevSeqLen = dPrevLen.ptr, p.source = 1, p.numSources = 2, p.numSlots = 2;
+  p.numReqs = 1, p.numTokens = T;
+  auto runWith = [&](int seqLen, float prob) {
+    auto dLen = dev(std::vector<int>{seqLen});
+    p.seqLens = dLen.ptr, p.p = prob;
+    HS_CHECK(hsRowSelectionOverlap(&p, nullptr));
+    HS_CHECK(cudaDeviceSynchronize());
+    return out.download();
+  };
+  const std::vector<int> row0{50, 51, 52, 53, -1, -1, -1, -1};
+  auto a = runWith(20, 1.0f);
+  bool ok = std::vector<int>(a.begin(), a.begin() + K) == row0 &&
+            std::vector<int>(a.begin() + K, a.end()) == std::vector<int>{0, 1, 2, 3, 4, 5, 9, 13};
+  auto b = runWith(21, 0.0f);
+  ok = ok && std::vector<int>(b.begin() + K, b.end()) == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7};
+  auto c = runWith(40, 1.0f);  // not 22: a new request in the slot
+  ok = ok && std::vector<int>(c.begin() + K, c.end()) == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7};
+  tally.record(ok, "hsRowSelectionOverlap: p = 1 keeps the previous rows, p = 0 and a new request take the model's");
+}
+
 /**
  * --bench: hsRowCopy's swap-in bandwidth at GLM-5's row (576 bf16 = 1,152 B), every entry of 64
  * rows x index_topk 2048 a miss from distinct random host rows (GPU only; figures, no checks).
@@ -361,5 +434,7 @@ int main(int argc, char** argv) {
   Tally tally;
   sequenceCase(tally, quick ? 12 : 200);
   errorCase(tally);
+  mergeCase(tally);
+  overlapCase(tally);
   return tally.finish("hisparse_rows_test");
 }

@@ -14,7 +14,7 @@ mkdir -p build/hisparse_rows_test
 bin=build/hisparse_rows_test/hisparse_rows_test
 fails=0
 timeout 240 "$NVCC" -std=c++17 -O3 -lineinfo -gencode=arch=compute_90a,code=sm_90a -o "$bin" \
-  native/tests/hisparse_rows_test.cu native/kernels/hisparse_rows.cu || { echo "RESULT: FAIL (build)"; exit 1; }
+  native/tests/hisparse_rows_test.cu native/kernels/hisparse_rows.cu native/kernels/hisparse_rows_overlap.cu || { echo "RESULT: FAIL (build)"; exit 1; }
 timeout 120 "$bin" || fails=$((fails + 1))
 if command -v compute-sanitizer >/dev/null; then
   timeout 180 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$bin" --quick || fails=$((fails + 1))

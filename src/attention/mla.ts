@@ -61,6 +61,19 @@ export interface MlaAttentionBackend {
     indexKeyCache: Tensor,
     meta: AttentionMetadata,
   ): Tensor;
+  /**
+   * Benchmarks only (ModelRunner fastPrefill): writes given latent rows [T, C + R] of layer
+   * `layerIdx` and, for a full DSA layer, index keys [T, Di] where the step's forward would
+   * write them, running no attention.
+   */
+  fillRows?(
+    layerIdx: number,
+    latentRows: Tensor,
+    indexKeys: Tensor | null,
+    latentCache: Tensor,
+    indexKeyCache: Tensor | null,
+    meta: AttentionMetadata,
+  ): void;
 }
 
 /**
@@ -85,6 +98,19 @@ export class DenseMlaAttention implements MlaAttentionBackend {
     this.ops.writeRows(x.kvc, latentCache, 0, meta.slotMapping);
     this.ops.writeRows(x.kpe, latentCache, x.dims.kvLoraRank, meta.slotMapping);
     return this.ops.attention(x.q, latentCache, x.kvBProj, meta, x.dims, this.blockSize, x.topkIndices);
+  }
+
+  fillRows(
+    _layerIdx: number,
+    latentRows: Tensor,
+    indexKeys: Tensor | null,
+    latentCache: Tensor,
+    indexKeyCache: Tensor | null,
+    meta: AttentionMetadata,
+  ): void {
+    this.ops.writeRows(latentRows, latentCache, 0, meta.slotMapping);
+    if (indexKeys !== null && indexKeyCache !== null)
+      this.ops.writeRows(indexKeys, indexKeyCache, 0, meta.slotMapping);
   }
 
   indexerTopk(_layerIdx: number, x: IndexerInputs, indexKeyCache: Tensor, meta: AttentionMetadata): Tensor {

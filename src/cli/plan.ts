@@ -348,9 +348,5 @@ function deploymentLines(
     lines.push(
       "Note: the engine runs HiSparse on MLA models only with a DSA indexer (its top-k selects the latent rows to recall; worker/hisparse/setup.ts modelReasons); the HiSparse figures are the KV memory formula's split (latent rows offloadable)",
     );
-  else if (c.mla != null)
-    lines.push(
-      "Note: HiSparse for DSA models runs on the CPU backend today; its CUDA set-up is not wired yet (worker/hisparse/dsa_setup.ts)",
-    );
   return lines;
 }

@@ -28,7 +28,8 @@ export interface ModelRunnerOptions {
   /**
    * Benchmarks only: a step with prefill tokens does not run the model; every layer's K/V (and
    * feature state such as HiSparse digests) is written from a fixed random qkv through
-   * AttentionBackend.writeKv, and rows that sample get zero logits (token 0). Fills long contexts
+   * AttentionBackend.writeKv (MLA models: latent rows and DSA indexer keys through
+   * MlaAttentionBackend.fillRows), and rows that sample get zero logits (token 0). Fills long contexts
    * in a fraction of a real prefill's time; the decode steps that follow run the real model.
    */
   fastPrefill?: boolean;
@@ -63,7 +64,8 @@ export class ModelRunner {
   /** ModelRunnerOptions.fastPrefill. */
   readonly fastPrefill: boolean;
   /** bf16 [rows, qkv width] random rows used by fastPrefill (grown on demand). */
-  private fillQkv: Tensor | null = null;
+  /** fastPrefill's random row tables, by row width. */
+  private readonly fillRowTables = new Map<number, Tensor>();
 
   /** Replays decode steps from CUDA graphs (null: eager, e.g. CPU or --enforce-eager). */
   private readonly graphRunner: CudaGraphRunner | null;
@@ -107,8 +109,8 @@ export class ModelRunner {
   /** Frees graph resources, then the KV set-up (what the extensions hold, the caches). */
   dispose(): void {
     this.graphRunner?.dispose();
-    if (this.fillQkv !== null) this.backend.free(this.fillQkv);
-    this.fillQkv = null;
+    for (const t of this.fillRowTables.values()) this.backend.free(t);
+    this.fillRowTables.clear();
     this.kv.dispose();
   }
 
@@ -118,15 +120,38 @@ export class ModelRunner {
    * @throws Error when the attention backend cannot write K/V alone.
    */
   private fill(inputs: PreparedInputs, meta: AttentionMetadata): Tensor | null {
-    const attn = this.attention;
-    if (attn.writeKv === undefined || this.mlaAttention !== null)
-      throw new Error("fastPrefill needs a GQA model and an attention backend with writeKv");
     const b = this.backend;
-    const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = this.model.layout;
-    const W = (Hq + 2 * Hkv) * D;
     const T = inputs.inputIds.length;
-    if (this.fillQkv === null || (this.fillQkv.shape[0] ?? 0) < T) {
-      if (this.fillQkv !== null) b.free(this.fillQkv);
+    const mla = this.model.config.mla;
+    if (this.mlaAttention !== null && mla != null) {
+      const fillRows = this.mlaAttention.fillRows?.bind(this.mlaAttention);
+      if (fillRows === undefined) throw new Error("fastPrefill needs an MLA attention backend with fillRows");
+      const latent = this.randomRows(T, mla.kvLoraRank + mla.qkRopeHeadDim);
+      const keys = mla.indexer === null ? null : this.randomRows(T, mla.indexer.headDim);
+      for (let l = 0; l < this.kvCaches.length; l++) {
+        const keyCache = this.indexerKeyCaches?.[l] ?? null;
+        fillRows(l, latent, keyCache === null ? null : keys, this.kvCaches[l]!, keyCache, meta);
+      }
+    } else {
+      const attn = this.attention;
+      if (attn.writeKv === undefined)
+        throw new Error("fastPrefill needs an attention backend with writeKv (or an MLA model)");
+      const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = this.model.layout;
+      const qkv = this.randomRows(T, (Hq + 2 * Hkv) * D);
+      for (let l = 0; l < this.kvCaches.length; l++) attn.writeKv(l, qkv, this.kvCaches[l]!, meta);
+    }
+    const B = inputs.logitsIndices.length;
+    return B === 0
+      ? null
+      : b.stage(new Float32Array(B * this.model.config.vocabSize), [B, this.model.config.vocabSize], "f32");
+  }
+
+  /** T rows of W fixed uniform [-1, 1) bf16 values (fastPrefill's K/V or latent rows), from a table kept per width. */
+  private randomRows(T: number, W: number): Tensor {
+    const b = this.backend;
+    let table = this.fillRowTables.get(W);
+    if (table === undefined || (table.shape[0] ?? 0) < T) {
+      if (table !== undefined) b.free(table);
       const rows = Math.max(T, 2048);
       const data = new Float32Array(rows * W);
       let x = 0x9e3779b9;
@@ -134,21 +159,17 @@ export class ModelRunner {
         x = (Math.imul(x ^ (x >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) | 0;
         data[i] = ((x >>> 8) / 2 ** 24 - 0.5) * 2; // uniform in [-1, 1)
       }
-      this.fillQkv = b.upload(data, [rows, W], "bf16");
+      table = b.upload(data, [rows, W], "bf16");
+      this.fillRowTables.set(W, table);
     }
-    const qkv = b.gatherRows(
-      this.fillQkv,
+    return b.gatherRows(
+      table,
       b.stage(
         Int32Array.from({ length: T }, (_, t) => t),
         [T],
         "i32",
       ),
     );
-    for (let l = 0; l < this.kvCaches.length; l++) attn.writeKv(l, qkv, this.kvCaches[l]!, meta);
-    const B = inputs.logitsIndices.length;
-    return B === 0
-      ? null
-      : b.stage(new Float32Array(B * this.model.config.vocabSize), [B, this.model.config.vocabSize], "f32");
   }
 
   /** Number of requests whose state the runner holds. */

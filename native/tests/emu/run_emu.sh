@@ -50,7 +50,8 @@ if [ "$what" = hisparse ] || [ "$what" = all ]; then
   "$work/hisparse_test" "$@" || status=1
 fi
 if [ "$what" = rows ] || [ "$what" = all ]; then
-  build hisparse_rows_test "$work/tests/hisparse_rows_test.cu" "$work/kernels/hisparse_rows.cu"
+  build hisparse_rows_test "$work/tests/hisparse_rows_test.cu" "$work/kernels/hisparse_rows.cu" \
+    "$work/kernels/hisparse_rows_overlap.cu"
   "$work/hisparse_rows_test" "$@" || status=1
 fi
 if [ "$what" = sampling ] || [ "$what" = all ]; then

@@ -69,14 +69,18 @@ export {
   RESOLVE_PARAMS,
   type ResolveParams,
   ROW_RESOLVE_PARAMS,
+  ROW_SELECTION_OVERLAP_PARAMS,
+  ROW_VIEW_MERGE_PARAMS,
   type RowResolveParams,
+  type RowSelectionOverlapParams,
+  type RowViewMergeParams,
   SPARSE_DECODE_PARAMS,
   type SparseDecodeParams,
 } from "./addon_params.js";
 export { asDevicePtr, type DevicePtr, NULL_PTR, offsetPtr } from "./device_ptr.js";
 
 /** Version of the JS-visible surface this file describes (native/addon/module.cc kAbiVersion). */
-export const ADDON_ABI_VERSION = 6;
+export const ADDON_ABI_VERSION = 7;
 
 /** Element type codes shared with native/kernels/kernels.h (HsDtype). */
 export const DTYPE_CODE: Record<DType, number> = { f32: 0, bf16: 1, f16: 2, i32: 3, fp8: 4 };

@@ -7,6 +7,8 @@ import type {
   QuestSelectParams,
   ResolveParams,
   RowResolveParams,
+  RowSelectionOverlapParams,
+  RowViewMergeParams,
   SparseDecodeParams,
 } from "./addon_params.js";
 import type { DevicePtr } from "./device_ptr.js";
@@ -66,6 +68,10 @@ export interface NativeHiSparseApi {
   ): void;
   /** DSA hot rows: one indexer's resolution plan, the attention view and the miss list (hsRowResolve). */
   rowResolve(stream: number, params: RowResolveParams): void;
+  /** The MLA attention metadata of a step partly resolved by rowResolve (hsRowViewMerge). */
+  rowViewMerge(stream: number, params: RowViewMergeParams): void;
+  /** Benchmarks only: the DSA selection-overlap rewrite of a top-k (hsRowSelectionOverlap). */
+  rowSelectionOverlap(stream: number, params: RowSelectionOverlapParams): void;
   /** One layer's copy pass of a row plan from mapped pinned host rows (hsRowCopy); rowFlags: i32* or NULL_PTR. */
   rowCopy(
     stream: number,

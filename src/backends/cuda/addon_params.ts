@@ -197,6 +197,55 @@ export const ROW_RESOLVE_PARAMS = {
   ],
 } as const satisfies ParamStruct;
 
+/** HsRowViewMergeParams (hsRowViewMerge: the attention metadata of a step partly resolved by hsRowResolve). */
+export const ROW_VIEW_MERGE_PARAMS = {
+  struct: "HsRowViewMergeParams",
+  header: "native/kernels/hisparse.h",
+  fields: [
+    ["topk", "ptr"],
+    ["blockTables", "ptr"],
+    ["seqLens", "ptr"],
+    ["rowFlags", "ptr"],
+    ["reqSlot", "ptr"],
+    ["tokenRow", "ptr"],
+    ["viewTopk", "ptr"],
+    ["viewTable", "ptr"],
+    ["viewSeqLens", "ptr"],
+    ["outTopk", "ptr"],
+    ["outTables", "ptr"],
+    ["outSeqLens", "ptr"],
+    ["numReqs", "i32"],
+    ["numTokens", "i32"],
+    ["K", "i32"],
+    ["tableStride", "i32"],
+    ["outStride", "i32"],
+    ["numSlots", "i32"],
+  ],
+} as const satisfies ParamStruct;
+
+/** HsRowSelectionOverlapParams (hsRowSelectionOverlap: the benchmark-only DSA selection overlap). */
+export const ROW_SELECTION_OVERLAP_PARAMS = {
+  struct: "HsRowSelectionOverlapParams",
+  header: "native/kernels/hisparse.h",
+  fields: [
+    ["topk", "ptr"],
+    ["out", "ptr"],
+    ["K", "i32"],
+    ["rowFlags", "ptr"],
+    ["reqSlot", "ptr"],
+    ["tokenRow", "ptr"],
+    ["seqLens", "ptr"],
+    ["prevSelection", "ptr"],
+    ["prevSeqLen", "ptr"],
+    ["source", "i32"],
+    ["numSources", "i32"],
+    ["numSlots", "i32"],
+    ["numReqs", "i32"],
+    ["numTokens", "i32"],
+    ["p", "f32"],
+  ],
+} as const satisfies ParamStruct;
+
 /** HsMlaAttentionParams (hsMlaAttention, absorbed MLA attention). */
 export const MLA_ATTENTION_PARAMS = {
   struct: "HsMlaAttentionParams",
@@ -258,6 +307,8 @@ export const NATIVE_PARAM_STRUCTS: readonly ParamStruct[] = [
   QUEST_SELECT_PARAMS,
   RESOLVE_PARAMS,
   ROW_RESOLVE_PARAMS,
+  ROW_VIEW_MERGE_PARAMS,
+  ROW_SELECTION_OVERLAP_PARAMS,
   MLA_ATTENTION_PARAMS,
   MLA_INDEXER_PARAMS,
 ];
@@ -267,5 +318,7 @@ export type SparseDecodeParams = ParamsOf<typeof SPARSE_DECODE_PARAMS>;
 export type QuestSelectParams = ParamsOf<typeof QUEST_SELECT_PARAMS>;
 export type ResolveParams = ParamsOf<typeof RESOLVE_PARAMS>;
 export type RowResolveParams = ParamsOf<typeof ROW_RESOLVE_PARAMS>;
+export type RowViewMergeParams = ParamsOf<typeof ROW_VIEW_MERGE_PARAMS>;
+export type RowSelectionOverlapParams = ParamsOf<typeof ROW_SELECTION_OVERLAP_PARAMS>;
 export type MlaAttentionParams = ParamsOf<typeof MLA_ATTENTION_PARAMS>;
 export type MlaIndexerParams = ParamsOf<typeof MLA_INDEXER_PARAMS>;

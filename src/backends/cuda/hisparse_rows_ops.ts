@@ -165,3 +165,125 @@ export function rowCopy(
     numHostBlocks * bs,
   );
 }
+
+/** What rowViewMerge needs of the step besides the plan. */
+export interface RowViewMergeInputs {
+  /** i32 [T, K] the indexer's top-k the plan resolved. */
+  topk: Tensor;
+  /** i32 [R, W] the step's block tables; i32 [R] its lengths (AttentionMetadata). */
+  blockTables: Tensor;
+  seqLens: Tensor;
+  /** rowResolve's row rule: flags (null: every row), request slots, token rows (null: r). */
+  rowFlags: Tensor | null;
+  reqSlot: Tensor;
+  tokenRow: Tensor | null;
+  /** Request slots of the tables (rows with a slot outside [0, numSlots) are not resolved). */
+  numSlots: number;
+}
+
+/** The attention metadata of a partly resolved step: top-k [T, K], tables [R, max(W, K)], lengths [R]. */
+export interface MergedRowView {
+  topk: Tensor;
+  blockTables: Tensor;
+  seqLens: Tensor;
+}
+
+/**
+ * hsRowViewMerge: resolved rows read `plan`'s view (their token's top-k row replaced by the view
+ * positions), every other row (resident decodes, prefill chunks, padding) its own table, length
+ * and top-k, so one Backend.mla.attention call serves the whole step (the CPU oracle:
+ * DsaHiSparseAttention.sparseView).
+ */
+export function rowViewMerge(
+  ctx: CudaAttentionContext,
+  plan: RowResolutionTensors,
+  a: RowViewMergeInputs,
+): MergedRowView {
+  const [T, K] = [dim(a.topk, 0), dim(a.topk, 1)];
+  const [R, W] = [dim(a.blockTables, 0), dim(a.blockTables, 1)];
+  const topk = i32(ctx, a.topk, "rowViewMerge topk", [T, K]);
+  const tables = i32(ctx, a.blockTables, "rowViewMerge blockTables", [R, W]);
+  const seq = i32(ctx, a.seqLens, "rowViewMerge seqLens", [R]);
+  const slot = i32(ctx, a.reqSlot, "rowViewMerge reqSlot", [R]);
+  if (a.rowFlags !== null) i32(ctx, a.rowFlags, "rowViewMerge rowFlags", [R]);
+  if (a.tokenRow !== null) i32(ctx, a.tokenRow, "rowViewMerge tokenRow", [R]);
+  expectShape(plan.viewTopk, "rowViewMerge viewTopk", [R, K]);
+  const outStride = Math.max(W, K);
+  const out: MergedRowView = {
+    topk: ctx.out([T, K], "i32"),
+    blockTables: ctx.out([R, outStride], "i32"),
+    seqLens: ctx.out([R], "i32"),
+  };
+  if (R === 0 && T === 0) return out;
+  const ptr = (x: Tensor, what: string) => ctx.dev(x, what).ptr;
+  ctx.addon.rowViewMerge(ctx.stream, {
+    topk: topk.ptr,
+    blockTables: tables.ptr,
+    seqLens: seq.ptr,
+    rowFlags: ptrOf(ctx, a.rowFlags, "rowViewMerge rowFlags"),
+    reqSlot: slot.ptr,
+    tokenRow: ptrOf(ctx, a.tokenRow, "rowViewMerge tokenRow"),
+    viewTopk: ptr(plan.viewTopk, "rowViewMerge viewTopk"),
+    viewTable: ptr(plan.viewTable, "rowViewMerge viewTable"),
+    viewSeqLens: ptr(plan.viewSeqLens, "rowViewMerge viewSeqLens"),
+    outTopk: ptr(out.topk, "rowViewMerge outTopk"),
+    outTables: ptr(out.blockTables, "rowViewMerge outTables"),
+    outSeqLens: ptr(out.seqLens, "rowViewMerge outSeqLens"),
+    numReqs: R,
+    numTokens: T,
+    K,
+    tableStride: W,
+    outStride,
+    numSlots: a.numSlots,
+  });
+  return out;
+}
+
+/** The benchmark's selection-overlap state of one set-up: previous selections per (slot, indexer). */
+export interface SelectionOverlapState {
+  /** i32 [S, numSources, K] previous selection (-1 padded); i32 [S, numSources] its context length (-1: none). */
+  prevSelection: Tensor;
+  prevSeqLen: Tensor;
+  /** Probability of keeping each previous entry. */
+  p: number;
+}
+
+/**
+ * Benchmarks only (hsRowSelectionOverlap): `topk` with each resolved row's selection rewritten to
+ * keep each entry of its previous one with probability `state.p`, the rest the model's own
+ * picks (native/kernels/hisparse_rows_overlap.cu). @returns a new i32 [T, K].
+ */
+export function rowSelectionOverlap(
+  ctx: CudaAttentionContext,
+  topk: Tensor,
+  rows: { rowFlags: Tensor | null; reqSlot: Tensor; tokenRow: Tensor | null; seqLens: Tensor },
+  state: SelectionOverlapState,
+  source: number,
+): Tensor {
+  const [T, K] = [dim(topk, 0), dim(topk, 1)];
+  const R = dim(rows.reqSlot, 0);
+  const [S, numSources] = [dim(state.prevSelection, 0), dim(state.prevSelection, 1)];
+  const t = i32(ctx, topk, "rowSelectionOverlap topk", [T, K]);
+  const prev = i32(ctx, state.prevSelection, "rowSelectionOverlap prevSelection", [S, numSources, K]);
+  const prevLen = i32(ctx, state.prevSeqLen, "rowSelectionOverlap prevSeqLen", [S, numSources]);
+  const out = ctx.out([T, K], "i32");
+  if (T === 0) return out;
+  ctx.addon.rowSelectionOverlap(ctx.stream, {
+    topk: t.ptr,
+    out: ctx.dev(out, "rowSelectionOverlap out").ptr,
+    K,
+    rowFlags: ptrOf(ctx, rows.rowFlags, "rowSelectionOverlap rowFlags"),
+    reqSlot: i32(ctx, rows.reqSlot, "rowSelectionOverlap reqSlot", [R]).ptr,
+    tokenRow: ptrOf(ctx, rows.tokenRow, "rowSelectionOverlap tokenRow"),
+    seqLens: i32(ctx, rows.seqLens, "rowSelectionOverlap seqLens", [R]).ptr,
+    prevSelection: prev.ptr,
+    prevSeqLen: prevLen.ptr,
+    source,
+    numSources,
+    numSlots: S,
+    numReqs: R,
+    numTokens: T,
+    p: state.p,
+  });
+  return out;
+}

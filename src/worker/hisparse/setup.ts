@@ -27,9 +27,9 @@ export function modelReasons(
         `Hybrid HiSparse runs multi-head latent attention models only with a DSA indexer (DeepSeek-V3.2, GLM-5): ${config.architecture} has none, so no selection decides which latent rows to recall; use --enable-hybrid-sparse off`,
       ];
     const reasons = [...dsa.reasons];
-    if (backend.name !== "cpu")
+    if (backend.mla === undefined)
       reasons.push(
-        `--enable-hybrid-sparse ${hs.mode} for DSA models runs on the CPU backend only yet (its CUDA resolver is pending); use --device cpu, or --enable-hybrid-sparse off`,
+        `--enable-hybrid-sparse ${hs.mode} for DSA models needs MLA ops, which the ${backend.name} backend does not have (use --device cpu or cuda, or --enable-hybrid-sparse off)`,
       );
     return reasons;
   }

@@ -51,6 +51,12 @@ export class CudaHiSparseWorker implements WorkerExtension {
     readonly hostTier: CudaHostKvTier,
     /** More device state to free with the extension (the selector's digests). */
     private readonly owned: readonly { dispose(): void }[] = [],
+    /**
+     * Host-to-device bytes of one miss the resolver counts: Quest one (page, layer, kv head)
+     * slice (the default, hostTier.sliceBytes); DSA one latent row times the layers that copy it
+     * (the resolver counts once per indexer, each of its layers copies).
+     */
+    private readonly bytesPerMiss: number = hostTier.sliceBytes,
   ) {
     this.graph = {
       variant: (so) => {
@@ -132,13 +138,13 @@ export class CudaHiSparseWorker implements WorkerExtension {
     const c = resolved ? this.tables.takeCounters() : { hits: 0, misses: 0, errors: 0 };
     if (c.errors > 0)
       throw new Error(
-        `the HiSparse resolver failed for ${c.errors} (request, layer, kv head) selections (more INACTIVE pages than hot-buffer slots, or no tail page)`,
+        `the HiSparse resolver failed for ${c.errors} selections (more INACTIVE pages or rows than hot-buffer slots, an entry outside the context, or no tail page)`,
       );
     out.set(HISPARSE_RESULT, {
       step: plan.step,
       hits: c.hits,
       misses: c.misses,
-      hostToDeviceBytes: c.misses * this.hostTier.sliceBytes,
+      hostToDeviceBytes: c.misses * this.bytesPerMiss,
       deviceToHostBytes: blockIds.length * this.hostTier.pageBytes,
       numSparsePages: this.tables.numSparsePages(resolved),
     });

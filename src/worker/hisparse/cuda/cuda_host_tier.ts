@@ -1,3 +1,4 @@
+import { totalmem } from "node:os";
 import type { DeviceHostTier } from "../../../attention/sparse/cuda/cuda_hot_buffer.js";
 import type { Tensor } from "../../../backends/backend.js";
 import type { CudaBackend, PinnedHostMemory } from "../../../backends/cuda/cuda_backend.js";
@@ -5,6 +6,18 @@ import type { DevicePtr } from "../../../backends/cuda/device_ptr.js";
 import { loadPages, type MirrorInputs, mirrorPages } from "../../../backends/cuda/hisparse_ops.js";
 import type { SideStream } from "../../../backends/cuda/side_stream.js";
 import type { CudaTensor } from "../../../backends/cuda/tensor.js";
+
+/**
+ * Largest share of the machine's RAM that the default host pool (no --host-pool-gib) pins. The
+ * default of the memory plan (HOST_POOL_DEFAULT_RATIO x the device pool's pages) would ask a GPU
+ * with more device memory than the host has RAM for more pinned memory than exists.
+ */
+export const DEFAULT_HOST_POOL_MAX_RAM_FRACTION = 0.5;
+
+/** The default host pool's cap in bytes for one rank: every rank pins its own host tier, the ranks share the cap. */
+export function defaultHostPoolMaxBytes(tensorParallelSize: number): number {
+  return Math.floor((totalmem() * DEFAULT_HOST_POOL_MAX_RAM_FRACTION) / tensorParallelSize);
+}
 
 /** Geometry of the host tier. */
 export interface CudaHostTierSpec {

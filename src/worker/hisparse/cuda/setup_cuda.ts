@@ -1,4 +1,3 @@
-import { totalmem } from "node:os";
 import { CudaHiSparseAttention } from "../../../attention/sparse/cuda/cuda_hisparse_attention.js";
 import { CudaLruResolver } from "../../../attention/sparse/cuda/cuda_hot_buffer.js";
 import { CudaQuestSelector } from "../../../attention/sparse/cuda/cuda_quest.js";
@@ -10,22 +9,16 @@ import type { KVCacheSetup, KVCacheSetupContext } from "../../kv_cache_setup.js"
 import { hisparseKVCacheSetup, layOutHiSparse } from "../layout.js";
 import { modelReasons } from "../setup.js";
 import { CudaHiSparseWorker } from "./cuda_hisparse_worker.js";
-import { CudaHostKvTier } from "./cuda_host_tier.js";
+import { CudaHostKvTier, defaultHostPoolMaxBytes } from "./cuda_host_tier.js";
+import { setupCudaDsaHiSparse } from "./dsa_setup_cuda.js";
 import { HiSparseSlotTables, type SlotTablesConfig } from "./slot_tables.js";
-
-/**
- * Largest share of the machine's RAM that the default host pool (no --host-pool-gib) pins. The
- * default of the memory plan (HOST_POOL_DEFAULT_RATIO x the device pool's pages) would ask a GPU
- * with more device memory than the host has RAM for more pinned memory than exists.
- */
-export const DEFAULT_HOST_POOL_MAX_RAM_FRACTION = 0.5;
 
 /** Shared memory the Quest scoring kernel may use for the group's float64 queries (hsQuestSelect). */
 const QUEST_SMEM_LIMIT_BYTES = 48 * 1024;
 
 /**
  * HiSparse on CUDA: the pools and caches of layOutHiSparse (bf16 digests, after the slot tables'
- * device bytes; the default host pool capped at {@link DEFAULT_HOST_POOL_MAX_RAM_FRACTION} of the
+ * device bytes; the default host pool capped at DEFAULT_HOST_POOL_MAX_RAM_FRACTION (cuda_host_tier.ts) of the
  * RAM), the slot tables, the pinned host tier, and the device selector, resolver, attention
  * backend and worker extension.
  * @throws ConfigError listing every reason the settings cannot work (model, dtype, memory).
@@ -37,6 +30,8 @@ export function setupCudaHiSparse(
 ): KVCacheSetup {
   const { config, layout } = ctx.model;
   const bs = ctx.args.blockSize;
+  // MLA models: the DSA layout (latent rows, indexer keys, hot rows) has its own set-up.
+  if (config.mla != null) return setupCudaDsaHiSparse(backend, ctx, hs);
   const reasons = [...modelReasons(backend, config, ctx.args, hs), ...cudaReasons(ctx)];
   if (reasons.length > 0) throw new ConfigError(reasons);
   // The rank's KV heads (tensor parallelism: its share, or one replicated head).
@@ -53,10 +48,7 @@ export function setupCudaHiSparse(
   const lay = layOutHiSparse(backend, ctx, hs, {
     digestElementBytes: DIGEST_ELEMENT_BYTES.cuda,
     reservedDeviceBytes: HiSparseSlotTables.deviceBytes(tablesConfig),
-    // Every rank pins its own host tier: the ranks share the cap.
-    defaultHostPoolMaxBytes: Math.floor(
-      (totalmem() * DEFAULT_HOST_POOL_MAX_RAM_FRACTION) / ctx.args.tensorParallelSize,
-    ),
+    defaultHostPoolMaxBytes: defaultHostPoolMaxBytes(ctx.args.tensorParallelSize),
   });
   const tables = new HiSparseSlotTables(backend, tablesConfig);
   const tier = { numSparseLayers, numHostBlocks: lay.numHostBlocks, blockSize: bs };

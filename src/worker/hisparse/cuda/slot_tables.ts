@@ -1,6 +1,7 @@
 import type { Tensor } from "../../../backends/backend.js";
 import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
 import type { ResolverState } from "../../../backends/cuda/hisparse_ops.js";
+import type { RowHotState } from "../../../backends/cuda/hisparse_rows_ops.js";
 import type { PageTableDelta } from "../../../core/hisparse/plan.js";
 import type { RequestId } from "../../../core/ids.js";
 
@@ -14,7 +15,20 @@ export interface SlotTablesConfig {
   numHot: number;
   numSparseLayers: number;
   numKvHeads: number;
+  /**
+   * Per slot, the shape of the resolver's LRU (positions and last uses; its tick drops the last
+   * dim). Default Quest's [numSparseLayers, numKvHeads, numHot] (hot pages per layer and kv
+   * head); DSA's [numSources, numHot * blockSize] (hot rows per indexer, hisparse_rows_ops.ts).
+   */
+  lruShape?: readonly number[];
 }
+
+/** The per-slot LRU shape of a configuration (SlotTablesConfig.lruShape or Quest's). */
+export function lruShapeOf(c: SlotTablesConfig): readonly number[] {
+  return c.lruShape ?? [c.numSparseLayers, c.numKvHeads, c.numHot];
+}
+
+const product = (xs: readonly number[]): number => xs.reduce((a, x) => a * x, 1);
 
 /** What the host knows of one slot: its host-block row (read by the step arrays), its page count, its hot blocks. */
 interface SlotRow {
@@ -61,7 +75,8 @@ export class HiSparseSlotTables {
     config: SlotTablesConfig,
   ) {
     this.config = config;
-    const { numSlots: S, maxPages: W, numHot, numSparseLayers: L, numKvHeads: Hkv } = config;
+    const { numSlots: S, maxPages: W, numHot } = config;
+    const lru = lruShapeOf(config);
     const alloc = (shape: number[], fill: -1 | 0) =>
       backend.allocateFilled(shape, "i32", fill === -1 ? MINUS_ONE_BYTE : 0);
     this.hostBlockTable = alloc([S, W], -1);
@@ -72,9 +87,9 @@ export class HiSparseSlotTables {
       blockTable: this.blockTable,
       hostBlockTable: this.hostBlockTable,
       hotBlocks: this.hotBlocks,
-      lruPage: alloc([S, L, Hkv, numHot], -1),
-      lruLastUse: alloc([S, L, Hkv, numHot], -1),
-      lruTick: alloc([S, L, Hkv], 0),
+      lruPage: alloc([S, ...lru], -1),
+      lruLastUse: alloc([S, ...lru], -1),
+      lruTick: alloc([S, ...lru.slice(0, -1)], 0),
       heldCount: alloc([S, W], 0),
       heldPages: alloc([S], 0),
       counters: alloc([6], 0),
@@ -89,8 +104,25 @@ export class HiSparseSlotTables {
 
   /** Device bytes of the tables for a configuration (for the memory plan). */
   static deviceBytes(c: SlotTablesConfig): number {
-    const perSlot = 4 * c.maxPages + c.numHot + 2 * c.numSparseLayers * c.numKvHeads * c.numHot;
-    return 4 * (c.numSlots * (perSlot + c.numSparseLayers * c.numKvHeads + 1) + 6);
+    const lru = lruShapeOf(c);
+    const perSlot = 4 * c.maxPages + c.numHot + 2 * product(lru);
+    return 4 * (c.numSlots * (perSlot + product(lru.slice(0, -1)) + 1) + 6);
+  }
+
+  /** The same tables as the DSA row resolver reads them (lruShape [numSources, hot rows]). */
+  get rowState(): RowHotState {
+    const s = this.state;
+    return {
+      blockTable: s.blockTable,
+      hostBlockTable: s.hostBlockTable,
+      hotBlocks: s.hotBlocks,
+      lruPos: s.lruPage,
+      lruLastUse: s.lruLastUse,
+      lruTick: s.lruTick,
+      heldCount: s.heldCount,
+      heldPages: s.heldPages,
+      counters: s.counters,
+    };
   }
 
   /** The slot of a request, or undefined when it holds none. */
@@ -240,14 +272,16 @@ export class HiSparseSlotTables {
       this.backend.free(t);
   }
 
-  /** Empty LRU (page -1, last use -1), tick 0, no held page, for one slot. */
+  /** Empty LRU (page or position -1, last use -1), tick 0, no held page, for one slot. */
   private resetLru(slot: number): void {
-    const { maxPages: W, numHot, numSparseLayers: L, numKvHeads: Hkv } = this.config;
+    const W = this.config.maxPages;
+    const lru = lruShapeOf(this.config);
+    const [n, ticks] = [product(lru), product(lru.slice(0, -1))];
     const b = this.backend;
     const s = this.state;
-    b.fillRange(s.lruPage, slot * L * Hkv * numHot, L * Hkv * numHot, MINUS_ONE_BYTE);
-    b.fillRange(s.lruLastUse, slot * L * Hkv * numHot, L * Hkv * numHot, MINUS_ONE_BYTE);
-    b.fillRange(s.lruTick, slot * L * Hkv, L * Hkv, 0);
+    b.fillRange(s.lruPage, slot * n, n, MINUS_ONE_BYTE);
+    b.fillRange(s.lruLastUse, slot * n, n, MINUS_ONE_BYTE);
+    b.fillRange(s.lruTick, slot * ticks, ticks, 0);
     b.fillRange(s.heldCount, slot * W, W, 0);
     b.fillRange(s.heldPages, slot, 1, 0);
     this.heldDirty = true;

@@ -31,6 +31,8 @@ import {
   QUEST_SELECT_PARAMS,
   RESOLVE_PARAMS,
   ROW_RESOLVE_PARAMS,
+  ROW_SELECTION_OVERLAP_PARAMS,
+  ROW_VIEW_MERGE_PARAMS,
   SPARSE_DECODE_PARAMS,
 } from "../../../../src/backends/cuda/addon.js";
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits } from "../../../../src/backends/cuda/half.js";
@@ -449,6 +451,8 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     mirrorPages: record("mirrorPages"),
     rowResolve: recordParams("rowResolve", ROW_RESOLVE_PARAMS),
     rowCopy: record("rowCopy"),
+    rowViewMerge: recordParams("rowViewMerge", ROW_VIEW_MERGE_PARAMS),
+    rowSelectionOverlap: recordParams("rowSelectionOverlap", ROW_SELECTION_OVERLAP_PARAMS),
     loadPages: record("loadPages"),
     sparseDecodeAttention: recordParams("sparseDecodeAttention", SPARSE_DECODE_PARAMS),
     moeRoute: recordFlags("moeRoute"),

@@ -163,6 +163,39 @@ describe("HiSparseSlotTables (fake addon)", () => {
   });
 });
 
+describe("HiSparseSlotTables with a DSA row LRU (lruShape)", () => {
+  it("[slots, indexers, hot rows] LRU, [slots, indexers] ticks, the bytes the plan reserves; a reset clears one slot's lanes", () => {
+    const be = new CudaBackend({ addon: createFakeAddon(), workspaceBytes: 1 << 20, stagingBytes: 4096 });
+    // 3 slots, 6 pages, 2 hot blocks of 4 tokens = 8 hot rows, 2 indexers.
+    const config = {
+      numSlots: 3,
+      maxPages: W,
+      numHot: NUM_HOT,
+      numSparseLayers: 4,
+      numKvHeads: 1,
+      lruShape: [2, 8],
+    };
+    const tables = new HiSparseSlotTables(be, config);
+    assert.deepEqual(tables.state.lruPage.shape, [3, 2, 8]);
+    assert.deepEqual(tables.state.lruTick.shape, [3, 2]);
+    assert.equal(tables.rowState.lruPos, tables.state.lruPage, "the row resolver reads the same tensors");
+    // Per slot: 4 tables of 6 pages, 2 hot blocks, 2 x 16 LRU entries, 2 ticks, 1 held count; 6 counters.
+    assert.equal(HiSparseSlotTables.deviceBytes(config), 4 * (3 * (4 * 6 + 2 + 32 + 2 + 1) + 6));
+    tables.applyDelta(delta("a", 0, [1], [2], { hot: [30, 31] }));
+    const slot = tables.slotOf(asRequestId("a"))!;
+    be.fillRange(tables.state.lruPage, 0, 48, 0);
+    tables.release(asRequestId("a"));
+    const lru = Array.from(be.toHost(tables.state.lruPage) as Int32Array);
+    assert.deepEqual(
+      lru.slice(slot * 16, slot * 16 + 16),
+      new Array(16).fill(-1),
+      "the released slot's lanes",
+    );
+    assert.equal(lru.filter((x) => x === 0).length, 32, "the other slots' lanes untouched");
+    be.dispose();
+  });
+});
+
 describe("HiSparse step arrays", () => {
   const inputs = {
     reqIds: ["a", "b", "c"].map(asRequestId),

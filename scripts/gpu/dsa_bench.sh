@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# DSA HiSparse benchmarks on one H200 (issue 15), about 4 minutes of device time: GLM-5's
+# per-layer shape cut to 8 layers and 16 routed experts, dummy weights, bf16 latent rows, block 16.
+#  1. capacity (bench/dsa_capacity.ts): requests decoding at once without preemption, off / auto
+#     / on, at 128K (12 GiB of device KV memory) and 1M tokens (40 GiB), beside `hisparse plan`;
+#  2. throughput vs concurrency (bench/hisparse_throughput.ts --num-layers 8) at 32K and 128K,
+#     off / auto / on, hit rate and H2D GB/s, with the benchmark-only selection overlap
+#     p = 0.87 (the target: peak tok/s of on or auto >= 3x off's, batch-1 TPOT of auto >= 0.98x
+#     off's), then on and auto alone at p = 0 and 0.93 (off does not depend on p).
+# Prepare here: npm run build && npm run build:native && bash scripts/device/pack.sh
+# Run there, carrying .device, dist and build/Release:
+#   source .device/prelude.sh && bash scripts/gpu/dsa_bench.sh
+# Prints each benchmark's table (markdown) and "dsa_bench: done" last; JSON and logs in $OUT
+# (when set) or /tmp/hisparse-dsa-bench. Time goes mostly to pinning the host pools and to
+# decode steps at large batches; lower --budget-s below to cut it.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+out="${OUT:-/tmp/hisparse-dsa-bench}"
+mkdir -p "$out"
+command -v node >/dev/null || { echo "node is not on PATH (source .device/prelude.sh first)"; exit 2; }
+[ -f dist/bench/dsa_capacity.js ] || { echo "dist is missing (npm run build here, carry dist)"; exit 2; }
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>&1 | head -1
+common=(--config configs/glm-5 --num-layers 8 --num-experts 16 --contexts 32768,131072 --kv-budget-gib 8
+  --host-pool-gib 24 --steps 8)
+
+echo "== capacity"
+timeout 240 node dist/bench/dsa_capacity.js --runs 131072:12:48,1048576:40:8 --host-pool-gib 48 \
+  --json "$out/dsa_capacity.json" 2>&1 | tee "$out/dsa_capacity.txt" | grep -vE '^\s*$'
+
+echo "== throughput, overlap p = 0.87"
+timeout 200 node dist/bench/hisparse_throughput.js "${common[@]}" --batches "32768:1,8,24,64;131072:1,4,16" \
+  --modes off,auto,on --overlap 0.87 --budget-s 170 --json "$out/dsa_throughput_p087.json" 2>&1 |
+  tee "$out/dsa_throughput_p087.txt"
+
+for p in 0 0.93; do
+  echo "== throughput, overlap p = $p (auto, on)"
+  timeout 120 node dist/bench/hisparse_throughput.js "${common[@]}" --batches "32768:1,64;131072:1,16" \
+    --modes auto,on --overlap "$p" --budget-s 90 --json "$out/dsa_throughput_p$p.json" 2>&1 |
+    tee "$out/dsa_throughput_p$p.txt"
+done
+echo "dsa_bench: done"
