@@ -50,7 +50,7 @@ export type {
   NativeWorkspace,
 } from "./addon_memory.js";
 export { MLA_LIMITS, type NativeMlaApi } from "./addon_mla.js";
-export { MOE_LIMITS, MOE_SCORING, type NativeMoeApi } from "./addon_moe.js";
+export { MOE_DECODE_MAX_TOKENS, MOE_LIMITS, MOE_SCORING, type NativeMoeApi } from "./addon_moe.js";
 export type { NativeNcclApi } from "./addon_nccl.js";
 export type { NativeBlas, NativeOpsApi } from "./addon_ops.js";
 export {
@@ -76,7 +76,7 @@ export {
 export { asDevicePtr, type DevicePtr, NULL_PTR, offsetPtr } from "./device_ptr.js";
 
 /** Version of the JS-visible surface this file describes (native/addon/module.cc kAbiVersion). */
-export const ADDON_ABI_VERSION = 6;
+export const ADDON_ABI_VERSION = 7;
 
 /** Element type codes shared with native/kernels/kernels.h (HsDtype). */
 export const DTYPE_CODE: Record<DType, number> = { f32: 0, bf16: 1, f16: 2, i32: 3, fp8: 4 };
