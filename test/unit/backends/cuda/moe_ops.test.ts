@@ -26,6 +26,14 @@ function setup(moeFusedActivation = true) {
   return { be, fake, last: () => fake.calls.at(-1)! };
 }
 
+/** A backend on the fake addon with the given small-batch limit. */
+function setupSmall(moeSmallBatchMaxTokens: number) {
+  const fake = createFakeAddon();
+  return {
+    be: new CudaBackend({ addon: fake, workspaceBytes: 8 << 20, stagingBytes: 1024, moeSmallBatchMaxTokens }),
+  };
+}
+
 const RULE: MoeRoutingRule = {
   scoring: "sigmoid",
   topK: 8,
@@ -132,6 +140,52 @@ describe("CUDA Backend.moe marshalling (fake addon)", () => {
       () => be.moe.unpermute(y, rows, w, be.stage(new Float32Array(96), [6, 16], "f32")),
       /expected dtype bf16/,
     );
+  });
+
+  it("smallBatch: prepare() takes bf16 blocks with dims % 8 == 0, forward passes the dims and checks T", () => {
+    const { be, fake } = setup();
+    const sb = be.moe.smallBatch!;
+    assert.equal(sb.maxTokens, 8);
+    const [E, H, I] = [16, 64, 32];
+    const w = {
+      router: be.upload(new Float32Array(E * H), [E, H], "bf16"),
+      correctionBias: be.upload(new Float32Array(E), [E], "f32"),
+      gateUp: be.upload(new Float32Array(E * 2 * I * H), [E, 2 * I, H], "bf16"),
+      down: be.upload(new Float32Array(E * H * I), [E, H, I], "bf16"),
+      shared: {
+        gateUp: be.upload(new Float32Array(2 * 2 * I * H), [4 * I, H], "bf16"),
+        down: be.upload(new Float32Array(H * 2 * I), [H, 2 * I], "bf16"),
+      },
+    };
+    const rule = { ...RULE, numGroups: 4, topkGroup: 2, topK: 4 };
+    assert.throws(
+      () => sb.forward(be.stage(new Float32Array(H), [1, H], "bf16"), w, rule),
+      /prepare\(\) was not called/,
+    );
+    assert.equal(sb.prepare(w, rule), true);
+    assert.equal(sb.prepare({ ...w, correctionBias: null }, rule), false, "the rule needs the bias");
+    assert.equal(
+      sb.prepare({ ...w, router: be.upload(new Float32Array(E * H), [E, H], "f32") }, rule),
+      false,
+      "f32 router",
+    );
+    const odd = be.upload(new Float32Array(E * 2 * 12 * H), [E, 24, H], "bf16");
+    assert.equal(sb.prepare({ ...w, gateUp: odd }, rule), false, "I = 12");
+    fake.calls.length = 0;
+    const out = sb.forward(be.stage(new Float32Array(3 * H), [3, H], "bf16"), w, rule);
+    assert.deepEqual(out.shape, [3, H]);
+    assert.deepEqual(
+      fake.calls.map((c) => c.fn),
+      ["moeDecodeRoute", "moeDecodeGateUp", "moeDecodeDown"],
+    );
+    assert.deepEqual(fake.calls[0]!.args.slice(9), [3, H, E, 4, 1, 1, 4, 2, 2.5]);
+    assert.deepEqual(fake.calls[1]!.args.slice(6), [3, 4, E, H, I, 2 * I]);
+    assert.deepEqual(fake.calls[2]!.args.slice(9), [3, 4, E, H, I, 2 * I]);
+    assert.throws(
+      () => sb.forward(be.stage(new Float32Array(9 * H), [9, H], "bf16"), w, rule),
+      /T = 9 is outside \[1, 8\]/,
+    );
+    assert.equal(setupSmall(0).be.moe.smallBatch, undefined, "moeSmallBatchMaxTokens: 0");
   });
 });
 
