@@ -1,7 +1,8 @@
 /**
  * Mixture-of-experts speed of the CUDA backend (issue 14), GPU machine:
  *   node dist/bench/moe_bench.js [--config configs/qwen3-30b-a3b] [--num-layers N]
- *     [--batches 1,32,128] [--context 8192] [--prefill 8192,32768] [--unfused] [--json FILE]
+ *     [--batches 1,32,128] [--context 8192] [--prefill 8192,32768] [--unfused]
+ *     [--moe-small-batch N] [--json FILE]
  * Dummy weights of the config (bench/moe_bench_setup.ts FastDummyWeights: random embedding,
  * attention and routers, constant experts and lm_head, so the load takes seconds).
  * 1. decode: one step at batch B over a context of C tokens per request, replayed from its CUDA
@@ -14,6 +15,8 @@
  * takes minutes). Every figure is then also given per layer, and SCALED to the full depth as
  * L * per-layer time + lm_head time (per layer = (step - lm_head) / N; lm_head timed alone).
  * --unfused runs gate_up and silu_and_mul as two launches (CudaBackendOptions.moeFusedActivation).
+ * --moe-small-batch N: MoE layers of up to N tokens take the small-batch path (default: the
+ * backend's, 8; 0: always the grouped path, for the comparison; CudaBackendOptions.moeSmallBatchMaxTokens).
  * Prints markdown tables; --json writes the figures.
  */
 import { writeFileSync } from "node:fs";
@@ -48,6 +51,8 @@ const batches = arg("batches", "1,32,128").split(",").map(Number);
 const C = Number(arg("context", "8192"));
 const prefills = arg("prefill", "8192,32768").split(",").filter(Boolean).map(Number);
 const unfused = process.argv.includes("--unfused");
+const smallArg = arg("moe-small-batch", "");
+const smallBatch = smallArg === "" ? undefined : Number(smallArg);
 
 const full = loadModelConfig(arg("config", "configs/qwen3-30b-a3b"));
 const nArg = arg("num-layers", "");
@@ -56,7 +61,12 @@ const N = config.numHiddenLayers;
 const L = full.numHiddenLayers;
 const maxLen = Math.max(C, ...prefills) + BLOCK;
 
-const backend = new CudaBackend({ workspaceBytes: 8 * 2 ** 30, moeFusedActivation: !unfused });
+const backend = new CudaBackend({
+  workspaceBytes: 8 * 2 ** 30,
+  moeFusedActivation: !unfused,
+  ...(smallBatch === undefined ? {} : { moeSmallBatchMaxTokens: smallBatch }),
+});
+const smallMax = backend.moe.smallBatch?.maxTokens ?? 0;
 const counter = new ExpertCounter(backend, () => backend.graphs.isCapturing);
 const t0 = performance.now();
 const model = LlamaForCausalLM.load(config, new FastDummyWeights(config, 0), backend, maxLen);
@@ -228,7 +238,7 @@ for (const T of prefills) {
 
 const cut = N < L ? ` (CUT to ${N} of ${L} layers: "scaled" = ${L} x per-layer + lm_head)` : "";
 console.log(
-  `\n${config.architecture} decode, context ${C}, ${unfused ? "unfused" : "fused"} gate_up+silu${cut}`,
+  `\n${config.architecture} decode, context ${C}, ${unfused ? "unfused" : "fused"} gate_up+silu, MoE small-batch path for T <= ${smallMax}${cut}`,
 );
 console.log(
   `expert ${(expertBytes(config) / 1e6).toFixed(2)} MB; non-expert weights ${(layerBytes(0) / 1e6).toFixed(1)} MB/layer; lm_head ${(headBytes / 1e6).toFixed(0)} MB; KV ${kvPerTokLayer} B/token/layer; ${HBM_BPS / 1e12} TB/s`,
@@ -252,7 +262,16 @@ if (json !== "")
   writeFileSync(
     json,
     JSON.stringify(
-      { config: config.architecture, layers: N, fullLayers: L, unfused, loadS, decodeRows, prefillRows },
+      {
+        config: config.architecture,
+        layers: N,
+        fullLayers: L,
+        unfused,
+        smallBatchMaxTokens: smallMax,
+        loadS,
+        decodeRows,
+        prefillRows,
+      },
       null,
       2,
     ),

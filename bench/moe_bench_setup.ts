@@ -8,11 +8,14 @@ import type {
   Backend,
   BackendMoeOps,
   HostTensorData,
+  MoeLayerWeights,
   MoePermutation,
+  MoeSmallBatchOps,
   Tensor,
 } from "../src/backends/backend.js";
 import type { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import { type ModelConfig, mlpKindOf } from "../src/config/model_config.js";
+import type { MoeRoutingRule } from "../src/config/moe_config.js";
 import { DummyWeights, llamaWeightSpecs } from "../src/models/dummy.js";
 import type { WeightSource } from "../src/models/weights.js";
 
@@ -65,8 +68,11 @@ export class FastDummyWeights implements WeightSource {
 }
 
 /**
- * Wraps backend.moe so that, while `counting` is on (eager runs only), each permute records how
- * many experts received at least one row: `counts[i]` for the i-th MoE layer call of the pass.
+ * Wraps backend.moe so that, while `counting` is on (eager runs only), each MoE layer call
+ * records how many experts received at least one token: `counts[i]` for the i-th MoE layer call
+ * of the pass. The grouped path counts the permutation's non-empty segments; the small-batch path
+ * (which has no permutation) is counted by routing the same logits on the side (outside the timed
+ * replays).
  */
 export class ExpertCounter {
   counting = false;
@@ -78,12 +84,28 @@ export class ExpertCounter {
     if (ops === undefined) throw new Error(`the ${backend.name} backend has no MoE ops`);
     const permute = ops.permute.bind(ops);
     const wrapped: BackendMoeOps = Object.create(ops) as BackendMoeOps;
+    const counted = () => this.counting && !capturing();
     (wrapped as { permute: BackendMoeOps["permute"] }).permute = (x, ids, E): MoePermutation => {
       const p = permute(x, ids, E);
-      if (this.counting && !capturing())
-        this.counts.push(activeExperts(backend.toHost(p.expertOffsets) as Int32Array));
+      if (counted()) this.counts.push(activeExperts(backend.toHost(p.expertOffsets) as Int32Array));
       return p;
     };
+    const small = ops.smallBatch;
+    if (small !== undefined) {
+      const sideRoute = (x: Tensor, w: MoeLayerWeights, rule: MoeRoutingRule) => {
+        const r = ops.route(backend.linear(x, w.router, null, "f32"), rule, w.correctionBias);
+        this.counts.push(new Set(backend.toHost(r.topkIds) as Int32Array).size);
+      };
+      const smallBatch: MoeSmallBatchOps = {
+        maxTokens: small.maxTokens,
+        prepare: (w, rule) => small.prepare(w, rule),
+        forward: (x, w, rule) => {
+          if (counted()) sideRoute(x, w, rule);
+          return small.forward(x, w, rule);
+        },
+      };
+      Object.defineProperty(wrapped, "smallBatch", { value: smallBatch });
+    }
     Object.defineProperty(backend, "moe", { value: wrapped, configurable: true });
   }
 

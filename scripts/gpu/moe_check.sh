@@ -18,7 +18,10 @@
 #     tolerance and bitwise equal to each other, fused silu_and_mul bitwise the unfused pair, a
 #     layer's graph replay == eager); compute-sanitizer memcheck over --quick and racecheck over
 #     the GEMM cases; then its --bench (Qwen3-30B-A3B layer shapes, per kernel);
-#  2. dist/test/native/{moe,ops,attention,hisparse_moe}.test.js: Backend.moe through CudaBackend
+#     build/moe_check/moe_decode_test (native/tests/moe_decode_test.cu: the small-batch path of
+#     moe_decode.h against the oracle's routing, a float64 reference and the grouped path, batch
+#     invariance, graph replay, the sync buffer left zero), and memcheck over its --quick;
+#  2. dist/test/native/{moe,moe_decode,ops,attention,hisparse_moe}.test.js: Backend.moe through CudaBackend
 #     against the CPU backend on identical inputs (whole layer, graph replays), partial rotary,
 #     attention with head_dim 32 (the tiny MoE checkpoints), HiSparse `on` == `off` on
 #     tiny-qwen3-moe;
@@ -47,20 +50,27 @@ mkdir -p "$out" build/moe_check
 bin=build/moe_check/moe_test
 K=native/kernels
 
-# nvcc build of moe_test, the five translation units in parallel (~20 s on the GPU machine).
-if [ ! -x "$bin" ] || [ "${MOE_REBUILD:-0}" = 1 ] || [ "$compile_only" = 1 ]; then
+dbin=build/moe_check/moe_decode_test
+
+# nvcc build of moe_test and moe_decode_test, the eight translation units in parallel (~30 s on the GPU machine).
+if [ ! -x "$bin" ] || [ ! -x "$dbin" ] || [ "${MOE_REBUILD:-0}" = 1 ] || [ "$compile_only" = 1 ]; then
   NVCC="${NVCC:-nvcc}"
   command -v "$NVCC" >/dev/null 2>&1 || NVCC=/usr/local/cuda/bin/nvcc
-  echo "== compiling $bin"
+  echo "== compiling $bin $dbin"
   flags=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xcompiler -pthread)
   pids=()
-  for src in native/tests/moe_test.cu $K/moe_route.cu $K/moe_permute.cu $K/moe_gemm.cu $K/activation.cu; do
+  for src in native/tests/moe_test.cu native/tests/moe_decode_test.cu $K/moe_route.cu $K/moe_permute.cu \
+    $K/moe_gemm.cu $K/activation.cu $K/moe_decode.cu $K/moe_decode_route.cu; do
     "$NVCC" "${flags[@]}" -c "$src" -o "build/moe_check/$(basename "$src" .cu).o" & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || { echo "moe_check.sh: compiling moe_test failed" >&2; exit 1; }; done
-  "$NVCC" "${flags[@]}" build/moe_check/*.o -o "$bin" || { echo "moe_check.sh: linking moe_test failed" >&2; exit 1; }
+  o=build/moe_check
+  "$NVCC" "${flags[@]}" $o/moe_test.o $o/moe_route.o $o/moe_permute.o $o/moe_gemm.o $o/activation.o -o "$bin" ||
+    { echo "moe_check.sh: linking moe_test failed" >&2; exit 1; }
+  "$NVCC" "${flags[@]}" $o/moe_decode_test.o $o/moe_decode.o $o/moe_decode_route.o $o/moe_route.o $o/moe_permute.o \
+    $o/moe_gemm.o -o "$dbin" || { echo "moe_check.sh: linking moe_decode_test failed" >&2; exit 1; }
 fi
-[ "$compile_only" = 1 ] && { echo "built $bin"; exit 0; }
+[ "$compile_only" = 1 ] && { echo "built $bin $dbin"; exit 0; }
 command -v node >/dev/null || { echo "moe_check.sh: node is not on PATH (source .device/prelude.sh first)" >&2; exit 2; }
 carried="${HISPARSE_MODELS:-$PWD/.device/models}"
 gen=/tmp/moe-models
@@ -100,7 +110,10 @@ if [ "$sanitize" = 1 ]; then
   step moe_racecheck 180 "$san" --tool racecheck --error-exitcode 1 --print-limit 20 "$bin" --quick --only gemm
 fi
 step moe_bench_kernels 120 "$bin" --bench
-step native_tests 240 node --test --test-reporter=spec dist/test/native/moe.test.js dist/test/native/ops.test.js \
+step moe_decode_test 120 "$dbin"
+[ "$sanitize" = 1 ] && step moe_decode_memcheck 180 "$san" --tool memcheck --error-exitcode 1 --print-limit 20 "$dbin" --quick
+step native_tests 240 node --test --test-reporter=spec dist/test/native/moe.test.js \
+  dist/test/native/moe_decode.test.js dist/test/native/ops.test.js \
   dist/test/native/attention.test.js dist/test/native/hisparse_moe.test.js
 if [ "$skip_hf" = 0 ]; then
   ref=/tmp/hfref-moe
@@ -116,6 +129,6 @@ if [ "$skip_engine" = 0 ]; then
 fi
 
 echo "== summary"
-grep -h "moe_test:\|RESULT\|ERROR SUMMARY\|^# pass\|^# fail" "$out"/*.log
+grep -h "moe_test:\|moe_decode_test:\|RESULT\|ERROR SUMMARY\|^# pass\|^# fail" "$out"/*.log
 printf '%s\n' "${rows[@]}"
 exit $(( fails > 0 ))

@@ -460,6 +460,46 @@ export interface BackendMoeOps {
    * f32 [T, k]; shared: [T, H] or null -> [T, H].
    */
   unpermute(y: Tensor, slotToRow: Tensor, topkWeights: Tensor, shared: Tensor | null): Tensor;
+  /**
+   * Optional small-batch path (decode): the whole block for a few tokens in a few launches, with
+   * no permutation (see {@link MoeSmallBatchOps}).
+   */
+  readonly smallBatch?: MoeSmallBatchOps;
+}
+
+/** The weights of one MoE block, as the small-batch path takes them. */
+export interface MoeLayerWeights {
+  /** [E, H] the router (`mlp.gate.weight`). */
+  router: Tensor;
+  /** f32 [E] or null (required iff the rule has a correction bias). */
+  correctionBias: Tensor | null;
+  /** [E, 2I, H] gate rows first. */
+  gateUp: Tensor;
+  /** [E, H, I]. */
+  down: Tensor;
+  /** The shared experts' fused gate_up [2Is, H] and down [H, Is], or null (no shared experts). */
+  shared: { gateUp: Tensor; down: Tensor } | null;
+}
+
+/**
+ * A MoE block for T <= maxTokens tokens without the permutation (the CUDA backend: router GEMV +
+ * routing, gate_up + silu_and_mul and down GEMVs over the distinct experts hit, and a
+ * deterministic weighted sum over each token's slots; native/kernels/moe_decode.h):
+ *   forward(x, w, rule) = unpermute(down(siluAndMul(gateUp(permute(x)))), weights) + shared(x)
+ * with logits = linear(x, router, null, "f32") routed by the rule, equal to the op sequence of
+ * {@link BackendMoeOps} within bf16 tolerance (its dot products sum in another order), and equal
+ * bit for bit for a token whatever the other tokens of the batch (T <= maxTokens).
+ */
+export interface MoeSmallBatchOps {
+  /** Largest T forward takes. */
+  readonly maxTokens: number;
+  /**
+   * Whether forward takes this block (dtypes and sizes within the kernels' limits); reserves what
+   * forward needs. Called at load (never while a graph is being captured).
+   */
+  prepare(w: MoeLayerWeights, rule: MoeRoutingRule): boolean;
+  /** x: [T, H], 1 <= T <= maxTokens -> [T, H]. @throws Error on shapes, dtypes or an unprepared block. */
+  forward(x: Tensor, w: MoeLayerWeights, rule: MoeRoutingRule): Tensor;
 }
 
 /** Dimensions of one MLA attention layer (HF DeepseekV3Config names; config/mla_config.ts). */

@@ -67,6 +67,16 @@ export class DenseMlp implements MlpLayer {
     );
   }
 
+  /**
+   * The fused gate_up [2I, H] and down [H, I] weights, for a caller that computes the block
+   * itself (the MoE small-batch path folds shared experts in); null with biases or under tensor
+   * parallelism (the all-reduce is this block's).
+   */
+  get plainWeights(): { gateUp: Tensor; down: Tensor } | null {
+    if (this.gateUpBias !== null || this.downBias !== null || this.tp.size !== 1) return null;
+    return { gateUp: this.gateUpProj, down: this.downProj };
+  }
+
   /** x: [T, H] -> [T, H]. */
   forward(x: Tensor): Tensor {
     const b = this.backend;

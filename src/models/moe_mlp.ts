@@ -1,4 +1,4 @@
-import type { Backend, BackendMoeOps, Tensor } from "../backends/backend.js";
+import type { Backend, BackendMoeOps, MoeLayerWeights, Tensor } from "../backends/backend.js";
 import type { ModelConfig, MoeConfig, MoeRoutingRule } from "../config/model_config.js";
 import type { MlpLayer } from "./blocks.js";
 import { DenseMlp } from "./mlp.js";
@@ -9,9 +9,14 @@ import type { WeightSpec } from "./weight_spec.js";
  * The mixture-of-experts MLP block (HF Qwen3MoeSparseMoeBlock; Glm4MoeMoE / DeepseekV3MoE with
  * their shared experts), written against Backend.moe (the op sequence of BackendMoeOps):
  * router logits in fp32, routing, permutation by expert, grouped gate_up and down GEMMs,
- * weighted un-permute plus the shared experts' output.
+ * weighted un-permute plus the shared experts' output. Batches of up to
+ * Backend.moe.smallBatch.maxTokens tokens take the backend's small-batch path instead when it
+ * takes the block (decode: no permutation, the shared experts folded in).
  */
 export class MoeMlp implements MlpLayer {
+  /** The block as the small-batch path takes it; null when the backend has none or refuses it. */
+  private readonly smallBatchWeights: MoeLayerWeights | null;
+
   private constructor(
     private readonly backend: Backend,
     private readonly ops: BackendMoeOps,
@@ -22,7 +27,12 @@ export class MoeMlp implements MlpLayer {
     private readonly gateUp: Tensor, // [E, 2 * I, H], gate rows first
     private readonly down: Tensor, // [E, H, I]
     private readonly shared: DenseMlp | null,
-  ) {}
+  ) {
+    const sharedWeights = shared?.plainWeights ?? null;
+    const w: MoeLayerWeights = { router, correctionBias, gateUp, down, shared: sharedWeights };
+    const foldable = shared === null || sharedWeights !== null;
+    this.smallBatchWeights = foldable && ops.smallBatch?.prepare(w, routing) === true ? w : null;
+  }
 
   /**
    * Loads layer `l`'s router (`mlp.gate.weight`, `mlp.gate.e_score_correction_bias` for
@@ -59,6 +69,10 @@ export class MoeMlp implements MlpLayer {
   /** x: [T, H] -> [T, H]. */
   forward(x: Tensor): Tensor {
     const { backend: b, ops } = this;
+    const small = ops.smallBatch;
+    const T = x.shape[0] ?? 0;
+    if (this.smallBatchWeights !== null && small !== undefined && T >= 1 && T <= small.maxTokens)
+      return small.forward(x, this.smallBatchWeights, this.routing);
     const logits = b.linear(x, this.router, null, "f32");
     const r = ops.route(logits, this.routing, this.correctionBias);
     const p = ops.permute(x, r.topkIds, this.numExperts);

@@ -173,6 +173,7 @@ template <typename T>
 inline cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
   return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(entry), attr, value);
 }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __syncwarp(unsigned = 0xffffffffu) { hs_emu::warp().bar.arrive_and_wait(); }
 template <typename T>
 inline T __shfl_sync(unsigned, T v, int srcLane) {

@@ -4,7 +4,7 @@
 # (kernel<<<grid, block, smem, stream>>>(args) -> hs_emu::launch(kernel, grid, block, smem,
 # stream, args); __shared__ declarations -> the emulated CTA's shared memory), then compiled with
 # g++ -DHS_ATTN_HOST_EMU. Slow (one OS thread per CUDA thread): use the --quick test subsets.
-# Usage: bash native/tests/emu/run_emu.sh [attention|hisparse|rows|sampling|moe|dummy|mla|all] [test args...]
+# Usage: bash native/tests/emu/run_emu.sh [attention|hisparse|rows|sampling|moe|moe_decode|dummy|mla|all] [test args...]
 #   HS_EMU_CP_ASYNC=late   cp.async copies land only at the wait that retires them
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
@@ -66,6 +66,11 @@ if [ "$what" = moe ] || [ "$what" = all ]; then
   build moe_test "$work/tests/moe_test.cu" "$work/kernels/moe_route.cu" "$work/kernels/moe_permute.cu" \
     "$work/kernels/moe_gemm.cu" "$work/kernels/activation.cu"
   "$work/moe_test" "$@" || status=1
+fi
+if [ "$what" = moe_decode ] || [ "$what" = all ]; then
+  build moe_decode_test "$work/tests/moe_decode_test.cu" "$work/kernels/moe_decode_route.cu" "$work/kernels/moe_decode.cu" \
+    "$work/kernels/moe_route.cu" "$work/kernels/moe_permute.cu" "$work/kernels/moe_gemm.cu"
+  "$work/moe_decode_test" "$@" || status=1
 fi
 if [ "$what" = mla ] || [ "$what" = all ]; then
   build mla_test "$work/tests/mla_test.cu" "$work/kernels/mla_rows.cu" "$work/kernels/mla_attention.cu" \

@@ -50,7 +50,7 @@ export type {
   NativeWorkspace,
 } from "./addon_memory.js";
 export { MLA_LIMITS, type NativeMlaApi } from "./addon_mla.js";
-export { MOE_LIMITS, MOE_SCORING, type NativeMoeApi } from "./addon_moe.js";
+export { MOE_DECODE_MAX_TOKENS, MOE_LIMITS, MOE_SCORING, type NativeMoeApi } from "./addon_moe.js";
 export type { NativeNcclApi } from "./addon_nccl.js";
 export type { NativeBlas, NativeOpsApi } from "./addon_ops.js";
 export {

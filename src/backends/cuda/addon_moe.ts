@@ -10,6 +10,9 @@ export const MOE_SCORING = { softmax: 0, sigmoid: 1 } as const;
 /** Limits of the routing kernel (HS_MOE_MAX_EXPERTS, HS_MOE_MAX_TOPK, numGroups <= 32). */
 export const MOE_LIMITS = { maxExperts: 512, maxTopK: 32, maxGroups: 32 } as const;
 
+/** Largest T of the small-batch path (HS_MOE_DECODE_MAX_TOKENS, native/kernels/moe_decode.h). */
+export const MOE_DECODE_MAX_TOKENS = 16;
+
 /** The MoE part of the module object (HisparseNative in addon.ts). */
 export interface NativeMoeApi {
   /**
@@ -83,5 +86,72 @@ export interface NativeMoeApi {
     hidden: number,
     numRows: number,
     dtype: number,
+  ): void;
+  /** i32 elements of the persistent, zeroed sync buffer of the small-batch path for hidden size H. */
+  moeDecodeSyncInts(hidden: number): number;
+  /** i32 elements of the small-batch plan for (T, k, E) (hsMoeDecodePlanInts). */
+  moeDecodePlanInts(numTokens: number, topK: number, numExperts: number): number;
+  /**
+   * Small batch, 1/3: logits f32 [T, E] = x bf16 [T, H] @ router [E, H]^T, then routing as
+   * moeRoute (ids, weights [T, k]) and the plan (hsMoeDecodeRoute). bias: f32 [E] or 0.
+   */
+  moeDecodeRoute(
+    stream: number,
+    x: number,
+    router: number,
+    bias: number,
+    logits: number,
+    topkIds: number,
+    topkWeights: number,
+    plan: number,
+    sync: number,
+    numTokens: number,
+    hidden: number,
+    numExperts: number,
+    topK: number,
+    scoring: number,
+    renormalize: boolean,
+    numGroups: number,
+    topkGroup: number,
+    routedScalingFactor: number,
+  ): void;
+  /**
+   * Small batch, 2/3: act bf16 [T*k + T, max(I, Is)] = silu_and_mul(gate_up[e] @ x[t]) per slot of
+   * the plan (+ the shared expert's slots when sharedGateUp != 0) (hsMoeDecodeGateUp).
+   */
+  moeDecodeGateUp(
+    stream: number,
+    x: number,
+    gateUp: number,
+    sharedGateUp: number,
+    plan: number,
+    act: number,
+    numTokens: number,
+    topK: number,
+    numExperts: number,
+    hidden: number,
+    inter: number,
+    sharedInter: number,
+  ): void;
+  /**
+   * Small batch, 3/3: y [T*k + T, H] = down[e] @ act per slot, then out bf16 [T, H] = the weighted
+   * sum over each token's slots in slot order (+ the shared slot) (hsMoeDecodeDown).
+   */
+  moeDecodeDown(
+    stream: number,
+    act: number,
+    down: number,
+    sharedDown: number,
+    plan: number,
+    topkWeights: number,
+    y: number,
+    out: number,
+    sync: number,
+    numTokens: number,
+    topK: number,
+    numExperts: number,
+    hidden: number,
+    inter: number,
+    sharedInter: number,
   ): void;
 }

@@ -102,7 +102,7 @@ export class CudaBackend implements Backend {
       options.weightStreaming,
     );
     this.fillTables = new weights.DeviceFillTables(this.weightCtx);
-    this.moe = new CudaMoeOps(this, options.moeFusedActivation ?? true);
+    this.moe = new CudaMoeOps(this, options.moeFusedActivation ?? true, options.moeSmallBatchMaxTokens);
     this.mla = new CudaMlaOps(this);
   }
 

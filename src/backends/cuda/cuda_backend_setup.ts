@@ -56,6 +56,11 @@ export interface CudaBackendOptions {
    * result, one launch fewer per layer). false runs the pair unfused (benchmarks compare).
    */
   moeFusedActivation?: boolean;
+  /**
+   * MoE layers of up to this many tokens take the small-batch path (native/kernels/moe_decode.h;
+   * default moe_ops.ts DEFAULT_SMALL_BATCH_MAX_TOKENS, at most 16; 0: always the grouped path).
+   */
+  moeSmallBatchMaxTokens?: number;
 }
 
 /** CudaBackend.memoryStats(): the caching allocator's counters plus the step workspace's (bytes). */

@@ -9,10 +9,17 @@
  * the offsets itself, moe.h), so its outputs equal the CPU backend's exactly.
  */
 import type { MoeRoutingRule } from "../../config/moe_config.js";
-import type { BackendMoeOps, DType, MoePermutation, MoeRouting, Tensor } from "../backend.js";
+import type {
+  BackendMoeOps,
+  DType,
+  MoePermutation,
+  MoeRouting,
+  MoeSmallBatchOps,
+  Tensor,
+} from "../backend.js";
 import { DTYPE_BYTES } from "../backend.js";
 import { DTYPE_CODE, MOE_LIMITS, MOE_SCORING } from "./addon.js";
-import type { CudaOpsContext } from "./ops.js";
+import { type CudaMoeContext, CudaMoeSmallBatch } from "./moe_small_batch.js";
 import { describe, expectDtype, expectShape } from "./tensor.js";
 
 const FLOAT_DTYPES: readonly DType[] = ["f32", "bf16", "f16"];
@@ -35,15 +42,29 @@ function checkRule(rule: MoeRoutingRule, E: number): void {
     );
 }
 
+/**
+ * Default largest batch of the small-batch path: up to 8 tokens its weight reads (each distinct
+ * expert once) stay memory-bound on the CUDA cores; beyond, the grouped tensor-core GEMMs win
+ * (bench/results/moe_qwen3_30b_a3b_h200.md; scripts/gpu/moe_bench.sh measures both).
+ */
+export const DEFAULT_SMALL_BATCH_MAX_TOKENS = 8;
+
 export class CudaMoeOps implements BackendMoeOps {
+  /** The small-batch path (moe_small_batch.ts), absent when smallBatchMaxTokens is 0. */
+  readonly smallBatch?: MoeSmallBatchOps;
+
   /**
    * @param fuseActivation when false, groupedGateUpSilu is absent and models run the unfused
    *   GEMM + siluAndMul pair (benchmarks compare the two; the results are bitwise equal).
+   * @param smallBatchMaxTokens blocks of up to this many tokens take the small-batch path
+   *   (0: never; benchmarks compare).
    */
   constructor(
-    private readonly ctx: CudaOpsContext,
+    private readonly ctx: CudaMoeContext,
     fuseActivation = true,
+    smallBatchMaxTokens = DEFAULT_SMALL_BATCH_MAX_TOKENS,
   ) {
+    if (smallBatchMaxTokens > 0) this.smallBatch = new CudaMoeSmallBatch(ctx, smallBatchMaxTokens);
     if (fuseActivation)
       this.groupedGateUpSilu = (x, gateUp, offsets) =>
         this.grouped(x, gateUp, offsets, true, "moe.groupedGateUpSilu");

@@ -461,6 +461,12 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     moePermute: record("moePermute"),
     moeGroupedGemm: recordFlags("moeGroupedGemm"),
     moeUnpermute: record("moeUnpermute"),
+    moeDecodeSyncInts: (hidden) => 32 + 16 * Math.ceil(hidden / 32),
+    moeDecodePlanInts: (numTokens, topK, numExperts) =>
+      2 * Math.min(numExperts, numTokens * topK) + 1 + numTokens * topK,
+    moeDecodeRoute: recordFlags("moeDecodeRoute"),
+    moeDecodeGateUp: record("moeDecodeGateUp"),
+    moeDecodeDown: record("moeDecodeDown"),
     mlaSliceColumns: record("mlaSliceColumns"),
     mlaWriteRows: record("mlaWriteRows"),
     mlaRotaryStrided: recordFlags("mlaRotaryStrided"),

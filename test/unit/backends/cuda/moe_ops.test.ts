@@ -26,6 +26,14 @@ function setup(moeFusedActivation = true) {
   return { be, fake, last: () => fake.calls.at(-1)! };
 }
 
+/** A backend on the fake addon with the given small-batch limit. */
+function setupSmall(moeSmallBatchMaxTokens: number) {
+  const fake = createFakeAddon();
+  return {
+    be: new CudaBackend({ addon: fake, workspaceBytes: 8 << 20, stagingBytes: 1024, moeSmallBatchMaxTokens }),
+  };
+}
+
 const RULE: MoeRoutingRule = {
   scoring: "sigmoid",
   topK: 8,
@@ -133,6 +141,52 @@ describe("CUDA Backend.moe marshalling (fake addon)", () => {
       /expected dtype bf16/,
     );
   });
+
+  it("smallBatch: prepare() takes bf16 blocks with dims % 8 == 0, forward passes the dims and checks T", () => {
+    const { be, fake } = setup();
+    const sb = be.moe.smallBatch!;
+    assert.equal(sb.maxTokens, 8);
+    const [E, H, I] = [16, 64, 32];
+    const w = {
+      router: be.upload(new Float32Array(E * H), [E, H], "bf16"),
+      correctionBias: be.upload(new Float32Array(E), [E], "f32"),
+      gateUp: be.upload(new Float32Array(E * 2 * I * H), [E, 2 * I, H], "bf16"),
+      down: be.upload(new Float32Array(E * H * I), [E, H, I], "bf16"),
+      shared: {
+        gateUp: be.upload(new Float32Array(2 * 2 * I * H), [4 * I, H], "bf16"),
+        down: be.upload(new Float32Array(H * 2 * I), [H, 2 * I], "bf16"),
+      },
+    };
+    const rule = { ...RULE, numGroups: 4, topkGroup: 2, topK: 4 };
+    assert.throws(
+      () => sb.forward(be.stage(new Float32Array(H), [1, H], "bf16"), w, rule),
+      /prepare\(\) was not called/,
+    );
+    assert.equal(sb.prepare(w, rule), true);
+    assert.equal(sb.prepare({ ...w, correctionBias: null }, rule), false, "the rule needs the bias");
+    assert.equal(
+      sb.prepare({ ...w, router: be.upload(new Float32Array(E * H), [E, H], "f32") }, rule),
+      false,
+      "f32 router",
+    );
+    const odd = be.upload(new Float32Array(E * 2 * 12 * H), [E, 24, H], "bf16");
+    assert.equal(sb.prepare({ ...w, gateUp: odd }, rule), false, "I = 12");
+    fake.calls.length = 0;
+    const out = sb.forward(be.stage(new Float32Array(3 * H), [3, H], "bf16"), w, rule);
+    assert.deepEqual(out.shape, [3, H]);
+    assert.deepEqual(
+      fake.calls.map((c) => c.fn),
+      ["moeDecodeRoute", "moeDecodeGateUp", "moeDecodeDown"],
+    );
+    assert.deepEqual(fake.calls[0]!.args.slice(9), [3, H, E, 4, 1, 1, 4, 2, 2.5]);
+    assert.deepEqual(fake.calls[1]!.args.slice(6), [3, 4, E, H, I, 2 * I]);
+    assert.deepEqual(fake.calls[2]!.args.slice(9), [3, 4, E, H, I, 2 * I]);
+    assert.throws(
+      () => sb.forward(be.stage(new Float32Array(9 * H), [9, H], "bf16"), w, rule),
+      /T = 9 is outside \[1, 8\]/,
+    );
+    assert.equal(setupSmall(0).be.moe.smallBatch, undefined, "moeSmallBatchMaxTokens: 0");
+  });
 });
 
 describe("a GLM-4.5-style MoE model on the CUDA backend's TS layer (fake addon)", () => {
@@ -167,7 +221,8 @@ describe("a GLM-4.5-style MoE model on the CUDA backend's TS layer (fake addon)"
     dtype: "bfloat16",
   });
 
-  it("a prefill issues the dense layer, then router, route, permute, fused gate_up, down, shared expert, unpermute", () => {
+  /** Loads the model on the fake addon and runs one forward over T prompt tokens; the fake's calls. */
+  const forwardCalls = (T: number) => {
     const { be, fake } = setup();
     const model = LlamaForCausalLM.load(config, new DummyWeights(config, { seed: 1 }), be, 64);
     const attention = new DensePagedAttention(be, model.layout, 16);
@@ -179,7 +234,6 @@ describe("a GLM-4.5-style MoE model on the CUDA backend's TS layer (fake addon)"
       headDim: 32,
       dtype: "bf16",
     });
-    const T = 5;
     const positions = Int32Array.from({ length: T }, (_, i) => i);
     const meta = stageAttentionMetadata(be, {
       queryStartLoc: Int32Array.from([0, T]),
@@ -198,17 +252,23 @@ describe("a GLM-4.5-style MoE model on the CUDA backend's TS layer (fake addon)"
       { meta, attention, kvCaches },
       null,
     );
-    const fns = fake.calls.map((c) => c.fn);
-    const attn = [
-      "linear",
-      "qkNorm",
-      "rotaryEmbedding",
-      "reshapeAndCache",
-      "pagedPrefillAttention",
-      "linear",
-      "fusedAddRmsNorm",
-    ];
-    const denseMlp = ["linear", "siluAndMul", "linear"];
+    return fake.calls;
+  };
+  const attn = [
+    "linear",
+    "qkNorm",
+    "rotaryEmbedding",
+    "reshapeAndCache",
+    "pagedPrefillAttention",
+    "linear",
+    "fusedAddRmsNorm",
+  ];
+  const denseMlp = ["linear", "siluAndMul", "linear"];
+
+  it("a prefill (T > 8) issues the dense layer, then router, route, permute, fused gate_up, down, shared expert, unpermute", () => {
+    const T = 12;
+    const calls = forwardCalls(T);
+    const fns = calls.map((c) => c.fn);
     const moeMlp = [
       "linear",
       "moeRoute",
@@ -227,15 +287,42 @@ describe("a GLM-4.5-style MoE model on the CUDA backend's TS layer (fake addon)"
       ...moeMlp,
       "fusedAddRmsNorm", // final norm (no logits asked)
     ]);
-    const rope = fake.calls.find((c) => c.fn === "rotaryEmbedding")!;
+    const rope = calls.find((c) => c.fn === "rotaryEmbedding")!;
     assert.deepEqual(rope.args.slice(6, 9), [6, 32, 16], "q + k heads, head_dim 32, rotary dims 16");
-    const route = fake.calls.find((c) => c.fn === "moeRoute")!;
+    const route = calls.find((c) => c.fn === "moeRoute")!;
     assert.ok(route.args[2]! > 0, "correction bias passed");
     assert.deepEqual(route.args.slice(5), [T, 8, 2, 1, 1, 1, 1, 1]);
-    const gemms = fake.calls.filter((c) => c.fn === "moeGroupedGemm").map((c) => c.args.slice(5));
+    const gemms = calls.filter((c) => c.fn === "moeGroupedGemm").map((c) => c.args.slice(5));
     assert.deepEqual(gemms, [
       [T * 2, 8, 128, 128, 1],
       [T * 2, 8, 128, 64, 0],
     ]);
+  });
+
+  it("a batch of up to 8 tokens takes the small-batch path: three launches with the shared expert folded in", () => {
+    const T = 3;
+    const calls = forwardCalls(T);
+    const fns = calls.map((c) => c.fn);
+    assert.deepEqual(fns.slice(fns.indexOf("rmsNorm")), [
+      "rmsNorm",
+      ...attn,
+      ...denseMlp,
+      "fusedAddRmsNorm",
+      ...attn,
+      "moeDecodeRoute",
+      "moeDecodeGateUp",
+      "moeDecodeDown",
+      "fusedAddRmsNorm",
+    ]);
+    const route = calls.find((c) => c.fn === "moeDecodeRoute")!;
+    assert.ok(route.args[3]! > 0 && route.args[8]! > 0, "correction bias and sync buffer passed");
+    // T, H, E, k, sigmoid, renormalize, groups, topkGroup, scaling
+    assert.deepEqual(route.args.slice(9), [T, 128, 8, 2, 1, 1, 1, 1, 1]);
+    const gateUp = calls.find((c) => c.fn === "moeDecodeGateUp")!;
+    assert.ok(gateUp.args[3]! > 0, "shared gate_up passed");
+    assert.deepEqual(gateUp.args.slice(6), [T, 2, 8, 128, 64, 64]);
+    const down = calls.find((c) => c.fn === "moeDecodeDown")!;
+    assert.ok(down.args[3]! > 0 && down.args[8] === route.args[8], "shared down and the same sync buffer");
+    assert.deepEqual(down.args.slice(9), [T, 2, 8, 128, 64, 64]);
   });
 });
