@@ -63,12 +63,14 @@ void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs);
 void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed);
 /** hsQuestSelect's benchmark overlap knob (prevSelected) at p = 1 and 0 (hisparse_test_select.cu). */
 void overlapCase(Tally& tally);
+/** Resolver variants: the fused copy, the split plan + copy pass (bf16 host tier), split with an fp8 host tier. */
+enum class ResolveMode { kFused, kSplit, kSplitFp8 };
 /** hsResolve over a scripted multi-step sequence against refResolveOne (hisparse_test_resolve.cu). */
-void resolveCase(Tally& tally, int Hkv, int D, int bs, int steps);
+void resolveCase(Tally& tally, int Hkv, int D, int bs, int steps, ResolveMode mode);
 /** hsResolve: a selection without its tail page (hisparse_test_resolve.cu). */
 void resolveErrorCase(Tally& tally);
 /** hsMirrorPages: the host tier's head-major layout (hisparse_test_kv.cu). */
-void mirrorCase(Tally& tally, int Hkv, int D, int bs);
+void mirrorCase(Tally& tally, int Hkv, int D, int bs, bool fp8);
 /** hsSparseDecodeAttention: dense-equal bits, per-head tables vs float64, mixed batches (hisparse_test_attention.cu). */
 void sparseAttentionCase(Tally& tally, int Hq, int Hkv, int D, int bs, std::vector<int> lens, int maxModelLen);
 /** --bench: the resolver's swap-in bandwidth, every selected slice a miss (GPU only; hisparse_test_resolve.cu). */
