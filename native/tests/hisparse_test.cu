@@ -4,7 +4,7 @@
 // and on the CPU through the emulator (bash native/tests/emu/run_emu.sh hisparse --quick).
 // This file holds main() and the --only filter; the cases sit in hisparse_test_{kv,select,
 // resolve,attention}.cu (one per kernel group, see hisparse_test_common.h), all linked together.
-// Usage: hisparse_test [--quick] [--only TEXT] | hisparse_test --bench (resolver swap-in GB/s: fused / split / fp8 host at B = 1, 8, 32; GPU only)
+// Usage: hisparse_test [--quick] [--only TEXT] (the resolver's swap-in bandwidth: resolver_bench.cu)
 // Exact checks: KV rows and digests written by hsReshapeAndCacheDigest (bits), selections of
 // hsQuestSelect (pages, ties included), hsResolve over a scripted multi-step sequence (blocks,
 // lengths, LRU state, hits / misses, held pages, every copied byte), the mirror's host layout,
@@ -32,10 +32,6 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   HS_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-  if (hasFlag(argc, argv, "--bench")) {
-    resolveBench();
-    return 0;
-  }
   Tally tally;
   digestCase(tally, 4, 2, 64, 8);
   selectCase(tally, 8, 2, 64, 16, 11);

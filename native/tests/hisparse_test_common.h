@@ -2,7 +2,7 @@
 // case files, one per kernel group, linked into one program (hisparse_test):
 //   hisparse_test_kv.cu         hsReshapeAndCacheDigest (KV rows + digests), hsMirrorPages
 //   hisparse_test_select.cu     hsQuestSelect
-//   hisparse_test_resolve.cu    hsResolve (scripted sequence, error case, --bench swap-in)
+//   hisparse_test_resolve.cu    hsResolve (scripted sequence: fused, split, fp8 host; error case)
 //   hisparse_test_attention.cu  hsSparseDecodeAttention
 // Here: random data, host <-> device vector copies, per-request tables, the case entry points.
 #pragma once
@@ -73,7 +73,5 @@ void resolveErrorCase(Tally& tally);
 void mirrorCase(Tally& tally, int Hkv, int D, int bs, bool fp8);
 /** hsSparseDecodeAttention: dense-equal bits, per-head tables vs float64, mixed batches (hisparse_test_attention.cu). */
 void sparseAttentionCase(Tally& tally, int Hq, int Hkv, int D, int bs, std::vector<int> lens, int maxModelLen);
-/** --bench: the resolver's swap-in bandwidth, every selected slice a miss (GPU only; hisparse_test_resolve.cu). */
-void resolveBench();
 
 }  // namespace hs_test

@@ -1,6 +1,6 @@
-// HiSparse kernel test, the fused resolver (part of hisparse_test; see hisparse_test.cu): hsResolve
-// over a scripted multi-step sequence against refResolveOne, its error case, and the --bench
-// swap-in bandwidth (GPU only).
+// HiSparse kernel test, the resolver (part of hisparse_test; see hisparse_test.cu): hsResolve
+// (fused, split, split with an fp8 host tier) over a scripted multi-step sequence against
+// refResolveOne, and its error case. Its swap-in bandwidth: resolver_bench.cu.
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -291,103 +291,6 @@ void resolveErrorCase(Tally& tally) {
   const bool ok = c[2] == 1 && hs[0] == 0;
   std::printf("%-52s errors=%llu length=%d %s\n", name, c[2], hs[0], ok ? "ok" : "FAIL");
   tally.record(ok, name);
-}
-
-/**
- * Swap-in bandwidth of the resolver (GPU only, --bench; scripts/gpu/resolver_bench.sh): up to 32
- * rows at Llama-3.1-8B head geometry (Hkv 8, D 128, bs 16), 127 INACTIVE pages + the tail
- * selected per (row, kv head), empty LRUs, so every selected slice (K and V of 16 tokens of one
- * head: 8 KiB bf16, 4 KiB fp8) is a miss read from a 4 GiB mapped pinned host pool. For batch 1,
- * 8 and 32: the fused resolver (bf16), the split resolver (bf16) and the split resolver with an
- * fp8 host tier; one line each with the median of 10 launches (CUDA events, plan + copy), the
- * host bytes per miss and the GB/s over the host link (fp8: also the bf16 bytes delivered).
- */
-void resolveBench() {
-  const int maxR = 32, Hkv = 8, D = 128, bs = 16, W = 8192, numHot = 256, sel = 128;
-  const int numHostBlocks = 65536;  // 4 GiB of [Hkv, 2, bs, D] bf16 pages
-  const int numBlocks = maxR * numHot + maxR + 16;
-  Rng rng(3);
-  std::vector<int> blockT(static_cast<size_t>(maxR) * W, -1), hostT(static_cast<size_t>(maxR) * W);
-  std::vector<int> hot(static_cast<size_t>(maxR) * numHot), selPages(static_cast<size_t>(maxR) * Hkv * W, 0);
-  std::vector<int> selCount(static_cast<size_t>(maxR) * Hkv, sel), seq(maxR, W * bs), flags(maxR, 1), slot(maxR);
-  for (int r = 0; r < maxR; ++r) {
-    slot[r] = r;
-    for (int p = 0; p < W; ++p) hostT[static_cast<size_t>(r) * W + p] = rng.below(numHostBlocks);
-    blockT[static_cast<size_t>(r) * W + W - 1] = maxR * numHot + r;  // the tail page is ACTIVE
-    for (int s = 0; s < numHot; ++s) hot[static_cast<size_t>(r) * numHot + s] = r * numHot + s;
-    for (int g = 0; g < Hkv; ++g) {
-      std::vector<int> pick;
-      for (int i = 0; i < sel - 1; ++i) pick.push_back(rng.below(W - 1));
-      std::sort(pick.begin(), pick.end());
-      pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
-      while (static_cast<int>(pick.size()) < sel - 1) {  // top up after duplicates, keeping it sorted
-        const int p = rng.below(W - 1);
-        if (!std::binary_search(pick.begin(), pick.end(), p)) pick.insert(std::lower_bound(pick.begin(), pick.end(), p), p);
-      }
-      pick.push_back(W - 1);
-      std::copy(pick.begin(), pick.end(), selPages.begin() + (static_cast<size_t>(r) * Hkv + g) * W);
-    }
-  }
-  void* host = nullptr;
-  const size_t hostBytes = static_cast<size_t>(numHostBlocks) * Hkv * 2 * bs * D * 2;
-  HS_CHECK(cudaHostAlloc(&host, hostBytes, cudaHostAllocMapped));
-  std::memset(host, 0x3c, hostBytes);  // bf16 1.0-ish, e4m3 1.5
-  void* hostDev = nullptr;
-  HS_CHECK(cudaHostGetDevicePointer(&hostDev, host, 0));
-  auto dSel = toDevice(selPages), dCnt = toDevice(selCount), dSeq = toDevice(seq), dFlags = toDevice(flags);
-  auto dSlot = toDevice(slot), dBlockT = toDevice(blockT), dHostT = toDevice(hostT), dHot = toDevice(hot);
-  const size_t lru = static_cast<size_t>(maxR) * Hkv * numHot;
-  DeviceBuffer<int32_t> page(lru), last(lru), tick(static_cast<size_t>(maxR) * Hkv), held(static_cast<size_t>(maxR) * W);
-  DeviceBuffer<int32_t> heldPages(maxR), out(selPages.size()), outSeq(selCount.size());
-  DeviceBuffer<int32_t> missSrc(selPages.size()), missDst(selPages.size()), missCount(selCount.size());
-  DeviceBuffer<unsigned long long> counters(3);
-  DeviceBuffer<uint16_t> cache(static_cast<size_t>(numBlocks) * 2 * bs * Hkv * D);
-  cudaEvent_t e0, e1;
-  HS_CHECK(cudaEventCreate(&e0));
-  HS_CHECK(cudaEventCreate(&e1));
-  static const char* const kModeNames[] = {"fused bf16", "split bf16", "split fp8"};
-  for (const int R : {1, 8, 32})
-    for (const ResolveMode mode : {ResolveMode::kFused, ResolveMode::kSplit, ResolveMode::kSplitFp8}) {
-      const bool fp8 = mode == ResolveMode::kSplitFp8;
-      HsResolveParams p{};
-      p.selPages = dSel.ptr, p.selCount = dCnt.ptr, p.selStride = W, p.rowFlags = dFlags.ptr, p.seqLens = dSeq.ptr;
-      p.reqSlot = dSlot.ptr, p.blockTable = dBlockT.ptr, p.hostBlockTable = dHostT.ptr, p.tableStride = W;
-      p.numSlots = maxR, p.hotBlocks = dHot.ptr, p.numHot = numHot, p.lruPage = page.ptr, p.lruLastUse = last.ptr;
-      p.lruTick = tick.ptr, p.layer = 0, p.numLayers = 1, p.heldCount = held.ptr, p.heldPages = heldPages.ptr;
-      p.headBlockTables = out.ptr, p.headSeqLens = outSeq.ptr, p.counters = counters.ptr, p.kvCache = cache.ptr;
-      p.numBlocks = numBlocks, p.hostKv = hostDev, p.numHostBlocks = numHostBlocks, p.numReqs = R, p.numKvHeads = Hkv;
-      p.headDim = D, p.blockSize = bs, p.kScale = 1.f, p.vScale = 1.f;
-      p.hostKvDtype = fp8 ? HS_HOST_KV_FP8 : HS_HOST_KV_BF16;
-      if (mode != ResolveMode::kFused) p.missSrc = missSrc.ptr, p.missDst = missDst.ptr, p.missCount = missCount.ptr;
-      std::vector<float> ms;
-      unsigned long long misses = 0;
-      for (int it = 0; it < 12; ++it) {
-        page.poison(0xff);
-        last.poison(0xff);
-        HS_CHECK(cudaMemset(tick.ptr, 0, tick.bytes()));
-        HS_CHECK(cudaMemset(held.ptr, 0, held.bytes()));
-        HS_CHECK(cudaMemset(counters.ptr, 0, counters.bytes()));
-        HS_CHECK(cudaEventRecord(e0, 0));
-        HS_CHECK(hsResolve(&p, 0));
-        HS_CHECK(cudaEventRecord(e1, 0));
-        HS_CHECK(cudaEventSynchronize(e1));
-        float t = 0;
-        HS_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        if (it >= 2) ms.push_back(t);
-        const auto c = fromDevice(counters, 3);
-        misses = c[1];
-        if (c[2] != 0) std::printf("  (%llu resolver errors)\n", c[2]);
-      }
-      std::sort(ms.begin(), ms.end());
-      const double t = ms[ms.size() / 2] * 1e-3;
-      const int missBytes = 2 * bs * D * (fp8 ? 1 : 2);
-      const double gbps = static_cast<double>(misses) * missBytes / t / 1e9;
-      std::printf("resolver swap-in B=%-2d %-10s: %5llu misses x %d KiB host bytes in %.3f ms: %5.1f GB/s host link", R,
-                  kModeNames[static_cast<int>(mode)], misses, missBytes / 1024, t * 1e3, gbps);
-      if (fp8) std::printf(", %.1f GB/s of bf16 KV delivered", 2 * gbps);
-      std::printf("\n");
-    }
-  HS_CHECK(cudaFreeHost(host));
 }
 
 }  // namespace hs_test
