@@ -2,12 +2,14 @@
 // layer, over every (request, kv head), copied by one SM-wide grid. The plan kernel leaves per item
 // (request, kv head) its misses' host and hot blocks and their count; each CTA scans the counts
 // (kScanItems at a time) into miss offsets in shared memory, then walks the flat space of
-// (miss, 16-byte host unit) in a grid-stride loop, kCopyUnroll loads in flight per thread before
+// (miss, 16-byte host unit) in a grid-stride loop with 32-bit indices, kCopyUnroll loads in flight per thread before
 // the stores. The fused resolver copies with Hkv * numReqs CTAs (8 at batch 1 of an 8-kv-head
 // model: ~26 GB/s of the link's 51, bench/results/hisparse_profile_32k_b8_h200.txt); here a few
 // CTAs per SM keep megabytes of host reads in flight whatever the batch (the link's latency is
 // microseconds: bandwidth needs concurrency, Little's law). Units are hisparse_copy.cuh's: a
 // bf16 host tier copies 8 elements per unit, an fp8 one 16, dequantised into the bf16 hot block.
+#include <algorithm>
+
 #include "hisparse.h"
 #include "hisparse_common.cuh"
 #include "hisparse_copy.cuh"
@@ -57,7 +59,17 @@ __device__ int scanCounts(const HsResolveParams& p, int first, int n, int* prefi
   return running;
 }
 
-__global__ void __launch_bounds__(kThreads) resolveCopyKernel(const HsResolveParams p, const SliceGeom geom) {
+/**
+ * Items per scan round: at most kScanItems, and few enough that a round's units fit in 31 bits
+ * (the grid-stride loop indexes them with 32-bit arithmetic: no 64-bit division per unit).
+ */
+int chunkItemsOf(const HsResolveParams& p, const SliceGeom& geom) {
+  const long long perItem = static_cast<long long>(missStride(p)) * geom.unitsPerSlice;
+  return static_cast<int>(std::max(1LL, std::min<long long>(kScanItems, 0x7fffffffLL / std::max(perItem, 1LL))));
+}
+
+__global__ void __launch_bounds__(kThreads) resolveCopyKernel(const HsResolveParams p, const SliceGeom geom,
+                                                             int chunkItems) {
   extern __shared__ __align__(16) unsigned char smem[];
   int* prefix = reinterpret_cast<int*>(smem);
   int* warpSums = prefix + kScanItems + 1;
@@ -65,11 +77,11 @@ __global__ void __launch_bounds__(kThreads) resolveCopyKernel(const HsResolvePar
   uint16_t* cache = static_cast<uint16_t*>(p.kvCache);
   const int units = geom.unitsPerSlice;
   const int numItems = p.numReqs * p.numKvHeads;
-  for (int first = 0; first < numItems; first += kScanItems) {
-    const int n = min(kScanItems, numItems - first);
-    const long long total = static_cast<long long>(scanCounts(p, first, n, prefix, warpSums)) * units;
-    const long long stride = static_cast<long long>(gridDim.x) * blockDim.x * kCopyUnroll;
-    for (long long base = static_cast<long long>(blockIdx.x) * blockDim.x * kCopyUnroll; base < total; base += stride) {
+  for (int first = 0; first < numItems; first += chunkItems) {
+    const int n = min(chunkItems, numItems - first);
+    const unsigned total = static_cast<unsigned>(scanCounts(p, first, n, prefix, warpSums)) * units;  // < 2^31
+    const unsigned stride = gridDim.x * blockDim.x * kCopyUnroll;
+    for (unsigned base = blockIdx.x * blockDim.x * kCopyUnroll; base < total; base += stride) {
       uint4 v[kCopyUnroll];
       uint16_t* dst[kCopyUnroll];
       int unit[kCopyUnroll];
@@ -77,10 +89,10 @@ __global__ void __launch_bounds__(kThreads) resolveCopyKernel(const HsResolvePar
       for (int u = 0; u < kCopyUnroll; ++u) {
         dst[u] = nullptr;
         unit[u] = 0;
-        const long long i = base + static_cast<long long>(u) * blockDim.x + threadIdx.x;
+        const unsigned i = base + u * blockDim.x + threadIdx.x;
         if (i >= total) continue;
-        const int mi = static_cast<int>(i / units);  // the miss, numbered over the chunk's items
-        const int w = static_cast<int>(i - static_cast<long long>(mi) * units);
+        const int mi = static_cast<int>(i / static_cast<unsigned>(units));  // the miss, numbered over the chunk's items
+        const int w = static_cast<int>(i - static_cast<unsigned>(mi) * units);
         const int it = itemOf(prefix, n, mi);
         const size_t entry = static_cast<size_t>(first + it) * missStride(p) + (mi - prefix[it]);
         const int hb = p.missSrc[entry];
@@ -116,7 +128,7 @@ cudaError_t launchResolveCopy(const HsResolveParams& p, cudaStream_t stream) {
   const long long perCta = static_cast<long long>(kThreads) * kCopyUnroll;
   const long long want = (maxUnits + perCta - 1) / perCta;
   const int grid = static_cast<int>(max(1LL, min(want, static_cast<long long>(sms) * kCopyCtasPerSm)));
-  resolveCopyKernel<<<grid, kThreads, copySmemBytes(), stream>>>(p, geom);
+  resolveCopyKernel<<<grid, kThreads, copySmemBytes(), stream>>>(p, geom, chunkItemsOf(p, geom));
   return cudaGetLastError();
 }
 
