@@ -243,7 +243,8 @@ extern "C" cudaError_t hsResolve(const HsResolveParams* p, cudaStream_t stream) 
     return cudaErrorInvalidValue;
   const bool split = p->missSrc != nullptr;
   if (split != (p->missDst != nullptr) || split != (p->missCount != nullptr) ||
-      !sliceGeomValid(p->headDim, p->hostKvDtype) || (!split && p->hostKvDtype != HS_HOST_KV_BF16))
+      !sliceGeomValid(p->headDim, p->hostKvDtype) || (!split && p->hostKvDtype != HS_HOST_KV_BF16) ||
+      (p->hostKvDtype == HS_HOST_KV_FP8 && !(p->kScale > 0.f && p->vScale > 0.f)))
     return cudaErrorInvalidValue;
   const size_t smem = resolveSmemBytes(p->numHot, p->selStride);
   static std::atomic<unsigned long long> smemSet{0};
