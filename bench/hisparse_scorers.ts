@@ -80,7 +80,7 @@ function channels(li: number, g: number): number[] {
   for (const p of all) if (p < this.sinkPages || p >= numPages - this.windowPages) keep[p] = 1;
   const k = this.budgetPages - keep.reduce((a, b) => a + b, 0);
   if (k <= 0) return all.filter((p) => keep[p] === 1);
-  const keys = hostTier()!.layers[li]!;
+  const keys = hostTier()!.layers[li]! as Float32Array; // f32 pages: the study keeps host_kv_cache_dtype auto
   const row = (Hq + 2 * Hkv) * D;
   const q0 = batch.tokenIdx[s]! * row;
   const cand = all.filter((p) => keep[p] === 0);

@@ -4,6 +4,7 @@
  *     [--batches 32768:1,4,8,16;131072:1,2,4] [--modes off,on,auto] [--steps 16]
  *     [--kv-budget-gib 32] [--host-pool-gib 64] [--topk 2048] [--buffer 4096] [--dense-layers 0,1]
  *     [--json FILE] [--budget-s 420] [--overlap P] [--num-layers N --num-experts E]
+ *     [--host-kv-cache-dtype auto|fp8]
  * Llama-3.1-8B shape with seeded dummy weights (bf16), block size 16, CUDA graphs. Modes: `off`,
  * `auto`, `on` (residency host: long requests go host-resident after prefill) and `on-hybrid`
  * (`on` with residency hybrid: sparse attention over pages that stay on the device while there
@@ -23,6 +24,8 @@
  * reports 7-13% misses at topk 2048): the hit rate printed with each point says how
  * miss-heavy the run was; the figures are pessimistic for HiSparse in that respect.
  *
+ * `--host-kv-cache-dtype fp8`: the HiSparse modes keep fp8 host pages (half the host-link bytes
+ * per miss; the same host pool holds twice the pages).
  * `--overlap P` (benchmark only, HiSparseConfig.benchSelectionOverlap): every sparse step keeps
  * each page of a request's previous selection (per layer and kv head) with probability P before
  * Quest fills the rest of the budget, so throughput is measured as a function of the selection
@@ -59,7 +62,12 @@
 import { writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
-import { type HiSparseConfig, resolveHiSparseConfig } from "../src/config/hisparse_config.js";
+import {
+  type HiSparseConfig,
+  HOST_KV_CACHE_DTYPES,
+  type HostKvCacheDtype,
+  resolveHiSparseConfig,
+} from "../src/config/hisparse_config.js";
 import { derivedMaxModelLen, loadModelConfig } from "../src/config/model_config.js";
 import { DummyWeights } from "../src/models/dummy.js";
 import { DeepseekV3ForCausalLM } from "../src/models/llama.js";
@@ -103,6 +111,12 @@ const overlap = overlapArg === "" ? null : Number(overlapArg);
 if (overlap !== null && !(overlap >= 0 && overlap <= 1))
   throw new Error(`--overlap must be a probability in [0, 1], got ${overlapArg}`);
 const overlapTag = overlap === null ? "" : `, selection overlap p=${overlap} (benchmark knob)`;
+/** `--host-kv-cache-dtype auto|fp8`: host-tier pages as the device pool's, or fp8 (half the bytes per miss). */
+const hostKvCacheDtype = arg("host-kv-cache-dtype", "auto");
+if (!HOST_KV_CACHE_DTYPES.includes(hostKvCacheDtype as HostKvCacheDtype))
+  throw new Error(
+    `--host-kv-cache-dtype must be one of ${HOST_KV_CACHE_DTYPES.join(", ")}, got ${hostKvCacheDtype}`,
+  );
 const denseLayers = arg("dense-layers", "0,1")
   .split(",")
   .filter((x) => x !== "")
@@ -145,6 +159,7 @@ function hisparseConfig(mode: Exclude<BenchMode, "off">, dsa: boolean): HiSparse
     ...quest,
     hostPoolBytes,
     minSparseTokens: 0,
+    hostKvCacheDtype: hostKvCacheDtype as HostKvCacheDtype,
   });
   return overlap === null ? cfg : { ...cfg, benchSelectionOverlap: overlap };
 }

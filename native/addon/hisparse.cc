@@ -91,19 +91,21 @@ Napi::Value RowCopy(const Napi::CallbackInfo& info) {
 }
 
 /** mirrorPages(stream, kvCaches, hostTiers, blockIds, hostBlockIds, count, numLayers, numKvHeads, headDim,
- *  blockSize, numBlocks, numHostBlocks). */
+ *  blockSize, numBlocks, numHostBlocks, hostKvDtype, kScale, vScale). */
 Napi::Value MirrorPages(const Napi::CallbackInfo& info) {
-  Args a(info, 12, "mirrorPages");
+  Args a(info, 15, "mirrorPages");
   HS_LAUNCH(hsMirrorPages, a.stream(0), a.as<const uint64_t>(1), a.as<const uint64_t>(2), a.as<const int32_t>(3),
-            a.as<const int32_t>(4), a.i32(5), a.i32(6), a.i32(7), a.i32(8), a.i32(9), a.i32(10), a.i32(11));
+            a.as<const int32_t>(4), a.i32(5), a.i32(6), a.i32(7), a.i32(8), a.i32(9), a.i32(10), a.i32(11), a.i32(12),
+            a.f32(13), a.f32(14));
   return info.Env().Undefined();
 }
 
 /** loadPages(stream, ...): hsLoadPages, the arguments of mirrorPages. */
 Napi::Value LoadPages(const Napi::CallbackInfo& info) {
-  Args a(info, 12, "loadPages");
+  Args a(info, 15, "loadPages");
   HS_LAUNCH(hsLoadPages, a.stream(0), a.as<const uint64_t>(1), a.as<const uint64_t>(2), a.as<const int32_t>(3),
-            a.as<const int32_t>(4), a.i32(5), a.i32(6), a.i32(7), a.i32(8), a.i32(9), a.i32(10), a.i32(11));
+            a.as<const int32_t>(4), a.i32(5), a.i32(6), a.i32(7), a.i32(8), a.i32(9), a.i32(10), a.i32(11), a.i32(12),
+            a.f32(13), a.f32(14));
   return info.Env().Undefined();
 }
 

@@ -111,6 +111,12 @@ inline void readParams(const ParamObject& o, HsResolveParams& p) {
   p.numKvHeads = o.i32("numKvHeads");
   p.headDim = o.i32("headDim");
   p.blockSize = o.i32("blockSize");
+  p.missSrc = o.ptr("missSrc");
+  p.missDst = o.ptr("missDst");
+  p.missCount = o.ptr("missCount");
+  p.hostKvDtype = o.i32("hostKvDtype");
+  p.kScale = o.f32("kScale");
+  p.vScale = o.f32("vScale");
 }
 
 /** HsRowResolveParams (native/kernels/hisparse.h). */

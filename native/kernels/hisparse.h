@@ -141,6 +141,10 @@ cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t stream);
  */
 void hsQuestSetScoreCtaCap(int maxCtasPerItem);
 
+/** Host tier element types (HsResolveParams.hostKvDtype, hsMirrorPages): the cache's bf16, or fp8 e4m3. */
+#define HS_HOST_KV_BF16 0
+#define HS_HOST_KV_FP8 1
+
 /** Arguments of hsResolve (device pointers; see the file comment for the tables). */
 typedef struct HsResolveParams {
   /** i32 [numReqs, Hkv, selStride] / [numReqs, Hkv]: hsQuestSelect's output. */
@@ -190,11 +194,25 @@ typedef struct HsResolveParams {
   int numKvHeads;
   int headDim;
   int blockSize;
+  /**
+   * The split resolver's plan (NULL: the fused copy, each CTA copying its own misses): i32
+   * [numReqs, Hkv, min(numHot, selStride)] host block and hot block of each miss in order, i32
+   * [numReqs, Hkv] their count (0 for rows not resolved). hsResolve then runs the SM-wide copy
+   * pass over it.
+   */
+  int32_t* missSrc;
+  int32_t* missDst;
+  int32_t* missCount;
+  /** Element type of hostKv: HS_HOST_KV_BF16 (the cache's) or HS_HOST_KV_FP8 (split path only). */
+  int hostKvDtype;
+  /** Per-tensor scales of an fp8 host tier (vLLM k_scale / v_scale; 1.0 by default). */
+  float kScale;
+  float vScale;
 } HsResolveParams;
 
 /**
- * The fused resolver (DESIGN.md §4 step 3; SGLang HiSparse's swap-in kernel; CPU oracle
- * LruHotBufferResolver with HotBufferLru), one CTA per (kv head, request) of one sparse layer:
+ * The hot-buffer resolver of one sparse layer (DESIGN.md §4 step 3; SGLang HiSparse's swap-in
+ * kernel; CPU oracle LruHotBufferResolver with HotBufferLru). Plan: one CTA per (kv head, request):
  * 1. the round starts: tick = ++lruTick;
  * 2. hits: every LRU slot looks its page up in the (ascending) selection by binary search; a
  *    selected INACTIVE page found there is a hit: its slot is marked used (lastUse = tick);
@@ -202,14 +220,18 @@ typedef struct HsResolveParams {
  *    a miss; the m-th miss (selection order) takes the m-th slot not used in this round in
  *    (lastUse, slot) order (empty slots have lastUse -1), which is exactly the sequence of
  *    victims of the oracle's one-at-a-time LRU inserts;
- * 4. each miss's K and V slice of kv head g (2*bs*D contiguous bf16 in the host tier) is read
- *    from mapped pinned host memory with 16-byte loads (4 in flight per thread) and written to
- *    the hot block's head-g rows: no CPU work, no cudaMemcpy;
- * 5. headSeqLens = (#selected - 1) * bs + the tail page's tokens.
+ * 4. headSeqLens = (#selected - 1) * bs + the tail page's tokens.
+ * Copy: each miss's K and V slice of kv head g (2*bs*D contiguous elements in the host tier) is
+ * read from mapped pinned host memory with 16-byte loads and written to the hot block's head-g
+ * rows (dequantised from fp8 when hostKvDtype is HS_HOST_KV_FP8): no CPU work, no cudaMemcpy.
+ * With missSrc/missDst/missCount set (the split resolver), the plan writes the miss list and a
+ * second launch copies every miss of the layer with an SM-wide grid (a few CTAs per SM, 4 loads
+ * in flight per thread), so batch 1 reaches the link's speed; with them NULL (the fused
+ * resolver, bf16 only) each plan CTA copies its own misses (Hkv * numReqs CTAs in all).
  * Counts hits and misses; counts an error (and points the page at a hot block, so nothing reads
  * out of bounds) when the last selected page is not the tail or misses outnumber free slots.
- * Requirements: numHot <= 4096, D a multiple of 8, 16-byte aligned kvCache and hostKv.
- * Grid (Hkv, numReqs), 256 threads.
+ * Requirements: numHot <= 4096, D a multiple of 8 (16 for an fp8 host tier), 16-byte aligned
+ * kvCache and hostKv. Plan grid (Hkv, numReqs), 256 threads.
  */
 cudaError_t hsResolve(const HsResolveParams* p, cudaStream_t stream);
 
@@ -218,13 +240,16 @@ cudaError_t hsResolve(const HsResolveParams* p, cudaStream_t stream);
  * layer l < numLayers, copies device block blockIds[i] of kvCaches[l] ([numBlocks, 2, bs, Hkv, D])
  * to host block hostBlockIds[i] of hostTiers[l] ([numHostBlocks, Hkv, 2, bs, D], mapped pinned
  * memory written over the host link), transposing to the head-major host layout. Entries out of
- * range are skipped. kvCaches, hostTiers: u64 [numLayers] device arrays of addresses; blockIds,
+ * range are skipped. hostKvDtype HS_HOST_KV_FP8: the host tier holds e4m3 codes, stored =
+ * e4m3(x / scale) with the per-tensor kScale (K rows) and vScale (V rows) of every layer (D a
+ * multiple of 16); hsLoadPages dequantises them back. kvCaches, hostTiers: u64 [numLayers] device arrays of addresses; blockIds,
  * hostBlockIds: i32 [count]. Grid (count, numLayers), 256 threads. Issue it on a side stream
  * after an event of the compute stream (the worker does).
  */
 cudaError_t hsMirrorPages(const uint64_t* kvCaches, const uint64_t* hostTiers, const int32_t* blockIds,
                           const int32_t* hostBlockIds, int count, int numLayers, int numKvHeads, int headDim,
-                          int blockSize, int numBlocks, int numHostBlocks, cudaStream_t stream);
+                          int blockSize, int numBlocks, int numHostBlocks, int hostKvDtype,
+                          float kScale, float vScale, cudaStream_t stream);
 
 /**
  * The reverse of hsMirrorPages (same arguments): copies host block hostBlockIds[i] of every layer
@@ -234,7 +259,8 @@ cudaError_t hsMirrorPages(const uint64_t* kvCaches, const uint64_t* hostTiers, c
  */
 cudaError_t hsLoadPages(const uint64_t* kvCaches, const uint64_t* hostTiers, const int32_t* blockIds,
                         const int32_t* hostBlockIds, int count, int numLayers, int numKvHeads, int headDim,
-                        int blockSize, int numBlocks, int numHostBlocks, cudaStream_t stream);
+                        int blockSize, int numBlocks, int numHostBlocks, int hostKvDtype,
+                        float kScale, float vScale, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

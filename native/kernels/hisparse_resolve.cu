@@ -1,15 +1,18 @@
-// The fused hot-buffer resolver (hisparse.h hsResolve): one CTA per (kv head, request) of one
-// sparse layer marks hits, assigns LRU victims to misses, copies the misses' K/V slices straight
-// from mapped pinned host memory, and writes the (request, kv head) block table that sparse
-// attention reads. Its results equal the CPU oracle's (LruHotBufferResolver + HotBufferLru in
-// src/attention/sparse/hot_buffer.ts): the oracle inserts misses one at a time, each taking the
-// least recently used slot not yet used in the round (ties: lowest slot); since an insert marks
-// its slot used, the victims are exactly the free slots in (lastUse, slot) order, which this
-// kernel ranks all at once (O(numHot^2 / threads) comparisons, numHot ~ 256).
+// The hot-buffer resolver (hisparse.h hsResolve), plan half: one CTA per (kv head, request) of one
+// sparse layer marks hits, assigns LRU victims to misses and writes the (request, kv head) block
+// table that sparse attention reads; then either the SM-wide copy pass (hisparse_resolve_copy.cu,
+// the split resolver: the plan writes its miss list) or, in the fused resolver, the CTA itself
+// copies its misses' K/V slices straight from mapped pinned host memory. Its results equal the CPU
+// oracle's (LruHotBufferResolver + HotBufferLru in src/attention/sparse/hot_buffer.ts): the oracle
+// inserts misses one at a time, each taking the least recently used slot not yet used in the round
+// (ties: lowest slot); since an insert marks its slot used, the victims are exactly the free slots
+// in (lastUse, slot) order, which this kernel ranks all at once (O(numHot^2 / threads)
+// comparisons, numHot ~ 256). Split or fused, the hot buffer's contents are the same.
 #include <cuda_bf16.h>
 
 #include "hisparse.h"
 #include "hisparse_common.cuh"
+#include "hisparse_copy.cuh"
 
 namespace hs_sparse {
 namespace {
@@ -102,7 +105,10 @@ __global__ void __launch_bounds__(kThreads) resolveKernel(const HsResolveParams 
   const size_t item = static_cast<size_t>(r) * Hkv + g;
   const bool active = p.rowFlags == nullptr || p.rowFlags[r] != 0;
   const int slot = p.reqSlot[r];
-  if (!active || slot < 0 || slot >= p.numSlots) return;
+  if (!active || slot < 0 || slot >= p.numSlots) {
+    if (p.missCount != nullptr && threadIdx.x == 0) p.missCount[item] = 0;  // nothing for the copy pass
+    return;
+  }
   const ResolveSmem s(smem, p.numHot, p.selStride);
   const int n = min(max(p.selCount[item], 0), p.selStride);
   const int32_t* sel = p.selPages + item * p.selStride;
@@ -186,7 +192,20 @@ __global__ void __launch_bounds__(kThreads) resolveKernel(const HsResolveParams 
     if (hb < 0 || hb >= p.numHostBlocks || outRow[j] < 0 || outRow[j] >= p.numBlocks) ++errors;  // not copied
   }
   __syncthreads();
-  copyMisses(p, s, sel, hostRow, hotRow, numMisses, g);
+  if (p.missSrc != nullptr) {
+    // The split resolver's plan: (host block, hot block) of each miss; -1 for a bad entry (counted above).
+    const size_t stride = static_cast<size_t>(missStride(p));
+    int32_t* src = p.missSrc + item * stride;
+    int32_t* dst = p.missDst + item * stride;
+    for (int m = threadIdx.x; m < numMisses; m += blockDim.x) {
+      const int hb = hostRow[sel[s.missJ[m]]];
+      src[m] = hb >= 0 && hb < p.numHostBlocks ? hb : -1;
+      dst[m] = hotRow[s.victim[m]];
+    }
+    if (threadIdx.x == 0) p.missCount[item] = numMisses;
+  } else {
+    copyMisses(p, s, sel, hostRow, hotRow, numMisses, g);
+  }
   for (int i = threadIdx.x; i < p.numHot; i += blockDim.x) {
     pageG[i] = s.page[i];
     lastG[i] = s.lastUse[i];
@@ -222,11 +241,18 @@ extern "C" cudaError_t hsResolve(const HsResolveParams* p, cudaStream_t stream) 
       p->headBlockTables == nullptr || p->headSeqLens == nullptr || p->counters == nullptr ||
       p->kvCache == nullptr || !aligned16(p->kvCache) || (p->numHostBlocks > 0 && (p->hostKv == nullptr || !aligned16(p->hostKv))))
     return cudaErrorInvalidValue;
+  const bool split = p->missSrc != nullptr;
+  if (split != (p->missDst != nullptr) || split != (p->missCount != nullptr) ||
+      !sliceGeomValid(p->headDim, p->hostKvDtype) || (!split && p->hostKvDtype != HS_HOST_KV_BF16) ||
+      (p->hostKvDtype == HS_HOST_KV_FP8 && !(p->kScale > 0.f && p->vScale > 0.f)))
+    return cudaErrorInvalidValue;
   const size_t smem = resolveSmemBytes(p->numHot, p->selStride);
   static std::atomic<unsigned long long> smemSet{0};
   cudaError_t err = ensureSmem(resolveKernel, smem, smemSet);
   if (err != cudaSuccess) return err;
   const dim3 grid(p->numKvHeads, p->numReqs);
   resolveKernel<<<grid, kThreads, smem, stream>>>(*p);
-  return cudaGetLastError();
+  err = cudaGetLastError();
+  if (err != cudaSuccess || !split) return err;
+  return launchResolveCopy(*p, stream);
 }

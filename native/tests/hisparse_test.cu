@@ -4,7 +4,7 @@
 // and on the CPU through the emulator (bash native/tests/emu/run_emu.sh hisparse --quick).
 // This file holds main() and the --only filter; the cases sit in hisparse_test_{kv,select,
 // resolve,attention}.cu (one per kernel group, see hisparse_test_common.h), all linked together.
-// Usage: hisparse_test [--quick] [--only TEXT] | hisparse_test --bench (resolver swap-in GB/s, GPU only)
+// Usage: hisparse_test [--quick] [--only TEXT] (the resolver's swap-in bandwidth: resolver_bench.cu)
 // Exact checks: KV rows and digests written by hsReshapeAndCacheDigest (bits), selections of
 // hsQuestSelect (pages, ties included), hsResolve over a scripted multi-step sequence (blocks,
 // lengths, LRU state, hits / misses, held pages, every copied byte), the mirror's host layout,
@@ -32,10 +32,6 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   HS_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-  if (hasFlag(argc, argv, "--bench")) {
-    resolveBench();
-    return 0;
-  }
   Tally tally;
   digestCase(tally, 4, 2, 64, 8);
   selectCase(tally, 8, 2, 64, 16, 11);
@@ -50,16 +46,22 @@ int main(int argc, char** argv) {
   selectCase(tally, 4, 2, 32, 16, 23);
   hsQuestSetScoreCtaCap(0);
   overlapCase(tally);
-  resolveCase(tally, 2, 64, 8, quick ? 6 : 40);
+  resolveCase(tally, 2, 64, 8, quick ? 6 : 40, ResolveMode::kFused);
+  resolveCase(tally, 2, 64, 8, quick ? 6 : 40, ResolveMode::kSplit);
+  resolveCase(tally, 2, 64, 8, quick ? 6 : 40, ResolveMode::kSplitFp8);
   resolveErrorCase(tally);
-  mirrorCase(tally, 2, 64, 8);
+  mirrorCase(tally, 2, 64, 8, false);
+  mirrorCase(tally, 2, 64, 8, true);
   sparseAttentionCase(tally, 8, 2, 64, 16, {300, 1, 0, 777, 64}, 1024);
   if (!quick) {
     digestCase(tally, 32, 8, 128, 16);
     selectCase(tally, 32, 8, 128, 16, 12);
     selectCase(tally, 28, 4, 128, 32, 13);
-    resolveCase(tally, 8, 128, 16, 60);
-    mirrorCase(tally, 8, 128, 16);
+    resolveCase(tally, 8, 128, 16, 60, ResolveMode::kFused);
+    resolveCase(tally, 8, 128, 16, 60, ResolveMode::kSplit);
+    resolveCase(tally, 8, 128, 16, 60, ResolveMode::kSplitFp8);
+    mirrorCase(tally, 8, 128, 16, false);
+    mirrorCase(tally, 8, 128, 16, true);
     sparseAttentionCase(tally, 32, 8, 128, 16, {4000, 1, 0, 777, 2048, 16, 17, 9000}, 16384);
     sparseAttentionCase(tally, 40, 2, 128, 64, {5000, 1, 700}, 8192);
   }

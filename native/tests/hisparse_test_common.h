@@ -2,7 +2,7 @@
 // case files, one per kernel group, linked into one program (hisparse_test):
 //   hisparse_test_kv.cu         hsReshapeAndCacheDigest (KV rows + digests), hsMirrorPages
 //   hisparse_test_select.cu     hsQuestSelect
-//   hisparse_test_resolve.cu    hsResolve (scripted sequence, error case, --bench swap-in)
+//   hisparse_test_resolve.cu    hsResolve (scripted sequence: fused, split, fp8 host; error case)
 //   hisparse_test_attention.cu  hsSparseDecodeAttention
 // Here: random data, host <-> device vector copies, per-request tables, the case entry points.
 #pragma once
@@ -63,15 +63,15 @@ void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs);
 void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed);
 /** hsQuestSelect's benchmark overlap knob (prevSelected) at p = 1 and 0 (hisparse_test_select.cu). */
 void overlapCase(Tally& tally);
+/** Resolver variants: the fused copy, the split plan + copy pass (bf16 host tier), split with an fp8 host tier. */
+enum class ResolveMode { kFused, kSplit, kSplitFp8 };
 /** hsResolve over a scripted multi-step sequence against refResolveOne (hisparse_test_resolve.cu). */
-void resolveCase(Tally& tally, int Hkv, int D, int bs, int steps);
+void resolveCase(Tally& tally, int Hkv, int D, int bs, int steps, ResolveMode mode);
 /** hsResolve: a selection without its tail page (hisparse_test_resolve.cu). */
 void resolveErrorCase(Tally& tally);
 /** hsMirrorPages: the host tier's head-major layout (hisparse_test_kv.cu). */
-void mirrorCase(Tally& tally, int Hkv, int D, int bs);
+void mirrorCase(Tally& tally, int Hkv, int D, int bs, bool fp8);
 /** hsSparseDecodeAttention: dense-equal bits, per-head tables vs float64, mixed batches (hisparse_test_attention.cu). */
 void sparseAttentionCase(Tally& tally, int Hq, int Hkv, int D, int bs, std::vector<int> lens, int maxModelLen);
-/** --bench: the resolver's swap-in bandwidth, every selected slice a miss (GPU only; hisparse_test_resolve.cu). */
-void resolveBench();
 
 }  // namespace hs_test

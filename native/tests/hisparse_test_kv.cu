@@ -2,6 +2,9 @@
 // hsReshapeAndCacheDigest (KV rows and Quest digests, bits) and hsMirrorPages (host tier layout).
 #include <numeric>
 
+#include <cstring>
+
+#include "../kernels/fp8.cuh"
 #include "hisparse_test_common.h"
 
 namespace hs_test {
@@ -68,24 +71,41 @@ void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs) {
   tally.record(ok, name);
 }
 
-// ---- 4. mirror -------------------------------------------------------------------------------------
+// ---- 4. mirror and load ------------------------------------------------------------------------------
 
-void mirrorCase(Tally& tally, int Hkv, int D, int bs) {
+namespace {
+
+/** What an fp8 host tier holds for bf16 value b: e4m3(b / scale) (hisparse_copy.cuh). */
+uint8_t quantRef(uint16_t b, float scale) { return hs_fp8::floatToE4m3(bf16ToFloat(b) * (1.f / scale)); }
+/** What the hot block reads back: bf16(e4m3 * scale). */
+uint16_t dequantRef(uint8_t c, float scale) { return floatToBf16(hs_fp8::e4m3ToFloat(c) * scale); }
+
+}  // namespace
+
+/**
+ * hsMirrorPages into the head-major host layout (bf16 bits, or e4m3 codes with per-tensor K / V
+ * scales when fp8), then hsLoadPages back into a cleared cache (the bits, or the dequantised
+ * values).
+ */
+void mirrorCase(Tally& tally, int Hkv, int D, int bs, bool fp8) {
   char name[96];
-  std::snprintf(name, sizeof name, "mirror Hkv%d D%d bs%d", Hkv, D, bs);
+  std::snprintf(name, sizeof name, "mirror+load Hkv%d D%d bs%d %s", Hkv, D, bs, fp8 ? "fp8 host" : "bf16 host");
   if (!selected(name)) return;
   Rng rng(5 + D);
   const int numLayers = 2, numBlocks = 10, numHostBlocks = 12;
+  const int dtype = fp8 ? HS_HOST_KV_FP8 : HS_HOST_KV_BF16;
+  const float kScale = fp8 ? 0.5f : 1.f, vScale = fp8 ? 1.5f : 1.f;
+  const size_t elemBytes = fp8 ? 1 : 2;
   const size_t page = static_cast<size_t>(2) * bs * Hkv * D;
   std::vector<DeviceBuffer<uint16_t>> caches;
   std::vector<std::vector<uint16_t>> cacheData;
-  std::vector<uint16_t*> hosts(numLayers);
+  std::vector<unsigned char*> hosts(numLayers);
   std::vector<uint64_t> cachePtrs, hostPtrs;
   for (int l = 0; l < numLayers; ++l) {
     cacheData.push_back(randomBf16Vec(rng, numBlocks * page, false));
     caches.push_back(toDevice(cacheData.back()));
-    HS_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&hosts[l]), numHostBlocks * page * 2, cudaHostAllocMapped));
-    std::fill(hosts[l], hosts[l] + numHostBlocks * page, kBf16NaN);
+    HS_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&hosts[l]), numHostBlocks * page * elemBytes, cudaHostAllocMapped));
+    std::fill(hosts[l], hosts[l] + numHostBlocks * page * elemBytes, static_cast<unsigned char>(0x7f));
     void* dev = nullptr;
     HS_CHECK(cudaHostGetDevicePointer(&dev, hosts[l], 0));
     cachePtrs.push_back(reinterpret_cast<uint64_t>(caches[l].ptr));
@@ -94,24 +114,45 @@ void mirrorCase(Tally& tally, int Hkv, int D, int bs) {
   const std::vector<int> blocks = {3, 7, 0, -1, 9}, hostBlocks = {11, 2, 5, 4, 40};
   auto dCaches = toDevice(cachePtrs), dHosts = toDevice(hostPtrs);
   auto dB = toDevice(blocks), dH = toDevice(hostBlocks);
-  HS_CHECK(hsMirrorPages(dCaches.ptr, dHosts.ptr, dB.ptr, dH.ptr, static_cast<int>(blocks.size()), numLayers, Hkv, D,
-                         bs, numBlocks, numHostBlocks, 0));
+  const int n = static_cast<int>(blocks.size());
+  HS_CHECK(hsMirrorPages(dCaches.ptr, dHosts.ptr, dB.ptr, dH.ptr, n, numLayers, Hkv, D, bs, numBlocks, numHostBlocks,
+                         dtype, kScale, vScale, 0));
   HS_CHECK(cudaDeviceSynchronize());
-  long bad = 0;
+  for (int l = 0; l < numLayers; ++l)  // the load writes back into a cleared cache
+    HS_CHECK(cudaMemset(caches[l].ptr, 0xff, numBlocks * page * 2));
+  HS_CHECK(hsLoadPages(dCaches.ptr, dHosts.ptr, dB.ptr, dH.ptr, n, numLayers, Hkv, D, bs, numBlocks, numHostBlocks,
+                       dtype, kScale, vScale, 0));
+  HS_CHECK(cudaDeviceSynchronize());
+  long bad = 0, badLoad = 0;
   for (int l = 0; l < numLayers; ++l) {
-    std::vector<uint16_t> want(numHostBlocks * page, kBf16NaN);
+    std::vector<unsigned char> want(numHostBlocks * page * elemBytes, 0x7f);
+    std::vector<uint16_t> wantCache(numBlocks * page, 0xffff);
     for (size_t i = 0; i < blocks.size(); ++i) {
       if (blocks[i] < 0 || hostBlocks[i] >= numHostBlocks) continue;
       for (int g = 0; g < Hkv; ++g)
         for (int row = 0; row < 2 * bs; ++row)
-          std::copy_n(cacheData[l].begin() + blocks[i] * page + (static_cast<size_t>(row) * Hkv + g) * D, D,
-                      want.begin() + hostBlocks[i] * page + (static_cast<size_t>(g) * 2 * bs + row) * D);
+          for (int d = 0; d < D; ++d) {
+            const size_t di = blocks[i] * page + (static_cast<size_t>(row) * Hkv + g) * D + d;
+            const size_t hi = hostBlocks[i] * page + (static_cast<size_t>(g) * 2 * bs + row) * D + d;
+            const uint16_t v = cacheData[l][di];
+            if (fp8) {
+              const float scale = row < bs ? kScale : vScale;
+              want[hi] = quantRef(v, scale);
+              wantCache[di] = dequantRef(want[hi], scale);
+            } else {
+              std::memcpy(&want[hi * 2], &v, 2);
+              wantCache[di] = v;
+            }
+          }
     }
     for (size_t i = 0; i < want.size(); ++i) bad += hosts[l][i] != want[i] ? 1 : 0;
+    const auto got = fromDevice(caches[l], numBlocks * page);
+    for (size_t i = 0; i < got.size(); ++i) badLoad += got[i] != wantCache[i] ? 1 : 0;
     HS_CHECK(cudaFreeHost(hosts[l]));
   }
-  std::printf("%-52s mismatches=%ld %s\n", name, bad, bad == 0 ? "ok" : "FAIL");
-  tally.record(bad == 0, name);
+  const bool ok = bad == 0 && badLoad == 0;
+  std::printf("%-52s host mismatches=%ld load mismatches=%ld %s\n", name, bad, badLoad, ok ? "ok" : "FAIL");
+  tally.record(ok, name);
 }
 
 }  // namespace hs_test

@@ -1,9 +1,11 @@
-// HiSparse kernel test, the fused resolver (part of hisparse_test; see hisparse_test.cu): hsResolve
-// over a scripted multi-step sequence against refResolveOne, its error case, and the --bench
-// swap-in bandwidth (GPU only).
+// HiSparse kernel test, the resolver (part of hisparse_test; see hisparse_test.cu): hsResolve
+// (fused, split, split with an fp8 host tier) over a scripted multi-step sequence against
+// refResolveOne, and its error case. Its swap-in bandwidth: resolver_bench.cu.
+#include <cstring>
 #include <map>
 #include <numeric>
 
+#include "../kernels/fp8.cuh"
 #include "hisparse_test_common.h"
 
 namespace hs_test {
@@ -45,10 +47,15 @@ struct RefReq {
 
 }  // namespace
 
-void resolveCase(Tally& tally, int Hkv, int D, int bs, int steps) {
+void resolveCase(Tally& tally, int Hkv, int D, int bs, int steps, ResolveMode mode) {
+  static const char* const kModeNames[] = {"fused", "split", "split fp8 host"};
   char name[96];
-  std::snprintf(name, sizeof name, "resolve Hkv%d D%d bs%d, %d steps", Hkv, D, bs, steps);
+  std::snprintf(name, sizeof name, "resolve %s Hkv%d D%d bs%d, %d steps", kModeNames[static_cast<int>(mode)], Hkv, D,
+                bs, steps);
   if (!selected(name)) return;
+  const bool split = mode != ResolveMode::kFused;
+  const bool fp8 = mode == ResolveMode::kSplitFp8;
+  const float kScale = fp8 ? 0.5f : 1.f, vScale = fp8 ? 1.5f : 1.f;
   Rng rng(77 + D);
   ResolveWorld w;
   w.Hkv = Hkv, w.D = D, w.bs = bs, w.numLayers = 3, w.layer = 1, w.numSlots = 4, w.stride = 48, w.numHot = 6;
@@ -85,8 +92,17 @@ void resolveCase(Tally& tally, int Hkv, int D, int bs, int steps) {
     if (flags[r] != 0) takeHot(slot);
   }
   w.hostData = randomBf16Vec(rng, static_cast<size_t>(w.numHostBlocks) * Hkv * 2 * bs * D, false);
+  // An fp8 host tier holds e4m3 codes (random bytes, NaN codes avoided); the hot block reads bf16(code * scale).
+  std::vector<uint8_t> codes(fp8 ? w.hostData.size() : 0);
+  for (auto& c : codes) {
+    c = static_cast<uint8_t>(rng.below(256));
+    if ((c & 0x7f) == 0x7f) c ^= 1;
+  }
   HS_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&w.hostTier), w.hostData.size() * 2, cudaHostAllocMapped));
-  std::copy(w.hostData.begin(), w.hostData.end(), w.hostTier);
+  if (fp8)
+    std::memcpy(w.hostTier, codes.data(), codes.size());
+  else
+    std::copy(w.hostData.begin(), w.hostData.end(), w.hostTier);
   HS_CHECK(cudaHostGetDevicePointer(&w.hostTierDev, w.hostTier, 0));
   const size_t cacheElems = static_cast<size_t>(w.numBlocks) * 2 * bs * Hkv * D;
   std::vector<uint16_t> cacheRef(cacheElems, kBf16NaN);
@@ -148,7 +164,9 @@ void resolveCase(Tally& tally, int Hkv, int D, int bs, int steps) {
     auto dBlockT = toDevice(tb.blockTable);
     auto dHostT = toDevice(tb.hostTable);
     auto dHot = toDevice(tb.hot);
-    DeviceBuffer<int32_t> dOut(sel.size()), dHeadSeq(cnt.size());
+    DeviceBuffer<int32_t> dOut(sel.size()), dHeadSeq(cnt.size()), dMissSrc(sel.size()), dMissDst(sel.size()),
+        dMissCount(cnt.size());
+    dMissCount.poison(0x7f);  // the plan writes every item's count, 0 for rows not resolved
     dOut.poison(0x7f);
     dHeadSeq.poison(0x7f);
     HsResolveParams p{};
@@ -182,6 +200,8 @@ void resolveCase(Tally& tally, int Hkv, int D, int bs, int steps) {
     p.numKvHeads = Hkv;
     p.headDim = D;
     p.blockSize = bs;
+    if (split) p.missSrc = dMissSrc.ptr, p.missDst = dMissDst.ptr, p.missCount = dMissCount.ptr;
+    p.hostKvDtype = fp8 ? HS_HOST_KV_FP8 : HS_HOST_KV_BF16, p.kScale = kScale, p.vScale = vScale;
     HS_CHECK(hsResolve(&p, 0));
     HS_CHECK(cudaDeviceSynchronize());
     const auto out = fromDevice(dOut, sel.size());
@@ -196,9 +216,13 @@ void resolveCase(Tally& tally, int Hkv, int D, int bs, int steps) {
         wantHits += rr.hits;
         wantMisses += rr.misses;
         for (const RefCopy& cp : rr.copies)
-          for (int row = 0; row < 2 * bs; ++row)
-            std::copy_n(w.hostData.begin() + ((static_cast<size_t>(cp.hostBlock) * Hkv + g) * 2 * bs + row) * D, D,
-                        cacheRef.begin() + ((static_cast<size_t>(cp.block) * 2 * bs + row) * Hkv + g) * D);
+          for (int row = 0; row < 2 * bs; ++row) {
+            const size_t src = ((static_cast<size_t>(cp.hostBlock) * Hkv + g) * 2 * bs + row) * D;
+            const size_t dst = ((static_cast<size_t>(cp.block) * 2 * bs + row) * Hkv + g) * D;
+            for (int d = 0; d < D; ++d)
+              cacheRef[dst + d] = fp8 ? floatToBf16(hs_fp8::e4m3ToFloat(codes[src + d]) * (row < bs ? kScale : vScale))
+                                      : w.hostData[src + d];
+          }
         const std::vector<int> got(out.begin() + item * w.stride, out.begin() + item * w.stride + cnt[item]);
         if (got != rr.blocks || headSeq[item] != rr.seqLen) {
           if (bad++ < 4) std::printf("  step %d row %d head %d: blocks or length differ\n", step, r, g);
@@ -267,84 +291,6 @@ void resolveErrorCase(Tally& tally) {
   const bool ok = c[2] == 1 && hs[0] == 0;
   std::printf("%-52s errors=%llu length=%d %s\n", name, c[2], hs[0], ok ? "ok" : "FAIL");
   tally.record(ok, name);
-}
-
-/**
- * Swap-in bandwidth of the fused resolver (GPU only, --bench): 32 rows at Llama-3.1-8B head
- * geometry, 127 INACTIVE pages + the tail selected per (row, kv head), empty LRUs, so every
- * selected slice (8 KiB: K and V of 16 tokens of one head) is a miss read from a 4 GiB mapped
- * pinned host pool. Median of 10 launches (CUDA events); the LRU state is reset between them.
- */
-void resolveBench() {
-  const int R = 32, Hkv = 8, D = 128, bs = 16, W = 8192, numHot = 256, sel = 128;
-  const int numHostBlocks = 65536;  // 4 GiB of [Hkv, 2, bs, D] bf16 pages
-  const int numBlocks = R * numHot + R + 16;
-  Rng rng(3);
-  std::vector<int> blockT(static_cast<size_t>(R) * W, -1), hostT(static_cast<size_t>(R) * W), hot(static_cast<size_t>(R) * numHot);
-  std::vector<int> selPages(static_cast<size_t>(R) * Hkv * W, 0), selCount(static_cast<size_t>(R) * Hkv, sel);
-  std::vector<int> seq(R, W * bs), flags(R, 1), slot(R);
-  for (int r = 0; r < R; ++r) {
-    slot[r] = r;
-    for (int p = 0; p < W; ++p) hostT[static_cast<size_t>(r) * W + p] = rng.below(numHostBlocks);
-    blockT[static_cast<size_t>(r) * W + W - 1] = R * numHot + r;  // the tail page is ACTIVE
-    for (int s = 0; s < numHot; ++s) hot[static_cast<size_t>(r) * numHot + s] = r * numHot + s;
-    for (int g = 0; g < Hkv; ++g) {
-      std::vector<int> pick;
-      for (int i = 0; i < sel - 1; ++i) pick.push_back(rng.below(W - 1));
-      std::sort(pick.begin(), pick.end());
-      pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
-      while (static_cast<int>(pick.size()) < sel - 1) {  // top up after duplicates, keeping it sorted
-        const int p = rng.below(W - 1);
-        if (!std::binary_search(pick.begin(), pick.end(), p)) pick.insert(std::lower_bound(pick.begin(), pick.end(), p), p);
-      }
-      pick.push_back(W - 1);
-      std::copy(pick.begin(), pick.end(), selPages.begin() + (static_cast<size_t>(r) * Hkv + g) * W);
-    }
-  }
-  void* host = nullptr;
-  const size_t hostBytes = static_cast<size_t>(numHostBlocks) * Hkv * 2 * bs * D * 2;
-  HS_CHECK(cudaHostAlloc(&host, hostBytes, cudaHostAllocMapped));
-  std::memset(host, 0x3c, hostBytes);
-  void* hostDev = nullptr;
-  HS_CHECK(cudaHostGetDevicePointer(&hostDev, host, 0));
-  auto dSel = toDevice(selPages), dCnt = toDevice(selCount), dSeq = toDevice(seq), dFlags = toDevice(flags);
-  auto dSlot = toDevice(slot), dBlockT = toDevice(blockT), dHostT = toDevice(hostT), dHot = toDevice(hot);
-  const size_t lru = static_cast<size_t>(R) * Hkv * numHot;
-  DeviceBuffer<int32_t> page(lru), last(lru), tick(static_cast<size_t>(R) * Hkv), held(static_cast<size_t>(R) * W), heldPages(R);
-  DeviceBuffer<int32_t> out(selPages.size()), outSeq(selCount.size());
-  DeviceBuffer<unsigned long long> counters(3);
-  DeviceBuffer<uint16_t> cache(static_cast<size_t>(numBlocks) * 2 * bs * Hkv * D);
-  HsResolveParams p{};
-  p.selPages = dSel.ptr, p.selCount = dCnt.ptr, p.selStride = W, p.rowFlags = dFlags.ptr, p.seqLens = dSeq.ptr;
-  p.reqSlot = dSlot.ptr, p.blockTable = dBlockT.ptr, p.hostBlockTable = dHostT.ptr, p.tableStride = W, p.numSlots = R;
-  p.hotBlocks = dHot.ptr, p.numHot = numHot, p.lruPage = page.ptr, p.lruLastUse = last.ptr, p.lruTick = tick.ptr;
-  p.layer = 0, p.numLayers = 1, p.heldCount = held.ptr, p.heldPages = heldPages.ptr, p.headBlockTables = out.ptr;
-  p.headSeqLens = outSeq.ptr, p.counters = counters.ptr, p.kvCache = cache.ptr, p.numBlocks = numBlocks;
-  p.hostKv = hostDev, p.numHostBlocks = numHostBlocks, p.numReqs = R, p.numKvHeads = Hkv, p.headDim = D, p.blockSize = bs;
-  cudaEvent_t e0, e1;
-  HS_CHECK(cudaEventCreate(&e0));
-  HS_CHECK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int it = 0; it < 12; ++it) {
-    page.poison(0xff);
-    last.poison(0xff);
-    HS_CHECK(cudaMemset(tick.ptr, 0, tick.bytes()));
-    HS_CHECK(cudaMemset(held.ptr, 0, held.bytes()));
-    HS_CHECK(cudaMemset(counters.ptr, 0, counters.bytes()));
-    HS_CHECK(cudaEventRecord(e0, 0));
-    HS_CHECK(hsResolve(&p, 0));
-    HS_CHECK(cudaEventRecord(e1, 0));
-    HS_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    HS_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (it >= 2) ms.push_back(t);
-  }
-  const auto c = fromDevice(counters, 3);
-  std::sort(ms.begin(), ms.end());
-  const double bytes = static_cast<double>(c[1]) * 2 * bs * D * 2;
-  std::printf("resolver swap-in: %llu misses of %d KiB in %.3f ms (median of %zu): %.1f GB/s (hsSwapInPages measured 51.3)\n",
-              c[1], 2 * bs * D * 2 / 1024, ms[ms.size() / 2], ms.size(), bytes / (ms[ms.size() / 2] * 1e-3) / 1e9);
-  HS_CHECK(cudaFreeHost(host));
 }
 
 }  // namespace hs_test

@@ -12,8 +12,9 @@
 # Steps, each under `timeout`:
 #  1. nvcc-build native/tests/hisparse_test (hisparse_test*.cu) and run it: every HiSparse kernel
 #     against C++ ports of the CPU oracles (digests, selection, resolver, mirror: exact; sparse attention: bits equal
-#     to dense with dense tables, float64 reference otherwise); then its --bench: the fused
-#     resolver's swap-in bandwidth with every selected slice a miss (target >= 46 GB/s);
+#     to dense with dense tables, float64 reference otherwise; the resolver fused, split and split
+#     over fp8 host pages); then scripts/gpu/resolver_bench.sh: the resolver's swap-in bandwidth
+#     with every selected slice a miss, fused vs split, bf16 vs fp8 host pages (target >= 46 GB/s);
 #  2. dist/test/native/hisparse_kernels.test.js: the same kernels through CudaBackend against the
 #     TypeScript oracles (QuestSelector, LruHotBufferResolver) on identical inputs;
 #  3. dist/test/native/hisparse_engine.test.js: greedy tokens of ref-small (and ref-base) with
@@ -71,7 +72,7 @@ free -g 2>/dev/null | head -2
 run build_kernel_test 240 "$NVCC" -std=c++17 -O3 -lineinfo -gencode=arch=compute_90a,code=sm_90a \
   -o build/hisparse_test/hisparse_test native/tests/hisparse_test.cu native/tests/hisparse_test_kv.cu \
   native/tests/hisparse_test_select.cu native/tests/hisparse_test_resolve.cu native/tests/hisparse_test_attention.cu \
-  native/kernels/hisparse_digest.cu native/kernels/hisparse_select.cu native/kernels/hisparse_resolve.cu \
+  native/kernels/hisparse_digest.cu native/kernels/hisparse_select.cu native/kernels/hisparse_resolve.cu native/kernels/hisparse_resolve_copy.cu \
   native/kernels/hisparse_mirror.cu native/kernels/attention_decode.cu
 [ "$LAST_RC" -ne 0 ] && fails=$((fails + 1))
 row "nvcc hisparse_test" "$LAST_RC" "-" "$LAST_SECS" ""
@@ -79,9 +80,9 @@ if [ -x build/hisparse_test/hisparse_test ]; then
   run kernel_test 180 build/hisparse_test/hisparse_test
   [ "$LAST_RC" -ne 0 ] && fails=$((fails + 1))
   row "kernels vs C++ oracles" "$LAST_RC" "$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$out/kernel_test.log" | tail -1 | awk '{print $1"/"$3}')" "$LAST_SECS" ""
-  [ -n "${QUICK:-}" ] || run resolver_swapin 120 build/hisparse_test/hisparse_test --bench
-  [ -n "${QUICK:-}" ] || row "resolver swap-in (misses)" "$LAST_RC" "-" "$LAST_SECS" "$(grep -oE '[0-9.]+ GB/s \(hsSwap' "$out/resolver_swapin.log" | awk '{print $1" GB/s"}')"
 fi
+[ -n "${QUICK:-}" ] || run resolver_swapin 120 bash scripts/gpu/resolver_bench.sh
+[ -n "${QUICK:-}" ] || row "resolver swap-in (misses)" "$LAST_RC" "-" "$LAST_SECS" "$(grep -E '^split vs fused B=' "$out/resolver_swapin.log" | awk '{print $4$5}' | paste -sd' ') GB/s split"
 
 # 2-4. node tests
 for t in hisparse_kernels hisparse_engine attention; do

@@ -21,6 +21,8 @@ const runs = [
   { name: "on graphs", numGpuBlocksOverride: 128, enforceEager: false, mode: "on" as const },
   { name: "on eager", numGpuBlocksOverride: 128, enforceEager: true, mode: "on" as const },
   { name: "auto pressure", numGpuBlocksOverride: 14, enforceEager: false, mode: "auto" as const },
+  // fp8 host pages: the mirror quantises, the resolver's copy pass and the loads dequantise.
+  { name: "on fp8 host", numGpuBlocksOverride: 128, enforceEager: false, mode: "on" as const, fp8Host: true },
 ];
 const summary: string[] = [];
 /** Prompts of at most 13 tokens + 40 outputs: up to 7 pages of 8, of which Quest scores 5. */
@@ -36,7 +38,14 @@ for (const r of runs) {
     gpuMemoryUtilization: 0.3,
     numGpuBlocksOverride: r.numGpuBlocksOverride,
     enforceEager: r.enforceEager,
-    extensions: { hisparse: resolveHiSparseConfig({ ...sparse, mode: r.mode, minSparseTokens: 0 }) },
+    extensions: {
+      hisparse: resolveHiSparseConfig({
+        ...sparse,
+        mode: r.mode,
+        minSparseTokens: 0,
+        hostKvCacheDtype: "fp8Host" in r ? "fp8" : "auto",
+      }),
+    },
   });
   try {
     const engine = await llm.getEngine();

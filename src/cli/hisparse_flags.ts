@@ -5,6 +5,8 @@ import {
   HISPARSE_RESIDENCIES,
   type HiSparseConfig,
   type HiSparseOverrides,
+  HOST_KV_CACHE_DTYPES,
+  type HostKvCacheDtype,
   HYBRID_SPARSE_MODES,
   type HybridSparseMode,
   parseHiSparseConfigJson,
@@ -14,7 +16,7 @@ import { parseGibArg, parseIntArg } from "./parse_args.js";
 
 /**
  * Adds the Hybrid HiSparse flags (DESIGN.md §5): `--enable-hybrid-sparse`, `--hybrid-sparse-topk`,
- * `--hybrid-sparse-whitelist-tokens`, `--host-pool-gib`, `--hisparse-config`.
+ * `--hybrid-sparse-whitelist-tokens`, `--host-pool-gib`, `--host-kv-cache-dtype`, `--hisparse-config`.
  */
 export function addHiSparseFlags(cmd: Command): Command {
   return cmd
@@ -38,6 +40,13 @@ export function addHiSparseFlags(cmd: Command): Command {
       "JSON list of token ids: pages holding one are always attended and never spilled",
     )
     .option("--host-pool-gib <gib>", "host KV pool in GiB (default: 2x the device pool's pages)", parseGibArg)
+    .addOption(
+      new Option(
+        "--host-kv-cache-dtype <dtype>",
+        "host KV pages: auto (the device pool's --kv-cache-dtype) or fp8 (e4m3, per-tensor scales; " +
+          "half the host-link bytes per miss and twice the host pages, even with a bf16 device pool)",
+      ).choices([...HOST_KV_CACHE_DTYPES]),
+    )
     .option("--hisparse-config <json>", HISPARSE_CONFIG_HELP);
 }
 
@@ -60,11 +69,13 @@ export function hisparseConfigFromOptions(o: Record<string, unknown>): {
   const topk = o["hybridSparseTopk"] as number | undefined;
   const whitelistFile = o["hybridSparseWhitelistTokens"] as string | undefined;
   const hostPoolBytes = o["hostPoolGib"] as number | undefined;
+  const hostKvCacheDtype = o["hostKvCacheDtype"] as HostKvCacheDtype | undefined;
   const json = o["hisparseConfig"] as string | undefined;
   const given = [
     ["--hybrid-sparse-topk", topk],
     ["--hybrid-sparse-whitelist-tokens", whitelistFile],
     ["--host-pool-gib", hostPoolBytes],
+    ["--host-kv-cache-dtype", hostKvCacheDtype],
     ["--hisparse-config", json],
   ].filter(([, v]) => v !== undefined);
   if (mode === "off") {
@@ -84,6 +95,13 @@ export function hisparseConfigFromOptions(o: Record<string, unknown>): {
     if (overrides.topk !== undefined && overrides.topk !== topk)
       reasons.push(`--hybrid-sparse-topk (${topk}) and --hisparse-config topk (${overrides.topk}) disagree`);
     overrides.topk = topk;
+  }
+  if (hostKvCacheDtype !== undefined) {
+    if (overrides.hostKvCacheDtype !== undefined && overrides.hostKvCacheDtype !== hostKvCacheDtype)
+      reasons.push(
+        `--host-kv-cache-dtype (${hostKvCacheDtype}) and --hisparse-config host_kv_cache_dtype (${overrides.hostKvCacheDtype}) disagree`,
+      );
+    overrides.hostKvCacheDtype = hostKvCacheDtype;
   }
   const whitelistTokenIds = whitelistFile === undefined ? [] : readWhitelist(whitelistFile, reasons);
   const config = resolveHiSparseConfig({

@@ -43,6 +43,20 @@ export type SparseSelectorName = "quest" | "dsa";
 /** Selectors a user may name in `--hisparse-config selector`. */
 export const SPARSE_SELECTORS: readonly SparseSelectorName[] = ["quest"];
 
+/**
+ * Element type of host-tier pages (`--host-kv-cache-dtype`, `--hisparse-config
+ * host_kv_cache_dtype`), named after vLLM's `--kv-cache-dtype`:
+ * - `auto` (default): the device pool's (`--kv-cache-dtype`), so a spill or recall copies bytes;
+ * - `fp8`: e4m3 with per-tensor K and V scales, vLLM's fp8 KV semantics (core/kv/kv_cache_dtype.ts:
+ *   stored = e4m3(x / scale), read = stored * scale), even when the device pool is bf16: the
+ *   mirror quantises, the copy into the hot buffer dequantises, so a miss moves half the bytes
+ *   of bf16 over the host link and the host pool holds twice the pages. Pages read from the host
+ *   tier are then fp8-rounded: the exactness of `auto` while nothing is spilled is unchanged.
+ * Quest HiSparse only (DSA models keep their latent rows as the device pool has them).
+ */
+export type HostKvCacheDtype = "auto" | "fp8";
+export const HOST_KV_CACHE_DTYPES: readonly HostKvCacheDtype[] = ["auto", "fp8"];
+
 /** Resolved HiSparse settings (every knob has its value). */
 export interface HiSparseConfig {
   mode: HybridSparseMode;
@@ -63,6 +77,8 @@ export interface HiSparseConfig {
   selector: SparseSelectorName;
   /** Host tier size in bytes (`--host-pool-gib`); null = HOST_POOL_DEFAULT_RATIO x the device pool. */
   hostPoolBytes: number | null;
+  /** Element type of host-tier pages ({@link HostKvCacheDtype}). */
+  hostKvCacheDtype: HostKvCacheDtype;
   /** Token ids whose pages are pinned: always attended, never spilled (`--hybrid-sparse-whitelist-tokens`). */
   whitelistTokenIds: number[];
   /**
@@ -140,6 +156,11 @@ const JSON_KEYS = {
     expected: `a string (${HISPARSE_RESIDENCIES.join(" or ")})`,
     isValid: (v) => typeof v === "string",
   },
+  host_kv_cache_dtype: {
+    field: "hostKvCacheDtype",
+    expected: `a string (${HOST_KV_CACHE_DTYPES.join(" or ")})`,
+    isValid: (v) => typeof v === "string",
+  },
 } as const satisfies Record<string, JsonKeySpec>;
 
 /**
@@ -206,6 +227,7 @@ export function resolveHiSparseConfig(o: HiSparseOverrides): HiSparseConfig {
     selector: o.selector ?? "quest",
     residency: o.residency ?? (mode === "on" ? "host" : "hybrid"),
     hostPoolBytes: o.hostPoolBytes ?? null,
+    hostKvCacheDtype: o.hostKvCacheDtype ?? "auto",
     whitelistTokenIds: [...(o.whitelistTokenIds ?? [])],
     givenKeys: Object.entries(JSON_KEYS)
       .filter(([, spec]) => o[spec.field] !== undefined)
@@ -265,6 +287,10 @@ export function validateHiSparseConfig(c: HiSparseConfig, ctx: HiSparseValidatio
   else if (c.mode === "auto" && c.residency === "host")
     r.push(
       'residency "host" needs --enable-hybrid-sparse on (auto keeps pages on the device while there is room)',
+    );
+  if (!HOST_KV_CACHE_DTYPES.includes(c.hostKvCacheDtype))
+    r.push(
+      `host_kv_cache_dtype must be one of ${HOST_KV_CACHE_DTYPES.join(", ")}, got ${c.hostKvCacheDtype}`,
     );
   if (c.hostPoolBytes !== null && !(c.hostPoolBytes > 0))
     r.push(`--host-pool-gib must be > 0, got ${c.hostPoolBytes / 2 ** 30}`);

@@ -150,7 +150,9 @@ export function hisparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan): 
     `HiSparse (topk ${c.topk}, hot buffer ${c.deviceBufferTokens}, sink ${c.sinkTokens}, window ${c.windowTokens}, dense layers [${c.denseLayers.join(", ")}]${rankNote(p)})`,
     `  sparse layers  = ${p.model.numHiddenLayers} − ${h.numDenseLayers} dense = ${h.numSparseLayers}`,
     `  GPU block      = ${offloadable.join(" + ")} = ${formatBytes(h.mainBytesPerBlock)}`,
-    `  host page      = the same sparse-layer rows = ${formatBytes(h.hostBytesPerBlock)}`,
+    c.hostKvCacheDtype === "fp8"
+      ? `  host page      = the same sparse-layer rows in fp8 (host_kv_cache_dtype, 1 B an element) = ${formatBytes(h.hostBytesPerBlock)}`
+      : `  host page      = the same sparse-layer rows = ${formatBytes(h.hostBytesPerBlock)}`,
     `  GPU per page   = ${resident.length > 0 ? resident.join(" + ") : "0"} = ${formatBytes(h.deviceBytesPerHostBlock)} (digests ${formatBytes(h.digestBytesPerPage)})`,
     `  per request    = ${formatInt(h.pagesPerRequest)} pages; on the GPU ceil((${c.sinkTokens} + ${c.windowTokens} + ${c.deviceBufferTokens}) / ${p.blockSize}) + 1 = ${formatInt(h.devicePagesPerRequest)} blocks`,
     `                 = ${formatInt(h.devicePagesPerRequest)} × ${formatBytes(h.mainBytesPerBlock)} + ${formatInt(h.pagesPerRequest)} × ${formatBytes(h.deviceBytesPerHostBlock)} = ${formatBytes(h.deviceBytesPerRequest)} of GPU memory (dense: ${formatBytes(dense.pagesPerRequest * dense.kvBytesPerBlock)})`,

@@ -34,6 +34,7 @@ export function planHiSparseKnobs(o: { json?: string; topk?: number; hostPoolByt
     windowTokens: c.windowTokens,
     denseLayers: c.denseLayers,
     hostPoolBytes: o.hostPoolBytes ?? null,
+    ...(c.hostKvCacheDtype === "fp8" ? { hostKvCacheDtype: c.hostKvCacheDtype } : {}),
     ...(Object.keys(unplanned).length > 0 ? { unplanned } : {}),
   };
 }

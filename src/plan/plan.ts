@@ -21,6 +21,8 @@
  * the formula's answers; it computes no size of its own.
  */
 
+import type { HostKvCacheDtype } from "../config/hisparse_config.js";
+import { KV_CACHE_DTYPE_BYTES } from "../core/kv/kv_cache_dtype.js";
 import {
   DIGEST_ELEMENT_BYTES as ENGINE_DIGEST_BYTES,
   groupPageBytes,
@@ -66,6 +68,8 @@ export interface PlanHiSparse {
   denseLayers: readonly number[];
   /** Host pool in bytes; null = the engine's default, HOST_POOL_DEFAULT_RATIO × the device pool's pages. */
   hostPoolBytes: number | null;
+  /** `host_kv_cache_dtype` (config/hisparse_config.ts): fp8 host pages cost 1 byte an element; absent: auto. */
+  hostKvCacheDtype?: HostKvCacheDtype;
   /**
    * Knobs that change no figure, kept so that plan refuses what the engine would
    * (`--hisparse-config` min_sparse_tokens, selector, residency; absent = the engine's default).
@@ -256,7 +260,8 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
     denseLayers: h.denseLayers,
     digestElementBytes: p.digestElementBytes ?? DIGEST_ELEMENT_BYTES,
   });
-  const costs = hisparseBlockCosts(groups, bs);
+  const hostElementBytes = h.hostKvCacheDtype === "fp8" ? KV_CACHE_DTYPE_BYTES.fp8 : undefined;
+  const costs = hisparseBlockCosts(groups, bs, hostElementBytes);
   const minGpuBlocks = sparseRequestMinBlocks(h, bs);
   const pagesPerRequest = blocksForTokens(p.contextTokens, bs);
   const devicePagesPerRequest = sparseDevicePagesPerRequest(pagesPerRequest, minGpuBlocks);
@@ -268,7 +273,7 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
       groups,
       blockSize: bs,
       deviceBudgetBytes: p.kvBudgetBytes,
-      hisparse: { hostPoolBytes, minGpuBlocks },
+      hisparse: { hostPoolBytes, minGpuBlocks, hostElementBytes },
     });
     return poolPlan(sizing, pagesPerRequest, devicePagesPerRequest, bs);
   };

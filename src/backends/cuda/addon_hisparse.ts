@@ -49,7 +49,7 @@ export interface NativeHiSparseApi {
   questSelectScratchBytes(numReqs: number, numKvHeads: number, tableStride: number): number;
   /** Quest selection per (request, kv head) (hsQuestSelect; NULL_PTR where the struct allows NULL). */
   questSelect(stream: number, params: QuestSelectParams): void;
-  /** The fused hot-buffer resolver with UVA swap-in of misses (hsResolve). */
+  /** The hot-buffer resolver with UVA swap-in of misses (hsResolve: split plan + copy pass, or fused). */
   resolve(stream: number, params: ResolveParams): void;
   /** Eager mirror of filled pages, every layer, to the head-major host tier (hsMirrorPages). */
   mirrorPages(
@@ -65,6 +65,11 @@ export interface NativeHiSparseApi {
     blockSize: number,
     numBlocks: number,
     numHostBlocks: number,
+    /** HOST_KV_DTYPE_CODES (HS_HOST_KV_*): the host tier's element type. */
+    hostKvDtype: number,
+    /** Per-tensor K / V scales of an fp8 host tier (1.0 by default; ignored for bf16). */
+    kScale: number,
+    vScale: number,
   ): void;
   /** DSA hot rows: one indexer's resolution plan, the attention view and the miss list (hsRowResolve). */
   rowResolve(stream: number, params: RowResolveParams): void;
@@ -101,6 +106,11 @@ export interface NativeHiSparseApi {
     blockSize: number,
     numBlocks: number,
     numHostBlocks: number,
+    /** HOST_KV_DTYPE_CODES (HS_HOST_KV_*): the host tier's element type. */
+    hostKvDtype: number,
+    /** Per-tensor K / V scales of an fp8 host tier (1.0 by default; ignored for bf16). */
+    kScale: number,
+    vScale: number,
   ): void;
   /** Decode attention with per-(request, kv head) tables (hsSparseDecodeAttention). */
   sparseDecodeAttention(stream: number, params: SparseDecodeParams): void;

@@ -156,6 +156,12 @@ export const RESOLVE_PARAMS = {
     ["numKvHeads", "i32"],
     ["headDim", "i32"],
     ["blockSize", "i32"],
+    ["missSrc", "ptr"],
+    ["missDst", "ptr"],
+    ["missCount", "ptr"],
+    ["hostKvDtype", "i32"],
+    ["kScale", "f32"],
+    ["vScale", "f32"],
   ],
 } as const satisfies ParamStruct;
 

@@ -13,7 +13,7 @@
  */
 import type { QkvLayout, Tensor } from "../backend.js";
 import type { CudaAttentionContext } from "./attention_ops.js";
-import type { DevicePtr } from "./device_ptr.js";
+import { type DevicePtr, NULL_PTR, offsetPtr } from "./device_ptr.js";
 import { dim, i32, ptrOf } from "./hisparse_args.js";
 import { expectDtype, expectShape } from "./tensor.js";
 
@@ -182,6 +182,23 @@ export interface ResolverState {
   counters: Tensor;
 }
 
+/**
+ * Element types of the host tier as the kernels name them (hisparse.h HS_HOST_KV_BF16 /
+ * HS_HOST_KV_FP8): the cache's bf16, or fp8 e4m3 (`host_kv_cache_dtype` fp8).
+ */
+export const HOST_KV_DTYPE_CODES = { bf16: 0, fp8: 1 } as const;
+
+/** How a host tier holds its pages: the element type and, for fp8, the per-tensor K / V scales. */
+export interface HostKvFormat {
+  dtype: keyof typeof HOST_KV_DTYPE_CODES;
+  /** vLLM k_scale / v_scale (stored = e4m3(x / scale)); 1.0 (DEFAULT_KV_CACHE_SCALE) today. */
+  kScale: number;
+  vScale: number;
+}
+
+/** A bf16 host tier (the cache's own bytes). */
+export const BF16_HOST_KV: HostKvFormat = { dtype: "bf16", kScale: 1, vScale: 1 };
+
 /** Inputs of {@link resolve} for one sparse layer. */
 export interface ResolveInputs {
   selection: PageSelectionTensors;
@@ -196,10 +213,18 @@ export interface ResolveInputs {
   layer: number;
   /** bf16 [numBlocks, 2, bs, Hkv, D] the layer's cache. */
   kvCache: Tensor;
-  /** Device-visible address of the layer's host tier ([numHostBlocks, Hkv, 2, bs, D] bf16). */
+  /** Device-visible address of the layer's host tier ([numHostBlocks, Hkv, 2, bs, D] of hostFormat). */
   hostTierPtr: DevicePtr;
   numHostBlocks: number;
   blockSize: number;
+  /** The host tier's element type and scales; absent: {@link BF16_HOST_KV}. */
+  hostFormat?: HostKvFormat;
+  /**
+   * `split` (default): the plan kernel writes a miss list and one SM-wide pass copies it (the
+   * link's speed at every batch size); `fused`: each plan CTA copies its own misses (bf16 only;
+   * kept for the benchmark's comparison).
+   */
+  copy?: "split" | "fused";
 }
 
 /** Device blocks and lengths per (row, kv head) for sparse attention (workspace tensors). */
@@ -210,7 +235,11 @@ export interface ResolvedTensors {
   headSeqLens: Tensor;
 }
 
-/** The fused resolver of one sparse layer (hsResolve): hits, LRU victims, UVA swap-in, tables. */
+/**
+ * The resolver of one sparse layer (hsResolve): hits, LRU victims, UVA swap-in, tables. The split
+ * copy's miss list lives in the step's shared scratch: i32 [R, Hkv, min(numHot, W)] host blocks,
+ * the same for hot blocks, then i32 [R, Hkv] counts (read by the copy pass right after the plan).
+ */
 export function resolve(ctx: CudaAttentionContext, a: ResolveInputs): ResolvedTensors {
   const st = a.state;
   const [S, W] = [dim(st.blockTable, 0), dim(st.blockTable, 1)];
@@ -240,6 +269,12 @@ export function resolve(ctx: CudaAttentionContext, a: ResolveInputs): ResolvedTe
   const headBlockTables = ctx.out([R, Hkv, W], "i32");
   const headSeqLens = ctx.out([R, Hkv], "i32");
   if (R === 0) return { headBlockTables, headSeqLens };
+  const format = a.hostFormat ?? BF16_HOST_KV;
+  const split = (a.copy ?? "split") === "split";
+  if (!split && format.dtype !== "bf16")
+    throw new Error("resolve: the fused copy reads a bf16 host tier only");
+  const listBytes = R * Hkv * Math.min(numHot, W) * 4;
+  const list = split ? ctx.sharedScratch(2 * listBytes + R * Hkv * 4) : null;
   ctx.addon.resolve(ctx.stream, {
     selPages: sel.ptr,
     selCount: cnt.ptr,
@@ -271,6 +306,12 @@ export function resolve(ctx: CudaAttentionContext, a: ResolveInputs): ResolvedTe
     numKvHeads: Hkv,
     headDim: D,
     blockSize: a.blockSize,
+    missSrc: list ?? NULL_PTR,
+    missDst: list === null ? NULL_PTR : offsetPtr(list, listBytes),
+    missCount: list === null ? NULL_PTR : offsetPtr(list, 2 * listBytes),
+    hostKvDtype: HOST_KV_DTYPE_CODES[format.dtype],
+    kScale: format.kScale,
+    vScale: format.vScale,
   });
   return { headBlockTables, headSeqLens };
 }
@@ -291,6 +332,8 @@ export interface MirrorInputs {
   blockSize: number;
   numBlocks: number;
   numHostBlocks: number;
+  /** The host tier's element type and scales (the mirror quantises, the load dequantises). */
+  hostFormat: HostKvFormat;
 }
 
 /** Eager mirror of `count` pages of every layer to the host tier, on `stream` (hsMirrorPages). */
@@ -332,5 +375,8 @@ function pageCopy(
     a.blockSize,
     a.numBlocks,
     a.numHostBlocks,
+    HOST_KV_DTYPE_CODES[a.hostFormat.dtype],
+    a.hostFormat.kScale,
+    a.hostFormat.vScale,
   );
 }

@@ -43,20 +43,32 @@ export interface HiSparseBlockCosts {
   deviceBytesPerHostBlock: number;
 }
 
-/** Per-block costs of the HiSparse layout (kv_cache_interface.ts hisparseKVCacheGroups). */
+/**
+ * Per-block costs of the HiSparse layout (kv_cache_interface.ts hisparseKVCacheGroups).
+ * @param hostElementBytes bytes per K/V element of host pages (`host_kv_cache_dtype`: 1 for fp8,
+ *   per-tensor scales add none); absent: the device pool's, so a host block costs what a device
+ *   block does.
+ */
 export function hisparseBlockCosts(
   groups: readonly KVCacheGroupSpec[],
   blockSize: number,
+  hostElementBytes?: number,
 ): HiSparseBlockCosts {
   let offloadable = 0;
+  let host = 0;
   let resident = 0;
   for (const g of groups) {
-    if (g.offloadable) offloadable += groupPageBytes(g, blockSize);
-    else resident += groupPageBytes(g, blockSize);
+    const bytes = groupPageBytes(g, blockSize);
+    if (!g.offloadable) {
+      resident += bytes;
+      continue;
+    }
+    offloadable += bytes;
+    host += hostElementBytes === undefined ? bytes : (bytes / g.spec.elementBytes) * hostElementBytes;
   }
   return {
     mainBytesPerBlock: offloadable,
-    hostBytesPerBlock: offloadable,
+    hostBytesPerBlock: host,
     deviceBytesPerHostBlock: resident,
   };
 }
@@ -105,6 +117,8 @@ export interface HiSparsePoolInput {
   defaultHostPoolMaxBytes?: number;
   /** {@link sparseRequestMinBlocks} of the settings. */
   minGpuBlocks: number;
+  /** Bytes per K/V element of host pages (fp8 host pages: 1); absent: the device pool's. */
+  hostElementBytes?: number;
 }
 
 /** Everything the pools are sized from. */
@@ -152,8 +166,8 @@ export function sizeKVMemory(i: KVMemoryInput): KVMemorySizing {
     const refusals: KVRefusal[] = numGpuBlocks < 1 ? [{ kind: "no_block", bytesPerBlock }] : [];
     return { numGpuBlocks, bytesPerBlock, host: null, refusals };
   }
-  const costs = hisparseBlockCosts(i.groups, i.blockSize);
   const hs = i.hisparse;
+  const costs = hisparseBlockCosts(i.groups, i.blockSize, hs.hostElementBytes);
   let pools = splitHiSparse(budget, hs.hostPoolBytes, costs, i.numGpuBlocksOverride);
   const cap = hs.defaultHostPoolMaxBytes;
   if (hs.hostPoolBytes === null && cap !== undefined && pools.numHostBlocks * costs.hostBytesPerBlock > cap)

@@ -8,7 +8,7 @@ import type { AttentionBackend } from "../../attention/backend.js";
 import type { Backend, Tensor } from "../../backends/backend.js";
 import { ConfigError } from "../../config/engine_args.js";
 import { type HiSparseConfig, sparseLayersOf } from "../../config/hisparse_config.js";
-import { kvCacheDtypeBytes } from "../../core/kv/kv_cache_dtype.js";
+import { KV_CACHE_DTYPE_BYTES, kvCacheDtypeBytes } from "../../core/kv/kv_cache_dtype.js";
 import {
   hisparseKVCacheGroups,
   type KVCacheGroupSpec,
@@ -88,6 +88,7 @@ export function layOutHiSparse(
       hostPoolBytes: hs.hostPoolBytes,
       defaultHostPoolMaxBytes: o.defaultHostPoolMaxBytes,
       minGpuBlocks: sparseRequestMinBlocks(hs, bs),
+      hostElementBytes: hostKvElementBytes(hs),
     },
   });
   if (sizing.refusals.length > 0) throw new ConfigError(sizing.refusals.map(kvRefusalMessage));
@@ -106,6 +107,14 @@ export function layOutHiSparse(
   });
   const denseLayers = [...hs.denseLayers].sort((a, b) => a - b);
   return { groups, sizing, numGpuBlocks, numHostBlocks, kvCaches, sparseLayers, denseLayers, sparseIndex };
+}
+
+/**
+ * Bytes per K/V element of host pages for the formula: 1 with `host_kv_cache_dtype` fp8, else
+ * undefined (the device pool's element, whatever `--kv-cache-dtype` made it).
+ */
+export function hostKvElementBytes(hs: HiSparseConfig): number | undefined {
+  return hs.hostKvCacheDtype === "fp8" ? KV_CACHE_DTYPE_BYTES.fp8 : undefined;
 }
 
 /** The set-up of a HiSparse layout with the backend's attention backend and worker extension. */

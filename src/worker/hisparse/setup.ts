@@ -27,6 +27,10 @@ export function modelReasons(
         `Hybrid HiSparse runs multi-head latent attention models only with a DSA indexer (DeepSeek-V3.2, GLM-5): ${config.architecture} has none, so no selection decides which latent rows to recall; use --enable-hybrid-sparse off`,
       ];
     const reasons = [...dsa.reasons];
+    if (hs.hostKvCacheDtype !== "auto")
+      reasons.push(
+        `host_kv_cache_dtype ${hs.hostKvCacheDtype} is for Quest HiSparse (GQA models); DSA models keep their latent rows in the device pool's dtype (use host_kv_cache_dtype auto)`,
+      );
     if (backend.mla === undefined)
       reasons.push(
         `--enable-hybrid-sparse ${hs.mode} for DSA models needs MLA ops, which the ${backend.name} backend does not have (use --device cpu or cuda, or --enable-hybrid-sparse off)`,
@@ -75,7 +79,12 @@ export function setupHiSparse(backend: Backend, ctx: KVCacheSetupContext, hs: Hi
   const view = (t: Tensor) => hostView(t) as Float32Array;
   const tier = { numSparseLayers: sparseLayers.length, numHostBlocks, blockSize: bs };
   const hostTier = new CpuHostKvCache(
-    { ...tier, numKvHeads: layout.numKvHeads, headDim: config.headDim },
+    {
+      ...tier,
+      numKvHeads: layout.numKvHeads,
+      headDim: config.headDim,
+      fp8: hs.hostKvCacheDtype === "fp8" ? {} : false,
+    },
     view,
   );
   const selector = new QuestSelector(

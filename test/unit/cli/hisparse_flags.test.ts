@@ -49,10 +49,38 @@ test("every flag lands in extensions.hisparse; the whitelist file is read", () =
     selector: "quest",
     residency: "host",
     hostPoolBytes: 2 ** 29,
+    hostKvCacheDtype: "auto",
     whitelistTokenIds: [13, 42],
     // The --hisparse-config names of the knobs given rather than defaulted (DSA models refuse some).
     givenKeys: ["topk", "sink_tokens", "window_tokens", "dense_layers", "min_sparse_tokens"],
   });
+});
+
+test("--host-kv-cache-dtype fp8 sets host_kv_cache_dtype; it must agree with --hisparse-config and needs HiSparse", () => {
+  const hs = parse(["--enable-hybrid-sparse", "on", "--host-kv-cache-dtype", "fp8"]).extensions[
+    "hisparse"
+  ] as HiSparseConfig;
+  assert.equal(hs.hostKvCacheDtype, "fp8");
+  assert.throws(
+    () =>
+      parse([
+        "--enable-hybrid-sparse",
+        "on",
+        "--host-kv-cache-dtype",
+        "fp8",
+        "--hisparse-config",
+        '{"host_kv_cache_dtype":"auto"}',
+      ]),
+    /--host-kv-cache-dtype \(fp8\) and --hisparse-config host_kv_cache_dtype \(auto\) disagree/,
+  );
+  assert.throws(
+    () => parse(["--host-kv-cache-dtype", "fp8"]),
+    /--host-kv-cache-dtype needs --enable-hybrid-sparse on or auto/,
+  );
+  assert.throws(
+    () => parse(["--enable-hybrid-sparse", "on", "--host-kv-cache-dtype", "int4"]),
+    /Allowed choices are auto, fp8/,
+  );
 });
 
 test("bad flags are refused with every reason", () => {
@@ -101,7 +129,7 @@ test("an unknown --hisparse-config key is reported with the knobs' other problem
       name: "ConfigError",
       message:
         "invalid configuration:\n" +
-        '  - --hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency)\n' +
+        '  - --hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency, host_kv_cache_dtype)\n' +
         "  - sink_tokens + window_tokens (64 + 256 = 320, the defaults) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config\n" +
         "  - dense_layers must hold integers >= 0, got -1",
     },
@@ -111,7 +139,7 @@ test("an unknown --hisparse-config key is reported with the knobs' other problem
 test("--hisparse-config without on or auto: its own JSON problems come with the mode's reason", () => {
   const needs = "--hisparse-config needs --enable-hybrid-sparse on or auto";
   const unknown =
-    '--hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency)';
+    '--hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency, host_kv_cache_dtype)';
   for (const mode of [[], ["--enable-hybrid-sparse", "off"]]) {
     assert.throws(
       () => parse([...mode, "--hisparse-config", '{"top_k":64,"residency":1,"topk":512}']),

@@ -22,6 +22,7 @@ test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, dense layers 0 
     selector: "quest",
     residency: "hybrid",
     hostPoolBytes: null,
+    hostKvCacheDtype: "auto",
     whitelistTokenIds: [],
     givenKeys: [],
   });
@@ -58,7 +59,7 @@ test("--hisparse-config JSON: snake_case keys map onto the knobs; unknown keys a
   const bad = parseHiSparseConfigJson('{"top_k":1,"dense_layers":"0","topk":8}');
   assert.deepEqual(bad.overrides, { topk: 8 });
   assert.deepEqual(bad.reasons, [
-    '--hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency)',
+    '--hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency, host_kv_cache_dtype)',
     '--hisparse-config dense_layers must be a list of integers, got "0"',
   ]);
   // Every wrong-type reason names the type the key expects.
@@ -85,6 +86,26 @@ test("the accepted --hisparse-config keys, in help order", () => {
     "min_sparse_tokens",
     "selector",
     "residency",
+    "host_kv_cache_dtype",
+  ]);
+});
+
+test("host_kv_cache_dtype: auto by default, fp8 from the JSON key, anything else a reason", () => {
+  const parsed = parseHiSparseConfigJson('{"host_kv_cache_dtype":"fp8"}');
+  assert.deepEqual(parsed, { overrides: { hostKvCacheDtype: "fp8" }, reasons: [] });
+  const c = resolveHiSparseConfig({ mode: "on", ...parsed.overrides });
+  assert.equal(c.hostKvCacheDtype, "fp8");
+  assert.deepEqual(c.givenKeys, ["host_kv_cache_dtype"]);
+  assert.deepEqual(validateHiSparseConfig(c, { blockSize: 16, enablePrefixCaching: false }), []);
+  assert.deepEqual(parseHiSparseConfigJson('{"host_kv_cache_dtype":8}').reasons, [
+    "--hisparse-config host_kv_cache_dtype must be a string (auto or fp8), got 8",
+  ]);
+  const bad = resolveHiSparseConfig({
+    mode: "on",
+    ...parseHiSparseConfigJson('{"host_kv_cache_dtype":"int4"}').overrides,
+  });
+  assert.deepEqual(validateHiSparseConfig(bad, { blockSize: 16, enablePrefixCaching: false }), [
+    "host_kv_cache_dtype must be one of auto, fp8, got int4",
   ]);
 });
 

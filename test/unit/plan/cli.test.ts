@@ -136,7 +136,7 @@ describe("hisparse plan (CLI)", () => {
     assert.equal(r.status, 0, r.stderr);
     assert.match(
       r.stdout.replace(/\s+/g, " "),
-      /HiSparse knobs as JSON: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency \(as serve; selector, min_sparse_tokens and residency change no figure\)/,
+      /HiSparse knobs as JSON: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency, host_kv_cache_dtype \(as serve; selector, min_sparse_tokens and residency change no figure\)/,
     );
   });
 

@@ -171,6 +171,21 @@ describe("plan arithmetic", () => {
     assert.match(g.refusals[0]!, /no device memory is left for the KV pool/);
   });
 
+  it("host_kv_cache_dtype fp8: a host page costs half of bf16's, so a 100 GiB host pool holds twice the pages", () => {
+    const knobs = (json?: string) => planHiSparseKnobs({ json, hostPoolBytes: 100 * GIB });
+    assert.equal(knobs('{"host_kv_cache_dtype":"fp8"}').hostKvCacheDtype, "fp8");
+    assert.equal(knobs().hostKvCacheDtype, undefined, "auto is the default and not listed");
+    const bf16 = planHiSparse(input({ hisparse: knobs() }));
+    const fp8 = planHiSparse(input({ hisparse: knobs('{"host_kv_cache_dtype":"fp8"}') }));
+    // Llama-3.1-8B: 30 sparse layers x 2 x 16 x 8 x 128 elements = 1,966,080 B bf16, 983,040 B fp8.
+    assert.deepEqual([bf16.hostBytesPerBlock, fp8.hostBytesPerBlock], [1_966_080, 983_040]);
+    assert.equal(fp8.mainBytesPerBlock, bf16.mainBytesPerBlock, "the device pool stays bf16");
+    assert.deepEqual(
+      [bf16.given.numHostBlocks, fp8.given.numHostBlocks],
+      [Math.floor((100 * GIB) / 1_966_080), Math.floor((100 * GIB) / 983_040)],
+    );
+  });
+
   it("knobs: JSON keys, the topk flag, defaults; bad JSON is refused", () => {
     assert.deepEqual(planHiSparseKnobs({ topk: 256 }), {
       topk: 256,

@@ -1,7 +1,7 @@
 import type { Tensor } from "../../../backends/backend.js";
 import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
 import type { DevicePtr } from "../../../backends/cuda/device_ptr.js";
-import { type ResolverState, resolve } from "../../../backends/cuda/hisparse_ops.js";
+import { type HostKvFormat, type ResolverState, resolve } from "../../../backends/cuda/hisparse_ops.js";
 import type {
   DeviceHotBufferResolver,
   DevicePageSelection,
@@ -22,14 +22,17 @@ export interface DeviceResolverTables {
 export interface DeviceHostTier {
   /** Host blocks per sparse layer. */
   readonly numHostBlocks: number;
-  /** Device-visible address of a sparse layer's tier, bf16 [numHostBlocks, Hkv, 2, blockSize, D]. */
+  /** How the pages are held: bf16, or fp8 e4m3 dequantised by the resolver's copy. */
+  readonly format: HostKvFormat;
+  /** Device-visible address of a sparse layer's tier, [numHostBlocks, Hkv, 2, blockSize, D] of `format`. */
   layerPtr(sparseLayer: number): DevicePtr;
 }
 
 /**
  * The hot-buffer resolver on CUDA (the device twin of LruHotBufferResolver, hot_buffer.ts, its
- * oracle): one fused kernel per sparse layer (hsResolve) marks hits, takes LRU victims for
- * misses, copies the misses' K/V from the pinned host tier (UVA) and writes the per-head tables.
+ * oracle): per sparse layer, hsResolve's plan kernel marks hits, takes LRU victims for misses and
+ * writes the per-head tables and a miss list, then its SM-wide copy pass reads the misses' K/V
+ * from the pinned host tier (UVA, dequantising fp8 pages).
  */
 export class CudaLruResolver implements DeviceHotBufferResolver {
   constructor(
@@ -56,6 +59,7 @@ export class CudaLruResolver implements DeviceHotBufferResolver {
       hostTierPtr: this.hostTier.layerPtr(sparseLayer),
       numHostBlocks: this.hostTier.numHostBlocks,
       blockSize: this.blockSize,
+      hostFormat: this.hostTier.format,
     });
   }
 }

@@ -3,7 +3,13 @@ import type { DeviceHostTier } from "../../../attention/sparse/cuda/cuda_hot_buf
 import type { Tensor } from "../../../backends/backend.js";
 import type { CudaBackend, PinnedHostMemory } from "../../../backends/cuda/cuda_backend.js";
 import type { DevicePtr } from "../../../backends/cuda/device_ptr.js";
-import { loadPages, type MirrorInputs, mirrorPages } from "../../../backends/cuda/hisparse_ops.js";
+import {
+  BF16_HOST_KV,
+  type HostKvFormat,
+  loadPages,
+  type MirrorInputs,
+  mirrorPages,
+} from "../../../backends/cuda/hisparse_ops.js";
 import type { SideStream } from "../../../backends/cuda/side_stream.js";
 import type { CudaTensor } from "../../../backends/cuda/tensor.js";
 
@@ -26,15 +32,19 @@ export interface CudaHostTierSpec {
   blockSize: number;
   numKvHeads: number;
   headDim: number;
+  /** Element type of the pages (`host_kv_cache_dtype`); absent: bf16, the cache's. */
+  format?: HostKvFormat;
 }
 
-/** Bytes of one bf16 element. */
-const BF16_BYTES = 2;
+/** Bytes of one host element per format. */
+const HOST_ELEMENT_BYTES: Readonly<Record<HostKvFormat["dtype"], number>> = { bf16: 2, fp8: 1 };
 
 /**
  * The host tier on CUDA (DESIGN.md §4): per sparse layer, pinned host memory mapped into the
- * device address space, laid out head-major ([numHostBlocks, Hkv, 2, blockSize, D] bf16) so that
- * the resolver kernel reads one contiguous slice per (page, kv head) with 16-byte UVA loads.
+ * device address space, laid out head-major ([numHostBlocks, Hkv, 2, blockSize, D] bf16, or fp8
+ * e4m3 codes with `host_kv_cache_dtype` fp8: the mirror kernel quantises, the resolver's copy and
+ * the load dequantise, so a miss moves half the bytes) so that the resolver kernel reads one
+ * contiguous slice per (page, kv head) with 16-byte UVA loads.
  * Eager mirrors: after a step's forward, the pages it filled are copied device -> host by one
  * kernel (every sparse layer) on a side stream that starts after the forward (event); the next
  * step's forward waits for it on the device (`beforeForward`), so a spilled block is never
@@ -48,6 +58,8 @@ export class CudaHostKvTier implements DeviceHostTier {
   readonly sliceBytes: number;
   /** Bytes of one page over every sparse layer (what a mirror copies). */
   readonly pageBytes: number;
+  /** How the pages are held (element type, scales). */
+  readonly format: HostKvFormat;
   private readonly side: SideStream;
   /** i32 [2 * numSparseLayers]: cache and host addresses as (low, high) words. */
   private readonly cachePtrs: Tensor;
@@ -67,8 +79,10 @@ export class CudaHostKvTier implements DeviceHostTier {
     private readonly sparseKvCaches: readonly Tensor[],
   ) {
     const { numSparseLayers: L, numHostBlocks, blockSize: bs, numKvHeads: Hkv, headDim: D } = spec;
-    const layerPage = 2 * bs * Hkv * D * BF16_BYTES;
-    this.sliceBytes = 2 * bs * D * BF16_BYTES;
+    this.format = spec.format ?? BF16_HOST_KV;
+    const elementBytes = HOST_ELEMENT_BYTES[this.format.dtype];
+    const layerPage = 2 * bs * Hkv * D * elementBytes;
+    this.sliceBytes = 2 * bs * D * elementBytes;
     this.pageBytes = L * layerPage;
     try {
       for (let l = 0; l < L; l++)
@@ -164,6 +178,7 @@ export class CudaHostKvTier implements DeviceHostTier {
       blockSize,
       numBlocks: (this.sparseKvCaches[0] as CudaTensor | undefined)?.shape[0] ?? 0,
       numHostBlocks,
+      hostFormat: this.format,
     };
   }
 

@@ -2,8 +2,10 @@ import { CudaHiSparseAttention } from "../../../attention/sparse/cuda/cuda_hispa
 import { CudaLruResolver } from "../../../attention/sparse/cuda/cuda_hot_buffer.js";
 import { CudaQuestSelector } from "../../../attention/sparse/cuda/cuda_quest.js";
 import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
+import { BF16_HOST_KV, type HostKvFormat } from "../../../backends/cuda/hisparse_ops.js";
 import { ConfigError } from "../../../config/engine_args.js";
 import { type HiSparseConfig, sparseLayersOf } from "../../../config/hisparse_config.js";
+import { DEFAULT_KV_CACHE_SCALE } from "../../../core/kv/kv_cache_dtype.js";
 import { DIGEST_ELEMENT_BYTES } from "../../../core/kv/kv_cache_interface.js";
 import type { KVCacheSetup, KVCacheSetupContext } from "../../kv_cache_setup.js";
 import { hisparseKVCacheSetup, layOutHiSparse } from "../layout.js";
@@ -32,7 +34,7 @@ export function setupCudaHiSparse(
   const bs = ctx.args.blockSize;
   // MLA models: the DSA layout (latent rows, indexer keys, hot rows) has its own set-up.
   if (config.mla != null) return setupCudaDsaHiSparse(backend, ctx, hs);
-  const reasons = [...modelReasons(backend, config, ctx.args, hs), ...cudaReasons(ctx)];
+  const reasons = [...modelReasons(backend, config, ctx.args, hs), ...cudaReasons(ctx, hs)];
   if (reasons.length > 0) throw new ConfigError(reasons);
   // The rank's KV heads (tensor parallelism: its share, or one replicated head).
   const { headDim: D, numHiddenLayers: L } = config;
@@ -54,7 +56,7 @@ export function setupCudaHiSparse(
   const tier = { numSparseLayers, numHostBlocks: lay.numHostBlocks, blockSize: bs };
   const hostTier = new CudaHostKvTier(
     backend,
-    { ...tier, numKvHeads: Hkv, headDim: D },
+    { ...tier, numKvHeads: Hkv, headDim: D, format: hostKvFormatOf(hs) },
     lay.sparseLayers.map((l) => lay.kvCaches[l]!),
   );
   const selector = new CudaQuestSelector(
@@ -76,8 +78,15 @@ export function setupCudaHiSparse(
   return hisparseKVCacheSetup(backend, ctx, hs, lay, attention, extension);
 }
 
+/** The host tier's format of the settings: fp8 e4m3 at the default per-tensor scales, or bf16. */
+export function hostKvFormatOf(hs: HiSparseConfig): HostKvFormat {
+  return hs.hostKvCacheDtype === "fp8"
+    ? { dtype: "fp8", kScale: DEFAULT_KV_CACHE_SCALE, vScale: DEFAULT_KV_CACHE_SCALE }
+    : BF16_HOST_KV;
+}
+
 /** What the CUDA kernels need of the model and the KV dtype (empty when they can run it). */
-function cudaReasons(ctx: KVCacheSetupContext): string[] {
+function cudaReasons(ctx: KVCacheSetupContext, hs: HiSparseConfig): string[] {
   const { config } = ctx.model;
   const reasons: string[] = [];
   if (ctx.kvCacheDtype !== "bf16")
@@ -85,6 +94,10 @@ function cudaReasons(ctx: KVCacheSetupContext): string[] {
   if (config.headDim % 8 !== 0 || config.headDim > 256)
     reasons.push(
       `HiSparse on CUDA needs a head dim that is a multiple of 8 and at most 256, got ${config.headDim}`,
+    );
+  if (hs.hostKvCacheDtype === "fp8" && config.headDim % 16 !== 0)
+    reasons.push(
+      `host_kv_cache_dtype fp8 on CUDA needs a head dim that is a multiple of 16 (16-byte units of e4m3), got ${config.headDim}`,
     );
   // The Quest scoring kernel keeps the group's qPos and qNeg in float32 shared memory (hisparse.h).
   const group = config.numAttentionHeads / config.numKeyValueHeads;

@@ -15,6 +15,7 @@ import { LruHotBufferResolver } from "../../../../src/attention/sparse/hot_buffe
 import { QuestSelector } from "../../../../src/attention/sparse/quest.js";
 import type { PerHeadBlockTables, QkvLayout, Tensor } from "../../../../src/backends/backend.js";
 import { CpuBackend } from "../../../../src/backends/cpu/index.js";
+import { roundToE4m3 } from "../../../../src/backends/fp8.js";
 import { newExtensionData } from "../../../../src/core/extension_data.js";
 import { CpuHostKvCache } from "../../../../src/worker/hisparse/host_kv_cache.js";
 import {
@@ -131,70 +132,99 @@ describe("sparsePagedAttention", () => {
   });
 });
 
-describe("HiSparseAttention", () => {
-  it("pages recalled from the host tier into hot blocks give the dense output bit for bit", () => {
-    const b = single;
-    b.resetWorkspace();
-    const view = (t: Tensor) => b.hostView(t) as Float32Array;
-    // One request decoding its token 21 (22 tokens, 6 pages in blocks 0-5, host blocks 10-15).
-    const blockIds = [0, 1, 2, 3, 4, 5];
-    const hostBlockIds = [10, 11, 12, 13, 14, 15];
-    const kv = setup(b, 5);
-    const reference = b.allocateKvCache({
-      numLayers: 1,
-      numBlocks: NUM_BLOCKS,
+/**
+ * One request decoding its token 21 (22 tokens, 6 pages in blocks 0-5, host blocks 10-15):
+ * pages 1-4 are mirrored to the host tier (f32, or fp8 codes), then spilled (their device
+ * blocks overwritten), and recalled into hot blocks 20-23 by a selection of every page. Returns
+ * the sparse output, dense attention over `reference` (the cache as the recall should rebuild
+ * it), the resolver's counters and the tier.
+ */
+function recall(fp8: boolean) {
+  const b = single;
+  b.resetWorkspace();
+  const view = (t: Tensor) => b.hostView(t) as Float32Array;
+  const blockIds = [0, 1, 2, 3, 4, 5];
+  const hostBlockIds = [10, 11, 12, 13, 14, 15];
+  const kv = setup(b, 5);
+  const reference = b.allocateKvCache({
+    numLayers: 1,
+    numBlocks: NUM_BLOCKS,
+    blockSize: BS,
+    numKvHeads: Hkv,
+    headDim: D,
+    dtype: "f32",
+  })[0]!;
+  const expected = Float32Array.from(b.toHost(kv) as Float32Array);
+  const page = 2 * BS * Hkv * D;
+  // fp8 host pages: recalled pages read what an fp8 cache (scale 1) reads, e4m3-rounded.
+  if (fp8) roundToE4m3(expected, 1 * page, 5 * page, 1);
+  b.writeTensor(reference, expected);
+  const { meta } = buildMetadata(b, [{ numComputed: 21, numNew: 1, blockIds }], BS);
+  const qkv = b.stage(randF32(makeRand(6), W), [1, W], "f32");
+  const dense = b.toHost(new DensePagedAttention(b, layout, BS).forward(0, qkv, reference, meta));
+  const tier = new CpuHostKvCache(
+    {
+      numSparseLayers: 1,
+      numHostBlocks: 16,
       blockSize: BS,
       numKvHeads: Hkv,
       headDim: D,
-      dtype: "f32",
-    })[0]!;
-    b.writeTensor(reference, b.toHost(kv) as Float32Array);
-    const { meta } = buildMetadata(b, [{ numComputed: 21, numNew: 1, blockIds }], BS);
-    const qkv = b.stage(randF32(makeRand(6), W), [1, W], "f32");
-    const dense = b.toHost(new DensePagedAttention(b, layout, BS).forward(0, qkv, reference, meta));
+      fp8: fp8 ? {} : false,
+    },
+    view,
+  );
+  tier.mirror(0, kv, [1, 2, 3, 4], [11, 12, 13, 14]);
+  (b.hostView(kv) as Float32Array).fill(7, 1 * page, 5 * page);
+  const selector = new QuestSelector(
+    {
+      layout,
+      blockSize: BS,
+      numSparseLayers: 1,
+      numHostBlocks: 16,
+      topk: 32,
+      sinkTokens: 4,
+      windowTokens: 4,
+    },
+    view,
+  );
+  const resolver = new LruHotBufferResolver(tier, BS, Hkv, 1);
+  const attention = new HiSparseAttention(b, layout, BS, { sparseIndex: [0] }, selector, resolver);
+  const batch = sparseBatch([
+    {
+      id: "A",
+      batchIdx: 0,
+      tokenIdx: 0,
+      numTokens: 22,
+      hostBlockIds,
+      blockIds: [0, -1, -1, -1, -1, 5],
+      hotBlockIds: [20, 21, 22, 23],
+    },
+  ]);
+  const hostSlotMapping = Int32Array.from([15 * BS + 1]);
+  const stepMeta: HiSparseStepMeta = { hostSlotMapping, denseMeta: meta, batch };
+  const out = b.toHost(
+    attention.forward(0, qkv, kv, {
+      ...meta,
+      extensions: newExtensionData().set(HISPARSE_STEP_META, stepMeta),
+    }),
+  );
+  return { out, dense, counters: resolver.takeCounters(), tier };
+}
 
-    // Mirror pages 1-4 to the host tier, then spill them: their device blocks are overwritten.
-    const tier = new CpuHostKvCache(
-      { numSparseLayers: 1, numHostBlocks: 16, blockSize: BS, numKvHeads: Hkv, headDim: D },
-      view,
-    );
-    tier.mirror(0, kv, [1, 2, 3, 4], [11, 12, 13, 14]);
-    const garbage = b.hostView(kv) as Float32Array;
-    garbage.fill(7, 1 * 2 * BS * Hkv * D, 5 * 2 * BS * Hkv * D);
-    const selector = new QuestSelector(
-      {
-        layout,
-        blockSize: BS,
-        numSparseLayers: 1,
-        numHostBlocks: 16,
-        topk: 32,
-        sinkTokens: 4,
-        windowTokens: 4,
-      },
-      view,
-    );
-    const resolver = new LruHotBufferResolver(tier, BS, Hkv, 1);
-    const attention = new HiSparseAttention(b, layout, BS, { sparseIndex: [0] }, selector, resolver);
-    const batch = sparseBatch([
-      {
-        id: "A",
-        batchIdx: 0,
-        tokenIdx: 0,
-        numTokens: 22,
-        hostBlockIds,
-        blockIds: [0, -1, -1, -1, -1, 5],
-        hotBlockIds: [20, 21, 22, 23],
-      },
-    ]);
-    const hostSlotMapping = Int32Array.from([15 * BS + 1]);
-    const stepMeta: HiSparseStepMeta = { hostSlotMapping, denseMeta: meta, batch };
-    const out = b.toHost(
-      attention.forward(0, qkv, kv, {
-        ...meta,
-        extensions: newExtensionData().set(HISPARSE_STEP_META, stepMeta),
-      }),
-    );
+describe("HiSparseAttention", () => {
+  it("pages recalled from the host tier into hot blocks give the dense output bit for bit", () => {
+    const { out, dense, counters, tier } = recall(false);
     assert.deepEqual(out, dense);
-    assert.deepEqual(resolver.takeCounters(), { hits: 0, misses: 8, hostToDeviceBytes: 8 * tier.sliceBytes });
+    assert.deepEqual(counters, { hits: 0, misses: 8, hostToDeviceBytes: 8 * tier.sliceBytes });
+    assert.equal(tier.sliceBytes, 2 * BS * D * 4);
+  });
+
+  it("fp8 host pages: recalled pages are the e4m3-rounded K/V (dense attention over them, bit for bit), a quarter of f32's bytes", () => {
+    const { out, dense, counters, tier } = recall(true);
+    assert.deepEqual(out, dense);
+    assert.deepEqual(counters, { hits: 0, misses: 8, hostToDeviceBytes: 8 * 2 * BS * D });
+    assert.equal(tier.sliceBytes, 2 * BS * D);
+    // The rounding matters here: the output differs from attention over the exact K/V.
+    assert.notDeepEqual(out, recall(false).out);
   });
 });

@@ -186,7 +186,13 @@ describe("HiSparse ops marshalling (fake addon)", () => {
     const r = fake.calls.at(-1)!;
     assert.equal(r.fn, "resolve");
     assert.deepEqual(r.args, [be.stream]);
-    assert.deepEqual(r.params, {
+    // The split copy's miss list: [R, Hkv, min(numHot, W)] host blocks, then hot blocks, then [R, Hkv] counts.
+    const { missSrc, missDst, missCount, ...fields2 } = r.params!;
+    const listBytes = R * 2 * Math.min(numHot, Wp) * 4;
+    assert.ok(missSrc! > 0, "the miss list lives in the step's shared scratch");
+    assert.equal(missDst, missSrc! + listBytes);
+    assert.equal(missCount, missSrc! + 2 * listBytes);
+    assert.deepEqual(fields2, {
       selPages: ptr(sel.selPages),
       selCount: ptr(sel.selCount),
       selStride: Wp,
@@ -217,7 +223,33 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       numKvHeads: 2,
       headDim: 16,
       blockSize: 8,
+      hostKvDtype: hs.HOST_KV_DTYPE_CODES.bf16,
+      kScale: 1,
+      vScale: 1,
     });
+    const base = {
+      selection: sel,
+      rowFlags: flags,
+      seqLens,
+      reqSlot,
+      state,
+      layer: 1,
+      kvCache: cache,
+      hostTierPtr: asDevicePtr(0x7000_0000_0000),
+      numHostBlocks: 100,
+      blockSize: 8,
+    };
+    // An fp8 host tier: its dtype code and scales reach the kernel; the fused copy passes no list.
+    hs.resolve(be, { ...base, hostFormat: { dtype: "fp8", kScale: 0.25, vScale: 4 } });
+    const f = fake.calls.at(-1)!.params!;
+    assert.deepEqual([f.hostKvDtype, f.kScale, f.vScale], [hs.HOST_KV_DTYPE_CODES.fp8, 0.25, 4]);
+    hs.resolve(be, { ...base, copy: "fused" });
+    const u = fake.calls.at(-1)!.params!;
+    assert.deepEqual([u.missSrc, u.missDst, u.missCount], [0, 0, 0]);
+    assert.throws(
+      () => hs.resolve(be, { ...base, copy: "fused", hostFormat: { dtype: "fp8", kScale: 1, vScale: 1 } }),
+      /fused copy reads a bf16 host tier only/,
+    );
     void pinT;
   });
 
@@ -333,6 +365,7 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       blockSize: 8,
       numBlocks: 20,
       numHostBlocks: 30,
+      hostFormat: { dtype: "fp8" as const, kScale: 0.5, vScale: 2 },
     };
     hs.mirrorPages(be, side.handle, a);
     const c = fake.calls.at(-1)!;
@@ -351,6 +384,9 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       8,
       20,
       30,
+      hs.HOST_KV_DTYPE_CODES.fp8,
+      0.5,
+      2,
     ]);
     assert.throws(
       () => hs.mirrorPages(be, side.handle, { ...a, count: 9 }),

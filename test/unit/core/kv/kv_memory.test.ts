@@ -69,6 +69,30 @@ describe("KV cache groups", () => {
     assert.equal(minGpuBlocks, 7);
   });
 
+  it("fp8 host pages (host_kv_cache_dtype fp8): a host block costs 1 B an element, the device side is unchanged", () => {
+    // f32 KV here: 32,768 B of K/V a block on the device, 32,768 / 4 = 8,192 B in the host pool.
+    assert.deepEqual(hisparseBlockCosts(sparse, BS, 1), {
+      mainBytesPerBlock: 32768,
+      hostBytesPerBlock: 8192,
+      deviceBytesPerHostBlock: 32768 + 2048,
+    });
+    // A 1 MiB host pool: 32 f32 host blocks, 128 fp8 ones; the device pool pays each host page's
+    // dense layers and digests (34,816 B), so it shrinks by the 96 extra pages' device costs.
+    const size = (hostElementBytes?: number) =>
+      sizeKVMemory({
+        groups: sparse,
+        blockSize: BS,
+        deviceBudgetBytes: 16 * 2 ** 20,
+        hisparse: { hostPoolBytes: 2 ** 20, minGpuBlocks, hostElementBytes },
+      });
+    const f32 = size();
+    const fp8 = size(1);
+    assert.deepEqual([f32.host!.numHostBlocks, fp8.host!.numHostBlocks], [32, 128]);
+    assert.deepEqual([f32.host!.hostBytesPerBlock, fp8.host!.hostBytesPerBlock], [32768, 8192]);
+    assert.equal(f32.numGpuBlocks, Math.floor((16 * 2 ** 20 - 32 * 34816) / 32768));
+    assert.equal(fp8.numGpuBlocks, Math.floor((16 * 2 ** 20 - 128 * 34816) / 32768));
+  });
+
   it("tensor parallelism: heads split per rank, replicated below one head a rank", () => {
     assert.equal(kvHeadsPerRank(8, 1), 8);
     assert.equal(kvHeadsPerRank(8, 4), 2);
