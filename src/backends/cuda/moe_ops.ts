@@ -43,11 +43,11 @@ function checkRule(rule: MoeRoutingRule, E: number): void {
 }
 
 /**
- * Default largest batch of the small-batch path: up to 8 tokens its weight reads (each distinct
- * expert once) stay memory-bound on the CUDA cores; beyond, the grouped tensor-core GEMMs win
- * (bench/results/moe_qwen3_30b_a3b_h200.md; scripts/gpu/moe_bench.sh measures both).
+ * Default largest batch of the small-batch path. Measured on the H200 (Qwen3-30B-A3B layer,
+ * scripts/gpu/moe_bench.sh, bench/results/moe_qwen3_30b_a3b_h200.md): faster than the grouped
+ * path at T = 1, 2, 4 (1.19x, 1.21x, 1.11x per layer), slower at 8 (0.84x) and 16 (0.72x).
  */
-export const DEFAULT_SMALL_BATCH_MAX_TOKENS = 8;
+export const DEFAULT_SMALL_BATCH_MAX_TOKENS = 4;
 
 export class CudaMoeOps implements BackendMoeOps {
   /** The small-batch path (moe_small_batch.ts), absent when smallBatchMaxTokens is 0. */

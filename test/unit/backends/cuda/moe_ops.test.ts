@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { DensePagedAttention } from "../../../../src/attention/backend.js";
 import { CudaBackend } from "../../../../src/backends/cuda/cuda_backend.js";
+import { DEFAULT_SMALL_BATCH_MAX_TOKENS } from "../../../../src/backends/cuda/moe_ops.js";
 import { parseModelConfig } from "../../../../src/config/model_config.js";
 import type { MoeRoutingRule } from "../../../../src/config/moe_config.js";
 import { DummyWeights } from "../../../../src/models/dummy.js";
@@ -145,7 +146,7 @@ describe("CUDA Backend.moe marshalling (fake addon)", () => {
   it("smallBatch: prepare() takes bf16 blocks with dims % 8 == 0, forward passes the dims and checks T", () => {
     const { be, fake } = setup();
     const sb = be.moe.smallBatch!;
-    assert.equal(sb.maxTokens, 8);
+    assert.equal(sb.maxTokens, DEFAULT_SMALL_BATCH_MAX_TOKENS);
     const [E, H, I] = [16, 64, 32];
     const w = {
       router: be.upload(new Float32Array(E * H), [E, H], "bf16"),
@@ -182,8 +183,11 @@ describe("CUDA Backend.moe marshalling (fake addon)", () => {
     assert.deepEqual(fake.calls[1]!.args.slice(6), [3, 4, E, H, I, 2 * I]);
     assert.deepEqual(fake.calls[2]!.args.slice(9), [3, 4, E, H, I, 2 * I]);
     assert.throws(
-      () => sb.forward(be.stage(new Float32Array(9 * H), [9, H], "bf16"), w, rule),
-      /T = 9 is outside \[1, 8\]/,
+      () => {
+        const T = DEFAULT_SMALL_BATCH_MAX_TOKENS + 1;
+        sb.forward(be.stage(new Float32Array(T * H), [T, H], "bf16"), w, rule);
+      },
+      new RegExp(`T = ${DEFAULT_SMALL_BATCH_MAX_TOKENS + 1} is outside \\[1, ${DEFAULT_SMALL_BATCH_MAX_TOKENS}\\]`),
     );
     assert.equal(setupSmall(0).be.moe.smallBatch, undefined, "moeSmallBatchMaxTokens: 0");
   });
@@ -299,7 +303,7 @@ describe("a GLM-4.5-style MoE model on the CUDA backend's TS layer (fake addon)"
     ]);
   });
 
-  it("a batch of up to 8 tokens takes the small-batch path: three launches with the shared expert folded in", () => {
+  it("a batch of up to DEFAULT_SMALL_BATCH_MAX_TOKENS tokens takes the small-batch path: three launches with the shared expert folded in", () => {
     const T = 3;
     const calls = forwardCalls(T);
     const fns = calls.map((c) => c.fn);
