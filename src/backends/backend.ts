@@ -311,6 +311,12 @@ export interface Backend {
   rotaryEmbedding(qkv: Tensor, layout: QkvLayout, positions: Tensor, cosSinCache: Tensor): void;
   /** out = silu(x[:, :I]) * x[:, I:]. x: [T, 2I] -> [T, I]. */
   siluAndMul(x: Tensor): Tensor;
+  /**
+   * Optional fusion, equal bit for bit to siluAndMul(linear(x, weight, bias)) (the gated MLP's
+   * gate_up projection and activation in one kernel where the backend can). weight: [2I, K]
+   * (gate rows, then up rows); bias: [2I] | null; x: [T, K] -> [T, I] (activation dtype).
+   */
+  linearSiluAndMul?(x: Tensor, weight: Tensor, bias: Tensor | null): Tensor;
   /** Writes the k and v parts of qkv into kvCache at slotMapping (vLLM reshape_and_cache). */
   reshapeAndCache(
     qkv: Tensor,

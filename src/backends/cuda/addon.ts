@@ -52,7 +52,7 @@ export type {
 export { MLA_LIMITS, type NativeMlaApi } from "./addon_mla.js";
 export { MOE_LIMITS, MOE_SCORING, type NativeMoeApi } from "./addon_moe.js";
 export type { NativeNcclApi } from "./addon_nccl.js";
-export type { NativeBlas, NativeOpsApi } from "./addon_ops.js";
+export { GEMV_EPILOGUE, GEMV_MAX_TOKENS, type NativeBlas, type NativeOpsApi } from "./addon_ops.js";
 export {
   MLA_ATTENTION_PARAMS,
   MLA_INDEXER_PARAMS,
@@ -76,7 +76,7 @@ export {
 export { asDevicePtr, type DevicePtr, NULL_PTR, offsetPtr } from "./device_ptr.js";
 
 /** Version of the JS-visible surface this file describes (native/addon/module.cc kAbiVersion). */
-export const ADDON_ABI_VERSION = 6;
+export const ADDON_ABI_VERSION = 7;
 
 /** Element type codes shared with native/kernels/kernels.h (HsDtype). */
 export const DTYPE_CODE: Record<DType, number> = { f32: 0, bf16: 1, f16: 2, i32: 3, fp8: 4 };

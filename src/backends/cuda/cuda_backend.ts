@@ -30,6 +30,7 @@ import {
   type CudaBackendOptions,
   type CudaMemoryStats,
   createCudaResources,
+  denseGemvMaxTokensOf,
   type PinnedHostMemory,
   releaseAll,
 } from "./cuda_backend_setup.js";
@@ -65,6 +66,12 @@ export class CudaBackend implements Backend {
   }
   readonly graphs: CudaGraphs;
   readonly blas: NativeBlas;
+  /**
+   * Rows up to which `linear` runs the skinny GEMM instead of cuBLAS (CudaBackendOptions
+   * .denseGemvMaxTokens; 0 = always cuBLAS). Writable so that a benchmark can measure both paths
+   * in one process; graphs captured before a change keep the path they captured.
+   */
+  denseGemvMaxTokens: number;
   /** Mixture-of-experts ops (moe_ops.ts). */
   readonly moe: BackendMoeOps;
   /** Multi-head latent attention and the DSA indexer (mla_ops.ts). */
@@ -103,6 +110,7 @@ export class CudaBackend implements Backend {
     );
     this.fillTables = new weights.DeviceFillTables(this.weightCtx);
     this.moe = new CudaMoeOps(this, options.moeFusedActivation ?? true);
+    this.denseGemvMaxTokens = denseGemvMaxTokensOf(options);
     this.mla = new CudaMlaOps(this);
   }
 
@@ -334,6 +342,9 @@ export class CudaBackend implements Backend {
   }
   siluAndMul(x: Tensor): Tensor {
     return ops.siluAndMul(this, x);
+  }
+  linearSiluAndMul(x: Tensor, weight: Tensor, bias: Tensor | null): Tensor {
+    return ops.linearSiluAndMul(this, x, weight, bias);
   }
   reshapeAndCache(
     qkv: Tensor,

@@ -6,7 +6,15 @@
  */
 import { DEFAULT_KV_CACHE_SCALE } from "../../core/kv/kv_cache_dtype.js";
 import { DTYPE_BYTES, type DType, type QkvLayout, type Tensor } from "../backend.js";
-import { type DevicePtr, DTYPE_CODE, type HisparseNative, type NativeBlas, NULL_PTR } from "./addon.js";
+import {
+  type DevicePtr,
+  DTYPE_CODE,
+  GEMV_EPILOGUE,
+  GEMV_MAX_TOKENS,
+  type HisparseNative,
+  type NativeBlas,
+  NULL_PTR,
+} from "./addon.js";
 import { type CudaTensor, describe, expectDtype, expectShape } from "./tensor.js";
 
 /** What the ops need from the backend. */
@@ -21,6 +29,11 @@ export interface CudaOpsContext {
   out(shape: readonly number[], dtype: DType): CudaTensor;
   /** Raw workspace bytes; returns a 256-byte aligned address. */
   scratch(bytes: number): DevicePtr;
+  /**
+   * `linear` runs the skinny GEMM (native/kernels/gemv.h) instead of cuBLAS when x has at most
+   * this many rows (0: always cuBLAS; at most GEMV_MAX_TOKENS).
+   */
+  readonly denseGemvMaxTokens: number;
 }
 
 const FLOAT_DTYPES: readonly DType[] = ["f32", "bf16", "f16"];
@@ -130,17 +143,19 @@ export function fusedAddRmsNorm(
   );
 }
 
-/**
- * y = x @ weight^T + bias. x: [T, K] bf16|f16; weight: [N, K] (x's dtype); bias: [N] | null ->
- * [T, N] of outDtype (x's dtype or f32).
- */
-export function linear(
-  ctx: CudaOpsContext,
-  x: Tensor,
-  weight: Tensor,
-  bias: Tensor | null,
-  outDtype: DType,
-): Tensor {
+/** The checked operands of one linear call. */
+interface LinearOperands {
+  x: CudaTensor;
+  w: CudaTensor;
+  T: number;
+  N: number;
+  K: number;
+  biasPtr: DevicePtr;
+  /** DTYPE_CODE of the bias; 0 when there is none. */
+  biasCode: number;
+}
+
+function linearOperands(ctx: CudaOpsContext, x: Tensor, weight: Tensor, bias: Tensor | null): LinearOperands {
   const xt = ctx.dev(x, "linear x");
   const w = ctx.dev(weight, "linear weight");
   expectShape(x, "linear x", [null, null]);
@@ -149,9 +164,6 @@ export function linear(
   expectShape(weight, "linear weight", [null, K]);
   expectDtype(weight, "linear weight", [x.dtype]);
   const N = dim(weight, 0);
-  if (outDtype !== x.dtype && outDtype !== "f32") {
-    throw new Error(`linear: output dtype must be ${x.dtype} or f32, got ${outDtype}`);
-  }
   let biasPtr = NULL_PTR;
   let biasCode = 0;
   if (bias !== null) {
@@ -160,19 +172,84 @@ export function linear(
     expectDtype(bias, "linear bias", FLOAT_DTYPES);
     biasCode = DTYPE_CODE[bias.dtype];
   }
-  const y = ctx.out([T, N], outDtype);
-  ctx.blas.linear(
+  return { x: xt, w, T, N, K, biasPtr, biasCode };
+}
+
+/** True when the skinny GEMM takes this call: few rows, K a multiple of 8, 16-byte aligned operands. */
+function useGemv(ctx: CudaOpsContext, o: LinearOperands): boolean {
+  const limit = Math.min(ctx.denseGemvMaxTokens, GEMV_MAX_TOKENS);
+  return o.T > 0 && o.T <= limit && o.K % 8 === 0 && o.x.ptr % 16 === 0 && o.w.ptr % 16 === 0;
+}
+
+/**
+ * y = x @ weight^T + bias. x: [T, K] bf16|f16; weight: [N, K] (x's dtype); bias: [N] | null ->
+ * [T, N] of outDtype (x's dtype or f32). T <= ctx.denseGemvMaxTokens: the skinny GEMM
+ * (gemv.h: y = O(acc + bias)), else cuBLAS(Lt) (blas.cc).
+ */
+export function linear(
+  ctx: CudaOpsContext,
+  x: Tensor,
+  weight: Tensor,
+  bias: Tensor | null,
+  outDtype: DType,
+): Tensor {
+  const o = linearOperands(ctx, x, weight, bias);
+  if (outDtype !== x.dtype && outDtype !== "f32") {
+    throw new Error(`linear: output dtype must be ${x.dtype} or f32, got ${outDtype}`);
+  }
+  const y = ctx.out([o.T, o.N], outDtype);
+  const [inCode, outCode] = [DTYPE_CODE[x.dtype], DTYPE_CODE[outDtype]];
+  if (useGemv(ctx, o)) {
+    ctx.addon.denseGemv(
+      ctx.stream,
+      y.ptr,
+      o.x.ptr,
+      o.w.ptr,
+      o.biasPtr,
+      o.T,
+      o.N,
+      o.K,
+      inCode,
+      outCode,
+      o.biasCode,
+      GEMV_EPILOGUE.plain,
+    );
+    return y;
+  }
+  ctx.blas.linear(ctx.stream, y.ptr, o.x.ptr, o.w.ptr, o.biasPtr, o.T, o.N, o.K, inCode, outCode, o.biasCode);
+  return y;
+}
+
+/**
+ * silu(x @ gate^T + bias_g) * (x @ up^T + bias_u) with weight = [gate; up] [2I, K] (Backend.
+ * linearSiluAndMul): bit for bit siluAndMul(linear(x, weight, bias)). Few rows: one skinny GEMM
+ * with the silu_and_mul epilogue; otherwise the two ops. x: [T, K] -> [T, I] of x's dtype.
+ */
+export function linearSiluAndMul(
+  ctx: CudaOpsContext,
+  x: Tensor,
+  weight: Tensor,
+  bias: Tensor | null,
+): Tensor {
+  const o = linearOperands(ctx, x, weight, bias);
+  if (o.N % 2 !== 0)
+    throw new Error(`linearSiluAndMul: the weight's rows must be even, got ${describe(weight)}`);
+  if (!useGemv(ctx, o)) return siluAndMul(ctx, linear(ctx, x, weight, bias, x.dtype));
+  const y = ctx.out([o.T, o.N / 2], x.dtype);
+  const code = DTYPE_CODE[x.dtype];
+  ctx.addon.denseGemv(
     ctx.stream,
     y.ptr,
-    xt.ptr,
-    w.ptr,
-    biasPtr,
-    T,
-    N,
-    K,
-    DTYPE_CODE[x.dtype],
-    DTYPE_CODE[outDtype],
-    biasCode,
+    o.x.ptr,
+    o.w.ptr,
+    o.biasPtr,
+    o.T,
+    o.N,
+    o.K,
+    code,
+    code,
+    o.biasCode,
+    GEMV_EPILOGUE.siluAndMul,
   );
   return y;
 }

@@ -433,6 +433,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     qkNorm: record("qkNorm"),
     rotaryEmbedding: record("rotaryEmbedding"),
     siluAndMul: record("siluAndMul"),
+    denseGemv: record("denseGemv"),
     reshapeAndCache: record("reshapeAndCache"),
     reshapeAndCacheFp8: record("reshapeAndCacheFp8"),
     biasAdd: record("biasAdd"),
