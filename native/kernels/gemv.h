@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,6 +37,19 @@ enum HsGemvEpilogue {
  */
 cudaError_t hsDenseGemv(void* y, const void* x, const void* w, const void* bias, int numTokens, int n, int k,
                         int inDtype, int outDtype, int biasDtype, int epilogue, cudaStream_t stream);
+
+/**
+ * The fused q/k/v projection with NeoX RoPE (full rotary): qkv = x @ w^T (+ bias) rounded to T
+ * as hsDenseGemv's plain epilogue, then the q and k heads (the first numRotHeads heads of
+ * headDim columns) rotated exactly as hsRotaryEmbedding with rotaryDim = headDim (fp32 from the
+ * T-rounded values, rounded once; rows with a position outside [0, maxPositions) unrotated).
+ * x: [numTokens, k] of dtype (bf16 | f16); w: [n, k]; bias: [n] of biasDtype or null;
+ * positions: i32 [numTokens]; cosSinCache: f32 [maxPositions, headDim]; y: [numTokens, n] of
+ * dtype. n % headDim == 0, headDim even, k % 8 == 0, x and w 16-byte aligned.
+ */
+cudaError_t hsDenseGemvRope(void* y, const void* x, const void* w, const void* bias, const int32_t* positions,
+                            const float* cosSinCache, int numTokens, int n, int k, int headDim, int numRotHeads,
+                            int maxPositions, int dtype, int biasDtype, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

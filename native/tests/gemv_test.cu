@@ -5,7 +5,9 @@
 //    equals the 1-row run of x[m] bit for bit (the sum order depends on K only);
 // 3. the fused silu_and_mul epilogue equals hsSiluAndMul (activation.cu) on the plain output,
 //    bit for bit;
-// 4. invalid sizes are refused with cudaErrorInvalidValue.
+// 4. hsDenseGemvRope equals hsRotaryEmbedding (rope.cu) on the plain output, bit for bit (a padded
+//    row with position -1 stays unrotated; the v heads are not rotated);
+// 5. invalid sizes are refused with cudaErrorInvalidValue.
 // Runs on the GPU (scripts/gpu/dense_b1_bench.sh builds it with nvcc) or on the CPU:
 //   bash native/tests/emu/run_emu.sh gemv --quick
 // Usage: gemv_test [--quick]
@@ -137,6 +139,48 @@ void checkSilu(int m, int n, int k, bool bias, hs_test::Rng& rng) {
   tally.record(bad == 0, name);
 }
 
+/** Fused q/k/v + RoPE = hsRotaryEmbedding(plain output), bit for bit. heads = q + k + v heads. */
+void checkRope(int m, int qHeads, int kvHeads, int headDim, int k, bool bias, hs_test::Rng& rng) {
+  char name[160];
+  std::snprintf(name, sizeof(name), "gemv rope M=%d heads=%d+2x%d D=%d K=%d bias=%d", m, qHeads, kvHeads, headDim, k,
+                bias ? 1 : 0);
+  const int n = (qHeads + 2 * kvHeads) * headDim;
+  const int rotHeads = qHeads + kvHeads;
+  const int maxPos = 64;
+  const Case c{m, n, k, bias, false};
+  Inputs in(c, rng);
+  std::vector<float> cosSin(size_t(maxPos) * headDim);
+  for (int p = 0; p < maxPos; ++p)
+    for (int i = 0; i < headDim / 2; ++i) {
+      const double ang = p * std::pow(10000.0, -2.0 * i / headDim);
+      cosSin[size_t(p) * headDim + i] = static_cast<float>(std::cos(ang));
+      cosSin[size_t(p) * headDim + headDim / 2 + i] = static_cast<float>(std::sin(ang));
+    }
+  std::vector<int32_t> pos(m);
+  for (int i = 0; i < m; ++i) pos[i] = i == 1 ? -1 : (7 * i + 3) % maxPos;  // row 1: a padded row
+  DeviceBuffer<float> dcs(cosSin.size());
+  DeviceBuffer<int32_t> dpos(m);
+  dcs.upload(cosSin);
+  dpos.upload(pos);
+  DeviceBuffer<uint16_t> ref(size_t(m) * n), fused(size_t(m) * n);
+  fused.poison();
+  const void* b = bias ? in.db.ptr : nullptr;
+  HS_CHECK(hsDenseGemv(ref.ptr, in.dx.ptr, in.dw.ptr, b, m, n, k, HS_DTYPE_BF16, HS_DTYPE_BF16, HS_DTYPE_F32,
+                       HS_GEMV_PLAIN, nullptr));
+  HS_CHECK(hsRotaryEmbedding(ref.ptr, dpos.ptr, dcs.ptr, m, n, rotHeads, headDim, headDim, maxPos, HS_DTYPE_BF16,
+                             nullptr));
+  HS_CHECK(hsDenseGemvRope(fused.ptr, in.dx.ptr, in.dw.ptr, b, dpos.ptr, dcs.ptr, m, n, k, headDim, rotHeads, maxPos,
+                           HS_DTYPE_BF16, HS_DTYPE_F32, nullptr));
+  HS_CHECK(cudaDeviceSynchronize());
+  const auto r = ref.download();
+  const auto f = fused.download();
+  int bad = 0;
+  for (size_t i = 0; i < r.size(); ++i) bad += r[i] != f[i];
+  if (bad > 0) std::printf("  %d of %zu values differ\n", bad, r.size());
+  std::printf("%s %s\n", bad == 0 ? "ok  " : "FAIL", name);
+  tally.record(bad == 0, name);
+}
+
 void checkRefusals() {
   DeviceBuffer<uint16_t> buf(4096);
   const bool ok = hsDenseGemv(buf.ptr, buf.ptr, buf.ptr, nullptr, HS_GEMV_MAX_TOKENS + 1, 8, 64, HS_DTYPE_BF16,
@@ -170,6 +214,11 @@ int main(int argc, char** argv) {
   checkSilu(1, 2 * 21, 520, false, rng);
   checkSilu(8, 2 * 13, 1032, true, rng);
   if (!quick) checkSilu(16, 2 * 67, 4104, true, rng);
+  checkRope(3, 4, 2, 32, 264, true, rng);
+  if (!quick) {
+    checkRope(1, 32, 8, 128, 4096, false, rng);
+    checkRope(8, 8, 2, 128, 1032, true, rng);
+  }
   checkRefusals();
   return tally.finish("gemv_test");
 }

@@ -72,7 +72,7 @@ if [ "$what" = mla ] || [ "$what" = all ]; then
   "$work/mla_test" "$@" || status=1
 fi
 if [ "$what" = gemv ] || [ "$what" = all ]; then
-  build gemv_test "$work/tests/gemv_test.cu" "$work/kernels/gemv.cu" "$work/kernels/activation.cu"
+  build gemv_test "$work/tests/gemv_test.cu" "$work/kernels/gemv.cu" "$work/kernels/activation.cu" "$work/kernels/rope.cu"
   "$work/gemv_test" "$@" || status=1
 fi
 exit $status

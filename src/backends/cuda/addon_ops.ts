@@ -181,4 +181,26 @@ export interface NativeOpsApi {
     biasDtype: number,
     epilogue: number,
   ): void;
+  /**
+   * hsDenseGemvRope (gemv.h): the plain skinny GEMM into y [T, N], then NeoX RoPE over all
+   * headDim dims of the first numRotHeads heads (= hsRotaryEmbedding with rotaryDim = headDim).
+   * positions: i32 [T]; cosSin: f32 [maxPositions, headDim]. N % headDim == 0.
+   */
+  denseGemvRope(
+    stream: number,
+    y: DevicePtr,
+    x: DevicePtr,
+    w: DevicePtr,
+    bias: DevicePtr,
+    positions: DevicePtr,
+    cosSin: DevicePtr,
+    T: number,
+    N: number,
+    K: number,
+    headDim: number,
+    numRotHeads: number,
+    maxPositions: number,
+    dtype: number,
+    biasDtype: number,
+  ): void;
 }

@@ -346,6 +346,16 @@ export class CudaBackend implements Backend {
   linearSiluAndMul(x: Tensor, weight: Tensor, bias: Tensor | null): Tensor {
     return ops.linearSiluAndMul(this, x, weight, bias);
   }
+  linearRotaryEmbedding(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | null,
+    layout: QkvLayout,
+    positions: Tensor,
+    cosSinCache: Tensor,
+  ): Tensor {
+    return ops.linearRotaryEmbedding(this, x, weight, bias, layout, positions, cosSinCache);
+  }
   reshapeAndCache(
     qkv: Tensor,
     layout: QkvLayout,

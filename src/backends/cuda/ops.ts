@@ -254,6 +254,54 @@ export function linearSiluAndMul(
   return y;
 }
 
+/**
+ * rotaryEmbedding(linear(x, weight, bias), layout, positions, cosSinCache), bit for bit
+ * (Backend.linearRotaryEmbedding): one skinny GEMM with the RoPE epilogue when x has few rows and
+ * the rotary is full (cosSinCache width = headDim); otherwise the two ops.
+ * x: [T, K]; weight: [(Hq + 2Hkv) * D, K] -> qkv [T, (Hq + 2Hkv) * D] (x's dtype).
+ */
+export function linearRotaryEmbedding(
+  ctx: CudaOpsContext,
+  x: Tensor,
+  weight: Tensor,
+  bias: Tensor | null,
+  layout: QkvLayout,
+  positions: Tensor,
+  cosSinCache: Tensor,
+): Tensor {
+  const o = linearOperands(ctx, x, weight, bias);
+  const R = dim(cosSinCache, 1);
+  if (!useGemv(ctx, o) || R !== layout.headDim || o.N !== qkvWidth(layout)) {
+    const qkv = linear(ctx, x, weight, bias, x.dtype);
+    rotaryEmbedding(ctx, qkv, layout, positions, cosSinCache);
+    return qkv;
+  }
+  const pos = ctx.dev(positions, "linearRotaryEmbedding positions");
+  const cs = ctx.dev(cosSinCache, "linearRotaryEmbedding cosSinCache");
+  expectShape(positions, "linearRotaryEmbedding positions", [o.T]);
+  expectDtype(positions, "linearRotaryEmbedding positions", ["i32"]);
+  expectDtype(cosSinCache, "linearRotaryEmbedding cosSinCache", ["f32"]);
+  const y = ctx.out([o.T, o.N], x.dtype);
+  ctx.addon.denseGemvRope(
+    ctx.stream,
+    y.ptr,
+    o.x.ptr,
+    o.w.ptr,
+    o.biasPtr,
+    pos.ptr,
+    cs.ptr,
+    o.T,
+    o.N,
+    o.K,
+    layout.headDim,
+    layout.numHeads + layout.numKvHeads,
+    dim(cosSinCache, 0),
+    DTYPE_CODE[x.dtype],
+    o.biasCode,
+  );
+  return y;
+}
+
 /** In place per-head RMSNorm of the q and k heads of qkv (Qwen3). qWeight, kWeight: [headDim]. */
 export function qkNorm(
   ctx: CudaOpsContext,

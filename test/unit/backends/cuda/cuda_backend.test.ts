@@ -398,6 +398,47 @@ describe("CudaBackend op marshalling (fake addon)", () => {
     assert.throws(() => new CudaBackend({ addon: fake, denseGemvMaxTokens: 17 }), /integer in \[0, 16\]/);
   });
 
+  it("linearRotaryEmbedding: one skinny GEMM with RoPE at full rotary and few rows, else linear + rotaryEmbedding", () => {
+    const { be, fake } = setup();
+    const layout = { numHeads: 2, numKvHeads: 1, headDim: 8 }; // qkv width (2 + 2) * 8 = 32
+    const x = be.stage(new Float32Array(3 * 16), [3, 16], "bf16");
+    const w = be.uploadWeight({ data: new Float32Array(32 * 16), dtype: "f32", shape: [32, 16] });
+    const pos = be.stage(Int32Array.from([0, 1, 2]), [3], "i32");
+    const full = be.upload(new Float32Array(10 * 8), [10, 8], "f32");
+    const partial = be.upload(new Float32Array(10 * 4), [10, 4], "f32");
+    // step 1: full rotary, 3 rows: denseGemvRope(y, x, w, bias, positions, cosSin, T, N, K, D, Hq + Hkv, maxPos, dtype, biasDtype)
+    const y = be.linearRotaryEmbedding(x, w, null, layout, pos, full);
+    assert.deepEqual(y.shape, [3, 32]);
+    const call = fake.calls.at(-1)!;
+    assert.equal(call.fn, "denseGemvRope");
+    assert.deepEqual(call.args.slice(1), [
+      ...[y, x, w].map((t) => (t as CudaTensor).ptr),
+      0,
+      ...[pos, full].map((t) => (t as CudaTensor).ptr),
+      3,
+      32,
+      16,
+      8,
+      3,
+      10,
+      1,
+      0,
+    ]);
+    // step 2: partial rotary (table width 4 < headDim 8): the two ops
+    be.linearRotaryEmbedding(x, w, null, layout, pos, partial);
+    assert.deepEqual(
+      fake.calls.slice(-2).map((c) => c.fn),
+      ["denseGemv", "rotaryEmbedding"],
+    );
+    // step 3: the old path (limit 0): cuBLAS + rotaryEmbedding
+    be.denseGemvMaxTokens = 0;
+    be.linearRotaryEmbedding(x, w, null, layout, pos, full);
+    assert.deepEqual(
+      fake.calls.slice(-2).map((c) => c.fn),
+      ["linear", "rotaryEmbedding"],
+    );
+  });
+
   it("element-wise ops validate shapes and pass the layout", () => {
     const { be, fake } = setup();
     const qkv = be.stage(new Float32Array(3 * W), [3, W], "bf16");

@@ -434,6 +434,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     rotaryEmbedding: record("rotaryEmbedding"),
     siluAndMul: record("siluAndMul"),
     denseGemv: record("denseGemv"),
+    denseGemvRope: record("denseGemvRope"),
     reshapeAndCache: record("reshapeAndCache"),
     reshapeAndCacheFp8: record("reshapeAndCacheFp8"),
     biasAdd: record("biasAdd"),
