@@ -13,7 +13,9 @@
  * Prints markdown tables; --json writes the figures.
  * --paths new,old: decode measured for each path in one run: "new" is the default backend
  * (linears of <= 8 rows through the skinny GEMM, native/kernels/gemv.h), "old" cuBLAS for every
- * linear (denseGemvMaxTokens = 0); default "new". --no-prefill skips part 2.
+ * linear (denseGemvMaxTokens = 0); default "new". A path may end in ":N" (e.g. new:128): decode
+ * attention splits of at least N tokens (addon.setDecodeMinSplitTokens; default 256).
+ * --no-prefill skips part 2.
  */
 import { writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
@@ -105,9 +107,13 @@ interface DecodeRow {
   tokPerS: number | null;
 }
 const decodeRows: DecodeRow[] = [];
+const defaultMinSplit = backend.addon.setDecodeMinSplitTokens(0);
 for (const path of paths) {
-  if (path !== "new" && path !== "old") throw new Error(`--paths: "new" or "old", got ${path}`);
-  backend.denseGemvMaxTokens = path === "old" ? 0 : defaultGemvMaxTokens;
+  const [kind, split] = path.split(":");
+  if (kind !== "new" && kind !== "old")
+    throw new Error(`--paths: "new" or "old" (optionally :N), got ${path}`);
+  backend.denseGemvMaxTokens = kind === "old" ? 0 : defaultGemvMaxTokens;
+  backend.addon.setDecodeMinSplitTokens(split === undefined ? defaultMinSplit : Number(split));
   const runner = new CudaGraphRunner(
     backend,
     backend.graphs,
@@ -122,6 +128,7 @@ for (const path of paths) {
   runner.dispose();
 }
 backend.denseGemvMaxTokens = defaultGemvMaxTokens;
+backend.addon.setDecodeMinSplitTokens(defaultMinSplit);
 
 /** One grid point: mean step time of 20 graph replays after 3 warm-up steps. */
 function decodeRow(runner: CudaGraphRunner, path: string, B: number, C: number): DecodeRow {

@@ -8,7 +8,8 @@
 #     linears at M = 1, 2, 4, 8, 16;
 #  3. bench/cuda_bench.js at batch 1 x 1K / 8K / 32K and batch 64 x 1K / 8K (64 x 32K does not
 #     fit), new path (linears of <= 8 rows through the skinny GEMM, fused silu_and_mul) and old
-#     path (cuBLAS for every linear) in one process, with % of the HBM roofline.
+#     path (cuBLAS for every linear) in one process, with % of the HBM roofline; then the new path
+#     with decode-attention splits of >= 128 and >= 64 tokens (new:128, new:64; default 256).
 # Prepare here: npm run build && npm run build:native && bash scripts/gpu/dense_b1_bench.sh --compile-only
 #   && bash ../shared/device/prepare.sh; carry .device dist build/Release build/gemv_test. Run there:
 #   source .device/prelude.sh && bash scripts/gpu/dense_b1_bench.sh
@@ -39,7 +40,7 @@ timeout 90 node dist/bench/gemv_bench.js --json "$out/gemv_bench.json" 2>&1 | te
   fails=$((fails + 1))
 echo "== cuda_bench (decode, new and old path)"
 timeout 180 node dist/bench/cuda_bench.js --config configs/llama-3.1-8b --batches 1,64 \
-  --contexts 1024,8192,32768 --paths new,old --no-prefill --json "$out/cuda_bench.json" 2>&1 |
+  --contexts 1024,8192,32768 --paths new,old,new:128,new:64 --no-prefill --json "$out/cuda_bench.json" 2>&1 |
   tee "$out/cuda_bench.log" || fails=$((fails + 1))
 if [ "$fails" -eq 0 ]; then echo "RESULT: PASS"; else echo "RESULT: FAIL ($fails failing steps)"; fi
 [ "$fails" -eq 0 ]

@@ -122,6 +122,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
   /** Stream handle -> the graph recording it (or null). */
   const recording = new Map<number, (() => void)[]>();
   let nextStream = 0x100;
+  let minSplitTokens = 256;
   const run = (stream: number, op: () => void) => {
     const rec = recording.get(stream);
     if (rec) rec.push(op);
@@ -438,6 +439,11 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     reshapeAndCache: record("reshapeAndCache"),
     reshapeAndCacheFp8: record("reshapeAndCacheFp8"),
     biasAdd: record("biasAdd"),
+    setDecodeMinSplitTokens: (tokens: number) => {
+      const prev = minSplitTokens;
+      if (tokens > 0) minSplitTokens = tokens;
+      return prev;
+    },
     pagedAttentionWorkspaceBytes: (maxNumReqs, maxNumTokens, numHeads, headDim) =>
       maxNumReqs * numHeads * 4 * 2 + maxNumTokens * headDim,
     pagedDecodeAttention: recordParams("pagedDecodeAttention", PAGED_ATTENTION_PARAMS),
