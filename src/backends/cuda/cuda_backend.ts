@@ -36,6 +36,7 @@ import {
 } from "./cuda_backend_setup.js";
 import type { CudaGraphs } from "./graphs.js";
 import { type HostStaging, readConverted, type UploadConversion, writeConverted } from "./host_io.js";
+import * as linearOps from "./linear_ops.js";
 import { CudaMlaOps } from "./mla_ops.js";
 import { CudaMoeOps } from "./moe_ops.js";
 import * as ops from "./ops.js";
@@ -332,7 +333,7 @@ export class CudaBackend implements Backend {
     ops.fusedAddRmsNorm(this, x, residual, weight, eps);
   }
   linear(x: Tensor, weight: Tensor, bias: Tensor | null, outDtype?: DType): Tensor {
-    return ops.linear(this, x, weight, bias, outDtype ?? this.activationDtype);
+    return linearOps.linear(this, x, weight, bias, outDtype ?? this.activationDtype);
   }
   qkNorm(qkv: Tensor, layout: QkvLayout, qWeight: Tensor, kWeight: Tensor, eps: number): void {
     ops.qkNorm(this, qkv, layout, qWeight, kWeight, eps);
@@ -344,7 +345,7 @@ export class CudaBackend implements Backend {
     return ops.siluAndMul(this, x);
   }
   linearSiluAndMul(x: Tensor, weight: Tensor, bias: Tensor | null): Tensor {
-    return ops.linearSiluAndMul(this, x, weight, bias);
+    return linearOps.linearSiluAndMul(this, x, weight, bias);
   }
   linearRotaryEmbedding(
     x: Tensor,
@@ -354,7 +355,7 @@ export class CudaBackend implements Backend {
     positions: Tensor,
     cosSinCache: Tensor,
   ): Tensor {
-    return ops.linearRotaryEmbedding(this, x, weight, bias, layout, positions, cosSinCache);
+    return linearOps.linearRotaryEmbedding(this, x, weight, bias, layout, positions, cosSinCache);
   }
   reshapeAndCache(
     qkv: Tensor,
