@@ -11,6 +11,11 @@
  *    with --max-num-batched-tokens 8192), and model FLOP/s against the cuBLAS bf16 GEMM rate
  *    measured here on an 8192 × 4096 × 28672 GEMM (the gate/up projection's shape).
  * Prints markdown tables; --json writes the figures.
+ * --paths new,old: decode measured for each path in one run: "new" is the default backend
+ * (linears of <= 8 rows through the skinny GEMM, native/kernels/gemv.h), "old" cuBLAS for every
+ * linear (denseGemvMaxTokens = 0); default "new". A path may end in ":N" (e.g. new:128): decode
+ * attention splits of at least N tokens (addon.setDecodeMinSplitTokens; default 256).
+ * --no-prefill skips part 2.
  */
 import { writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
@@ -35,6 +40,8 @@ const batches = arg("batches", "1,16,64").split(",").map(Number);
 const contexts = arg("contexts", "1024,8192,32768").split(",").map(Number);
 const maxCtx = Math.max(...contexts);
 const memBudget = Number(arg("kv-gib", "72")) * 2 ** 30;
+const paths = arg("paths", "new").split(",");
+const withPrefill = !process.argv.includes("--no-prefill");
 
 const backend = new CudaBackend({ workspaceBytes: 8 * 2 ** 30 });
 const t0 = performance.now();
@@ -60,16 +67,7 @@ const params = countParameters(config);
 // Bytes a decode step must read: every weight once (the embedding table only for B rows, ignored).
 const embedBytes = config.vocabSize * config.hiddenSize * 2;
 const weightBytes = params * 2 - (config.tieWordEmbeddings ? 0 : embedBytes);
-const runner = new CudaGraphRunner(
-  backend,
-  backend.graphs,
-  model,
-  kvCaches,
-  () => attention,
-  BLOCK,
-  maxCtx + BLOCK,
-  Math.max(...batches),
-);
+const defaultGemvMaxTokens = backend.denseGemvMaxTokens;
 const probe = backend.upload(new Int32Array(1), [1], "i32");
 const sync = () => backend.toHost(probe);
 
@@ -100,6 +98,7 @@ function decodeInputs(B: number, C: number): PreparedInputs {
 }
 
 interface DecodeRow {
+  path: string;
   batch: number;
   context: number;
   stepMs: number | null;
@@ -108,55 +107,79 @@ interface DecodeRow {
   tokPerS: number | null;
 }
 const decodeRows: DecodeRow[] = [];
-for (const C of contexts) {
-  for (const B of batches) {
-    const kvRead = B * C * kvPerTok;
-    const rooflineMs = ((weightBytes + kvRead) / HBM_BPS) * 1e3;
-    if (B * Math.ceil(C / BLOCK) > numBlocks) {
-      decodeRows.push({ batch: B, context: C, stepMs: null, rooflineMs, pctRoofline: null, tokPerS: null });
-      continue;
-    }
-    const inputs = decodeInputs(B, C);
-    for (let i = 0; i < 3; i++) runner.run(inputs);
-    sync();
-    const N = 20;
-    const t = performance.now();
-    for (let i = 0; i < N; i++) runner.run(inputs);
-    sync();
-    const stepMs = (performance.now() - t) / N;
-    decodeRows.push({
-      batch: B,
-      context: C,
-      stepMs,
-      rooflineMs,
-      pctRoofline: (100 * rooflineMs) / stepMs,
-      tokPerS: (B * 1000) / stepMs,
-    });
-  }
+const defaultMinSplit = backend.addon.setDecodeMinSplitTokens(0);
+for (const path of paths) {
+  const [kind, split] = path.split(":");
+  if (kind !== "new" && kind !== "old")
+    throw new Error(`--paths: "new" or "old" (optionally :N), got ${path}`);
+  backend.denseGemvMaxTokens = kind === "old" ? 0 : defaultGemvMaxTokens;
+  backend.addon.setDecodeMinSplitTokens(split === undefined ? defaultMinSplit : Number(split));
+  const runner = new CudaGraphRunner(
+    backend,
+    backend.graphs,
+    model,
+    kvCaches,
+    () => attention,
+    BLOCK,
+    maxCtx + BLOCK,
+    Math.max(...batches),
+  );
+  for (const C of contexts) for (const B of batches) decodeRows.push(decodeRow(runner, path, B, C));
+  runner.dispose();
 }
-runner.dispose();
+backend.denseGemvMaxTokens = defaultGemvMaxTokens;
+backend.addon.setDecodeMinSplitTokens(defaultMinSplit);
+
+/** One grid point: mean step time of 20 graph replays after 3 warm-up steps. */
+function decodeRow(runner: CudaGraphRunner, path: string, B: number, C: number): DecodeRow {
+  const kvRead = B * C * kvPerTok;
+  const rooflineMs = ((weightBytes + kvRead) / HBM_BPS) * 1e3;
+  if (B * Math.ceil(C / BLOCK) > numBlocks) {
+    return { path, batch: B, context: C, stepMs: null, rooflineMs, pctRoofline: null, tokPerS: null };
+  }
+  const inputs = decodeInputs(B, C);
+  for (let i = 0; i < 3; i++) runner.run(inputs);
+  sync();
+  const N = 20;
+  const t = performance.now();
+  for (let i = 0; i < N; i++) runner.run(inputs);
+  sync();
+  const stepMs = (performance.now() - t) / N;
+  return {
+    path,
+    batch: B,
+    context: C,
+    stepMs,
+    rooflineMs,
+    pctRoofline: (100 * rooflineMs) / stepMs,
+    tokPerS: (B * 1000) / stepMs,
+  };
+}
 
 // cuBLAS GEMM rate on the gate/up shape, through the backend's linear.
 const M = 8192;
 const K = config.hiddenSize;
 const Nn = 2 * config.intermediateSize;
-const w = backend.uploadWeight({ data: randomBf16(Nn * K), dtype: "bf16", shape: [Nn, K] });
-backend.resetWorkspace();
-const x = backend.stage(randomF32(M * K), [M, K], "bf16");
-backend.linear(x, w, null);
-sync();
-const G = 10;
-const tg = performance.now();
-for (let i = 0; i < G; i++) backend.linear(x, w, null);
-sync();
-const gemmTflops = (2 * M * K * Nn * G) / ((performance.now() - tg) / 1e3) / 1e12;
-backend.free(w);
-backend.resetWorkspace();
+const gemmTflops = withPrefill ? measureGemmTflops() : 0;
+function measureGemmTflops(): number {
+  const w = backend.uploadWeight({ data: randomBf16(Nn * K), dtype: "bf16", shape: [Nn, K] });
+  backend.resetWorkspace();
+  const x = backend.stage(randomF32(M * K), [M, K], "bf16");
+  backend.linear(x, w, null);
+  sync();
+  const G = 10;
+  const tg = performance.now();
+  for (let i = 0; i < G; i++) backend.linear(x, w, null);
+  sync();
+  backend.free(w);
+  backend.resetWorkspace();
+  return (2 * M * K * Nn * G) / ((performance.now() - tg) / 1e3) / 1e12;
+}
 
 // Prefill: one request, chunks of 8192 tokens.
 const prefillRows: { tokens: number; seconds: number; tokPerS: number; tflops: number; pctGemm: number }[] =
   [];
-for (const T of [8192, 32768].filter((t) => t <= maxCtx)) {
+for (const T of [8192, 32768].filter((t) => withPrefill && t <= maxCtx)) {
   const run = () => {
     const CH = 8192;
     const nb = Math.ceil(T / BLOCK);
@@ -210,23 +233,25 @@ console.log(
   `\nweights ${(weightBytes / 1e9).toFixed(2)} GB read per step; KV ${kvPerTok} B/token; roofline at ${HBM_BPS / 1e12} TB/s`,
 );
 console.log(
-  "\n| batch | context | step ms | roofline ms | % of roofline | tokens/s |\n|---|---|---|---|---|---|",
+  "\n| path | batch | context | step ms | roofline ms | % of roofline | tokens/s |\n|---|---|---|---|---|---|---|",
 );
 for (const r of decodeRows) {
   console.log(
     r.stepMs === null
-      ? `| ${r.batch} | ${r.context} | does not fit (${((r.batch * r.context * kvPerTok) / 2 ** 30).toFixed(0)} GiB of KV) | ${r.rooflineMs.toFixed(2)} | - | - |`
-      : `| ${r.batch} | ${r.context} | ${r.stepMs.toFixed(2)} | ${r.rooflineMs.toFixed(2)} | ${r.pctRoofline!.toFixed(1)}% | ${r.tokPerS!.toFixed(0)} |`,
+      ? `| ${r.path} | ${r.batch} | ${r.context} | does not fit (${((r.batch * r.context * kvPerTok) / 2 ** 30).toFixed(0)} GiB of KV) | ${r.rooflineMs.toFixed(2)} | - | - |`
+      : `| ${r.path} | ${r.batch} | ${r.context} | ${r.stepMs.toFixed(2)} | ${r.rooflineMs.toFixed(2)} | ${r.pctRoofline!.toFixed(1)}% | ${r.tokPerS!.toFixed(0)} |`,
   );
 }
-console.log(`\ncuBLAS bf16 GEMM ${M}x${K}x${Nn} through linear(): ${gemmTflops.toFixed(0)} TFLOP/s`);
-console.log(
-  "\n| prompt tokens | seconds | tokens/s | model TFLOP/s | % of GEMM rate |\n|---|---|---|---|---|",
-);
-for (const r of prefillRows) {
+if (withPrefill) {
+  console.log(`\ncuBLAS bf16 GEMM ${M}x${K}x${Nn} through linear(): ${gemmTflops.toFixed(0)} TFLOP/s`);
   console.log(
-    `| ${r.tokens} | ${r.seconds.toFixed(3)} | ${r.tokPerS.toFixed(0)} | ${r.tflops.toFixed(0)} | ${r.pctGemm.toFixed(1)}% |`,
+    "\n| prompt tokens | seconds | tokens/s | model TFLOP/s | % of GEMM rate |\n|---|---|---|---|---|",
   );
+  for (const r of prefillRows) {
+    console.log(
+      `| ${r.tokens} | ${r.seconds.toFixed(3)} | ${r.tokPerS.toFixed(0)} | ${r.tflops.toFixed(0)} | ${r.pctGemm.toFixed(1)}% |`,
+    );
+  }
 }
 const json = arg("json", "");
 if (json !== "")

@@ -66,6 +66,16 @@ Napi::Value PagedPrefillAttention(const Napi::CallbackInfo& info) {
 #endif
 }
 
+/** setDecodeMinSplitTokens(tokens) -> previous (hsSetDecodeMinSplitTokens; tokens <= 0 reads). */
+Napi::Value SetDecodeMinSplitTokens(const Napi::CallbackInfo& info) {
+#if HS_HAVE_ATTENTION
+  Args a(info, 1, "setDecodeMinSplitTokens");
+  return Napi::Number::New(info.Env(), hsSetDecodeMinSplitTokens(a.i32(0)));
+#else
+  missing(info, "paged attention kernels", "attention.h");
+#endif
+}
+
 /** sampleWorkspaceBytes(B, V). */
 Napi::Value SampleWorkspaceBytes(const Napi::CallbackInfo& info) {
 #if HS_HAVE_SAMPLING
@@ -97,6 +107,8 @@ void initAttention(Napi::Env env, Napi::Object exports) {
               Napi::Function::New(env, AttentionWorkspaceBytes, "pagedAttentionWorkspaceBytes"));
   exports.Set("pagedDecodeAttention", Napi::Function::New(env, PagedDecodeAttention, "pagedDecodeAttention"));
   exports.Set("pagedPrefillAttention", Napi::Function::New(env, PagedPrefillAttention, "pagedPrefillAttention"));
+  exports.Set("setDecodeMinSplitTokens",
+              Napi::Function::New(env, SetDecodeMinSplitTokens, "setDecodeMinSplitTokens"));
   exports.Set("sampleWorkspaceBytes", Napi::Function::New(env, SampleWorkspaceBytes, "sampleWorkspaceBytes"));
   exports.Set("sample", Napi::Function::New(env, Sample, "sample"));
 }

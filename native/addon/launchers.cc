@@ -1,6 +1,7 @@
 // Flat N-API functions, one per kernel launcher of native/kernels/kernels.h. Arguments are
 // numbers (addresses, sizes, dtype codes) in the order of the C launcher, with the stream first;
 // src/backends/cuda/addon.ts types them. Every launch is checked (common.h checkLaunch).
+#include "../kernels/gemv.h"
 #include "../kernels/kernels.h"
 #include "common.h"
 
@@ -73,6 +74,21 @@ Napi::Value Cast(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+Napi::Value DenseGemv(const Napi::CallbackInfo& info) {
+  Args a(info, 12, "denseGemv");
+  HS_LAUNCH(hsDenseGemv, a.stream(0), a.ptr(1), a.ptr(2), a.ptr(3), a.ptr(4), a.i32(5), a.i32(6), a.i32(7), a.i32(8),
+            a.i32(9), a.i32(10), a.i32(11));
+  return info.Env().Undefined();
+}
+
+Napi::Value DenseGemvRope(const Napi::CallbackInfo& info) {
+  Args a(info, 15, "denseGemvRope");
+  HS_LAUNCH(hsDenseGemvRope, a.stream(0), a.ptr(1), a.ptr(2), a.ptr(3), a.ptr(4), a.as<const int32_t>(5),
+            a.as<const float>(6), a.i32(7), a.i32(8), a.i32(9), a.i32(10), a.i32(11), a.i32(12), a.i32(13),
+            a.i32(14));
+  return info.Env().Undefined();
+}
+
 }  // namespace
 
 void initLaunchers(Napi::Env env, Napi::Object exports) {
@@ -86,6 +102,8 @@ void initLaunchers(Napi::Env env, Napi::Object exports) {
   exports.Set("reshapeAndCacheFp8", Napi::Function::New(env, ReshapeAndCacheFp8, "reshapeAndCacheFp8"));
   exports.Set("biasAdd", Napi::Function::New(env, BiasAdd, "biasAdd"));
   exports.Set("cast", Napi::Function::New(env, Cast, "cast"));
+  exports.Set("denseGemv", Napi::Function::New(env, DenseGemv, "denseGemv"));
+  exports.Set("denseGemvRope", Napi::Function::New(env, DenseGemvRope, "denseGemvRope"));
 }
 
 }  // namespace hs

@@ -144,6 +144,14 @@ cudaError_t hsSparseDecodeAttention(const HsSparseDecodeParams* p, cudaStream_t 
  */
 int hsPagedDecodeNumSplits(const HsPagedAttentionParams* p);
 
+/**
+ * Benchmark knob: the smallest decode split (tokens, rounded up to whole 64-key tiles, at most
+ * 4096) of the decode launches made after the call, in this process (default 256; a captured
+ * graph keeps the value of its capture). tokens <= 0 only reads it. Returns the previous value.
+ * Smaller splits give more CTAs at batch 1 (more bandwidth in flight, more partials to merge).
+ */
+int hsSetDecodeMinSplitTokens(int tokens);
+
 #ifdef __cplusplus
 }
 #endif

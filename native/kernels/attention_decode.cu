@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kDecodeThreads) pagedDecodeKernel(const Decode
   } else {
     seqLen = decodeRow<false>(a, req, kvh).seqLen;
   }
-  const int chunk = decodeSplitTokens(seqLen, a.numSplits);
+  const int chunk = decodeSplitTokens(seqLen, a.numSplits, a.minSplitTokens);
   const int kvStart = split * chunk;
   const int kvEnd = min(seqLen, kvStart + chunk);
   if (kvStart >= kvEnd) {
@@ -265,6 +265,7 @@ cudaError_t launchDecode(const HsPagedAttentionParams* p, const HsSparseDecodePa
   a.headTiles = (a.groupSize + kDecodeHeadsPerCta - 1) / kDecodeHeadsPerCta;
   a.log2BlockSize = log2Pow2(p->blockSize);
   a.numSplits = numSplits;
+  a.minSplitTokens = decodeMinSplitTokens().load(std::memory_order_relaxed);
   a.scaleLog2 = p->scale * kLog2e;
   a.kvFp8 = p->kvCacheFp8 != 0 ? 1 : 0;
   a.kScale = p->kScale;
@@ -282,8 +283,8 @@ cudaError_t launchDecode(const HsPagedAttentionParams* p, const HsSparseDecodePa
   pagedDecodeKernel<D, kSparse><<<grid, kDecodeThreads, Cfg::kSmemBytes, stream>>>(a);
   err = cudaGetLastError();
   if (err != cudaSuccess || numSplits == 1) return err;
-  const dim3 mergeGrid((p->numHeads + 3) / 4, p->numReqs);
-  decodeMergeKernel<D, kSparse><<<mergeGrid, 128, 0, stream>>>(a);
+  const dim3 mergeGrid(p->numHeads, p->numReqs);
+  decodeMergeKernel<D, kSparse><<<mergeGrid, kMergeThreads, mergeSmemBytes<D>(), stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -299,6 +300,13 @@ int decodeSplitsFor(const HsPagedAttentionParams* p) {
 }  // namespace hs_attn
 
 extern "C" int hsPagedDecodeNumSplits(const HsPagedAttentionParams* p) { return hs_attn::decodeSplitsFor(p); }
+
+extern "C" int hsSetDecodeMinSplitTokens(int tokens) {
+  using namespace hs_attn;
+  if (tokens <= 0) return decodeMinSplitTokens().load();
+  const int t = (tokens + kTileKeys - 1) / kTileKeys * kTileKeys;
+  return decodeMinSplitTokens().exchange(t > 4096 ? 4096 : t);
+}
 
 extern "C" size_t hsPagedAttentionWorkspaceBytes(int maxNumReqs, int maxNumTokens, int numHeads, int headDim,
                                                  int maxModelLen, int blockSize) {

@@ -37,6 +37,7 @@ struct DecodeArgs {
   const int* tokenRow;         // [numReqs] q/out row (< 0: skip the request)
   int headTableStride;
   int onlyFlagged;             // rows without the flag are left untouched
+  int minSplitTokens;          // decodeSplitTokens' floor (decodeMinSplitTokens() at launch)
 };
 
 /** What one (request, kv head) reads: its length, its block table row, its q/out row. */
@@ -83,60 +84,76 @@ __device__ __forceinline__ DecodeRow decodeRow(const DecodeArgs& a, int req, int
   return d;
 }
 
+/** Threads of a merge CTA (one CTA per (q head, request)). */
+constexpr int kMergeThreads = 256;
+
+/** Dynamic shared memory of decodeMergeKernel<D>: the splits' lse, then [groups][D] partial sums. */
+template <int D>
+constexpr int mergeSmemBytes() {
+  return (kMaxSplits + (kMergeThreads / (D / 4)) * D) * static_cast<int>(sizeof(float));
+}
+
 /**
  * Combines the active splits of each (request, q head): out = sum_s w_s O_s / sum_s w_s with
- * w_s = 2^(lse_s - max lse). One warp per (request, head); rows with seqLen 0 get zeros.
- * Grid (ceil(Hq / 4), numReqs), 128 threads.
+ * w_s = 2^(lse_s - max lse); rows with seqLen 0 get zeros. Grid (Hq, numReqs), kMergeThreads
+ * threads, mergeSmemBytes<D>() of dynamic shared memory. The CTA stages the lse values in shared
+ * memory; its threads form kMergeThreads / (D/4) groups of D/4 lanes (one float4 of the head row
+ * each), group g summing the splits g, g + groups, ...; the groups' sums are then added in group
+ * order. Every sum runs in an order fixed by nAct alone: deterministic. (One CTA per head with
+ * the splits spread over groups: at batch 1 the old one-warp-per-head loop over 32-128 splits
+ * was latency-bound at ~10 us per layer on the H200.)
  */
 template <int D, bool kSparse>
-__global__ void __launch_bounds__(128) decodeMergeKernel(const DecodeArgs a) {
-  constexpr int kPer = D / 32;  // d values per lane (1, 2 or 4)
-  static_assert(kPer == 1 || kPer == 2 || kPer == 4, "head dim 32, 64 or 128");
-  const int lane = threadIdx.x & 31;
-  const int head = blockIdx.x * 4 + (threadIdx.x >> 5);
+__global__ void __launch_bounds__(kMergeThreads) decodeMergeKernel(const DecodeArgs a) {
+  constexpr int kLanes = D / 4;                    // float4 lanes per head row
+  constexpr int kGroups = kMergeThreads / kLanes;  // splits summed in parallel
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* sLse = reinterpret_cast<float*>(smem);  // [kMaxSplits]
+  float* sAcc = sLse + kMaxSplits;               // [kGroups][D]
+  const int head = blockIdx.x;
   const int req = blockIdx.y;
-  if (head >= a.numHeads) return;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
   const DecodeRow dr = decodeRow<kSparse>(a, req, head / a.groupSize);
   if (dr.skip) return;
-  const int nAct = decodeActiveSplits(dr.seqLen, a.numSplits);
-  __nv_bfloat16* dst = a.out + (static_cast<size_t>(dr.row) * a.numHeads + head) * D + lane * kPer;
+  const int nAct = decodeActiveSplits(dr.seqLen, a.numSplits, a.minSplitTokens);
   const size_t base = static_cast<size_t>(req) * a.numSplits * a.numHeads + head;  // split 0 row
-  float acc[kPer];
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) acc[i] = 0.f;
-  float lseMax = kNegInf;
-  for (int s = lane; s < nAct; s += 32) lseMax = fmaxf(lseMax, a.partialLse[base + static_cast<size_t>(s) * a.numHeads]);
+  for (int s = tid; s < nAct; s += kMergeThreads) sLse[s] = a.partialLse[base + static_cast<size_t>(s) * a.numHeads];
+  __syncthreads();
+  float lseMax = kNegInf;  // every warp computes the same max and weight sum (no second barrier)
+  for (int s = lane; s < nAct; s += 32) lseMax = fmaxf(lseMax, sLse[s]);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) lseMax = fmaxf(lseMax, __shfl_xor_sync(0xffffffffu, lseMax, off));
-  float wSum = 0.f;
+  const int g = tid / kLanes;
+  const int d = (tid % kLanes) * 4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 4
-  for (int s = 0; s < nAct; ++s) {
-    const size_t r = base + static_cast<size_t>(s) * a.numHeads;
-    const float w = exp2f(a.partialLse[r] - lseMax);
-    wSum += w;
-    const float* src = a.partialO + r * D + lane * kPer;
-    if constexpr (kPer == 4) {
-      const float4 v = *reinterpret_cast<const float4*>(src);
-      acc[0] += w * v.x;
-      acc[1] += w * v.y;
-      acc[2] += w * v.z;
-      acc[3] += w * v.w;
-    } else if constexpr (kPer == 2) {
-      const float2 v = *reinterpret_cast<const float2*>(src);
-      acc[0] += w * v.x;
-      acc[1] += w * v.y;
-    } else {  // D = 32
-      acc[0] += w * *src;
-    }
+  for (int s = g; s < nAct; s += kGroups) {
+    const float w = exp2f(sLse[s] - lseMax);
+    const float4 v = *reinterpret_cast<const float4*>(a.partialO + (base + static_cast<size_t>(s) * a.numHeads) * D + d);
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
+  }
+  *reinterpret_cast<float4*>(sAcc + g * D + d) = acc;
+  float wSum = 0.f;
+  for (int s = lane; s < nAct; s += 32) wSum += exp2f(sLse[s] - lseMax);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) wSum += __shfl_xor_sync(0xffffffffu, wSum, off);
+  __syncthreads();
+  if (tid >= kLanes) return;
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int gg = 0; gg < kGroups; ++gg) {
+    const float4 v = *reinterpret_cast<const float4*>(sAcc + gg * D + d);
+    sum.x += v.x;
+    sum.y += v.y;
+    sum.z += v.z;
+    sum.w += v.w;
   }
   const float inv = nAct > 0 ? 1.f / wSum : 0.f;
-  if constexpr (kPer == 4) {
-    *reinterpret_cast<uint2*>(dst) = make_uint2(packBf16x2(acc[0] * inv, acc[1] * inv), packBf16x2(acc[2] * inv, acc[3] * inv));
-  } else if constexpr (kPer == 2) {
-    *reinterpret_cast<uint32_t*>(dst) = packBf16x2(acc[0] * inv, acc[1] * inv);
-  } else {
-    *dst = __float2bfloat16_rn(acc[0] * inv);
-  }
+  __nv_bfloat16* dst = a.out + (static_cast<size_t>(dr.row) * a.numHeads + head) * D + d;
+  *reinterpret_cast<uint2*>(dst) = make_uint2(packBf16x2(sum.x * inv, sum.y * inv), packBf16x2(sum.z * inv, sum.w * inv));
 }
 
 }  // namespace

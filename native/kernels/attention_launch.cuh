@@ -47,20 +47,30 @@ inline bool validParams(const HsPagedAttentionParams* p) {
 
 /**
  * Tokens per decode split for a request of seqLen tokens: ceil(seqLen / numSplits) rounded up
- * to whole tiles, at least kMinSplitTokens; 0 when seqLen <= 0. Read from device memory by the
+ * to whole tiles, at least minSplitTokens (a multiple of kTileKeys; kMinSplitTokens unless a
+ * benchmark set hsSetDecodeMinSplitTokens); 0 when seqLen <= 0. Read from device memory by the
  * kernels, so the split sizes follow the current lengths while the grid stays fixed.
  */
-__host__ __device__ inline int decodeSplitTokens(int seqLen, int numSplits) {
+__host__ __device__ inline int decodeSplitTokens(int seqLen, int numSplits, int minSplitTokens) {
   if (seqLen <= 0) return 0;
   int per = (seqLen + numSplits - 1) / numSplits;
   per = (per + kTileKeys - 1) / kTileKeys * kTileKeys;
-  return per < kMinSplitTokens ? kMinSplitTokens : per;
+  return per < minSplitTokens ? minSplitTokens : per;
 }
 
 /** Splits holding at least one key for a request of seqLen tokens (<= numSplits). */
-__host__ __device__ inline int decodeActiveSplits(int seqLen, int numSplits) {
-  const int chunk = decodeSplitTokens(seqLen, numSplits);
+__host__ __device__ inline int decodeActiveSplits(int seqLen, int numSplits, int minSplitTokens) {
+  const int chunk = decodeSplitTokens(seqLen, numSplits, minSplitTokens);
   return chunk == 0 ? 0 : (seqLen + chunk - 1) / chunk;
+}
+
+/**
+ * The process-wide smallest split of the decode launches that follow (a benchmark knob; the
+ * static split count, and so the workspace, does not depend on it). Default kMinSplitTokens.
+ */
+inline std::atomic<int>& decodeMinSplitTokens() {
+  static std::atomic<int> v{kMinSplitTokens};
+  return v;
 }
 
 /**

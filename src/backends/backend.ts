@@ -311,6 +311,25 @@ export interface Backend {
   rotaryEmbedding(qkv: Tensor, layout: QkvLayout, positions: Tensor, cosSinCache: Tensor): void;
   /** out = silu(x[:, :I]) * x[:, I:]. x: [T, 2I] -> [T, I]. */
   siluAndMul(x: Tensor): Tensor;
+  /**
+   * Optional fusion, equal bit for bit to siluAndMul(linear(x, weight, bias)) (the gated MLP's
+   * gate_up projection and activation in one kernel where the backend can). weight: [2I, K]
+   * (gate rows, then up rows); bias: [2I] | null; x: [T, K] -> [T, I] (activation dtype).
+   */
+  linearSiluAndMul?(x: Tensor, weight: Tensor, bias: Tensor | null): Tensor;
+  /**
+   * Optional fusion, equal bit for bit to `qkv = linear(x, weight, bias); rotaryEmbedding(qkv,
+   * layout, positions, cosSinCache); return qkv` (the attention's q/k/v projection and RoPE in
+   * one kernel where the backend can). x: [T, K]; weight: [(Hq + 2Hkv) * D, K] -> [T, (Hq + 2Hkv) * D].
+   */
+  linearRotaryEmbedding?(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | null,
+    layout: QkvLayout,
+    positions: Tensor,
+    cosSinCache: Tensor,
+  ): Tensor;
   /** Writes the k and v parts of qkv into kvCache at slotMapping (vLLM reshape_and_cache). */
   reshapeAndCache(
     qkv: Tensor,

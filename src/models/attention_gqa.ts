@@ -40,12 +40,21 @@ class GqaAttentionLayer implements AttentionLayer {
 
   forward(l: number, x: Tensor, positions: Tensor, ctx: ForwardContext): Tensor {
     const b = this.backend;
+    const qkv = this.projectQkv(x, positions);
+    const attnOut = ctx.attention.forward(l, qkv, ctx.kvCaches[l]!, ctx.meta);
+    return reduceRowParallel(b.linear(attnOut, this.oProj, this.oBias), this.tp);
+  }
+
+  /** qkv = RoPE(qkNorm?(x @ qkvProj^T + bias)); one fused op where the backend has it and no q/k norm sits between. */
+  private projectQkv(x: Tensor, positions: Tensor): Tensor {
+    const b = this.backend;
+    if (this.qNorm === null && b.linearRotaryEmbedding !== undefined)
+      return b.linearRotaryEmbedding(x, this.qkvProj, this.qkvBias, this.layout, positions, this.cosSinCache);
     const qkv = b.linear(x, this.qkvProj, this.qkvBias);
     if (this.qNorm !== null && this.kNorm !== null)
       b.qkNorm(qkv, this.layout, this.qNorm, this.kNorm, this.config.rmsNormEps);
     b.rotaryEmbedding(qkv, this.layout, positions, this.cosSinCache);
-    const attnOut = ctx.attention.forward(l, qkv, ctx.kvCaches[l]!, ctx.meta);
-    return reduceRowParallel(b.linear(attnOut, this.oProj, this.oBias), this.tp);
+    return qkv;
   }
 }
 

@@ -80,7 +80,9 @@ export class DenseMlp implements MlpLayer {
   /** x: [T, H] -> [T, H]. */
   forward(x: Tensor): Tensor {
     const b = this.backend;
-    const gateUp = b.linear(x, this.gateUpProj, this.gateUpBias);
-    return reduceRowParallel(b.linear(b.siluAndMul(gateUp), this.downProj, this.downBias), this.tp);
+    const h =
+      b.linearSiluAndMul?.(x, this.gateUpProj, this.gateUpBias) ??
+      b.siluAndMul(b.linear(x, this.gateUpProj, this.gateUpBias));
+    return reduceRowParallel(b.linear(h, this.downProj, this.downBias), this.tp);
   }
 }

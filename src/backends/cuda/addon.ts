@@ -52,7 +52,7 @@ export type {
 export { MLA_LIMITS, type NativeMlaApi } from "./addon_mla.js";
 export { MOE_DECODE_MAX_TOKENS, MOE_LIMITS, MOE_SCORING, type NativeMoeApi } from "./addon_moe.js";
 export type { NativeNcclApi } from "./addon_nccl.js";
-export type { NativeBlas, NativeOpsApi } from "./addon_ops.js";
+export { GEMV_EPILOGUE, GEMV_MAX_TOKENS, type NativeBlas, type NativeOpsApi } from "./addon_ops.js";
 export {
   MLA_ATTENTION_PARAMS,
   MLA_INDEXER_PARAMS,

@@ -9,6 +9,12 @@ import type { DevicePtr } from "./device_ptr.js";
 /** The attention and sampling part of the module object (HisparseNative in addon.ts). */
 export interface NativeAttentionApi {
   // ---- attention and sampling (native/kernels/attention.h, sampling.h) --------------------------
+  /**
+   * Benchmark knob (hsSetDecodeMinSplitTokens): the smallest decode split in tokens for the decode
+   * launches that follow in this process (default 256; rounded up to 64-key tiles, at most 4096);
+   * tokens <= 0 only reads it. Returns the previous value.
+   */
+  setDecodeMinSplitTokens(tokens: number): number;
   pagedAttentionWorkspaceBytes(
     maxNumReqs: number,
     maxNumTokens: number,

@@ -31,6 +31,12 @@ export interface NativeBlas {
   dispose(): void;
 }
 
+/** hsDenseGemv's largest numTokens (native/kernels/gemv.h HS_GEMV_MAX_TOKENS). */
+export const GEMV_MAX_TOKENS = 16;
+
+/** hsDenseGemv's epilogues (native/kernels/gemv.h HsGemvEpilogue). */
+export const GEMV_EPILOGUE = { plain: 0, siluAndMul: 1 } as const;
+
 /** The GEMM and element-wise kernel part of the module object (HisparseNative in addon.ts). */
 export interface NativeOpsApi {
   /** @throws Error when libcublas/libcublasLt (.so.13 or .so.12) cannot be loaded. */
@@ -155,5 +161,46 @@ export interface NativeOpsApi {
     src: DevicePtr,
     srcDtype: number,
     count: number,
+  ): void;
+  /**
+   * hsDenseGemv (gemv.h): y [T, N] (plain; [T, N/2] for silu_and_mul) = x [T, K] @ w[N, K]^T
+   * (+ bias [N]) for T <= GEMV_MAX_TOKENS; K % 8 == 0, x and w 16-byte aligned; bias NULL_PTR
+   * for none. epilogue: a GEMV_EPILOGUE value.
+   */
+  denseGemv(
+    stream: number,
+    y: DevicePtr,
+    x: DevicePtr,
+    w: DevicePtr,
+    bias: DevicePtr,
+    T: number,
+    N: number,
+    K: number,
+    inDtype: number,
+    outDtype: number,
+    biasDtype: number,
+    epilogue: number,
+  ): void;
+  /**
+   * hsDenseGemvRope (gemv.h): the plain skinny GEMM into y [T, N], then NeoX RoPE over all
+   * headDim dims of the first numRotHeads heads (= hsRotaryEmbedding with rotaryDim = headDim).
+   * positions: i32 [T]; cosSin: f32 [maxPositions, headDim]. N % headDim == 0.
+   */
+  denseGemvRope(
+    stream: number,
+    y: DevicePtr,
+    x: DevicePtr,
+    w: DevicePtr,
+    bias: DevicePtr,
+    positions: DevicePtr,
+    cosSin: DevicePtr,
+    T: number,
+    N: number,
+    K: number,
+    headDim: number,
+    numRotHeads: number,
+    maxPositions: number,
+    dtype: number,
+    biasDtype: number,
   ): void;
 }

@@ -30,11 +30,13 @@ import {
   type CudaBackendOptions,
   type CudaMemoryStats,
   createCudaResources,
+  denseGemvMaxTokensOf,
   type PinnedHostMemory,
   releaseAll,
 } from "./cuda_backend_setup.js";
 import type { CudaGraphs } from "./graphs.js";
 import { type HostStaging, readConverted, type UploadConversion, writeConverted } from "./host_io.js";
+import * as linearOps from "./linear_ops.js";
 import { CudaMlaOps } from "./mla_ops.js";
 import { CudaMoeOps } from "./moe_ops.js";
 import * as ops from "./ops.js";
@@ -65,6 +67,12 @@ export class CudaBackend implements Backend {
   }
   readonly graphs: CudaGraphs;
   readonly blas: NativeBlas;
+  /**
+   * Rows up to which `linear` runs the skinny GEMM instead of cuBLAS (CudaBackendOptions
+   * .denseGemvMaxTokens; 0 = always cuBLAS). Writable so that a benchmark can measure both paths
+   * in one process; graphs captured before a change keep the path they captured.
+   */
+  denseGemvMaxTokens: number;
   /** Mixture-of-experts ops (moe_ops.ts). */
   readonly moe: BackendMoeOps;
   /** Multi-head latent attention and the DSA indexer (mla_ops.ts). */
@@ -103,6 +111,7 @@ export class CudaBackend implements Backend {
     );
     this.fillTables = new weights.DeviceFillTables(this.weightCtx);
     this.moe = new CudaMoeOps(this, options.moeFusedActivation ?? true, options.moeSmallBatchMaxTokens);
+    this.denseGemvMaxTokens = denseGemvMaxTokensOf(options);
     this.mla = new CudaMlaOps(this);
   }
 
@@ -324,7 +333,7 @@ export class CudaBackend implements Backend {
     ops.fusedAddRmsNorm(this, x, residual, weight, eps);
   }
   linear(x: Tensor, weight: Tensor, bias: Tensor | null, outDtype?: DType): Tensor {
-    return ops.linear(this, x, weight, bias, outDtype ?? this.activationDtype);
+    return linearOps.linear(this, x, weight, bias, outDtype ?? this.activationDtype);
   }
   qkNorm(qkv: Tensor, layout: QkvLayout, qWeight: Tensor, kWeight: Tensor, eps: number): void {
     ops.qkNorm(this, qkv, layout, qWeight, kWeight, eps);
@@ -334,6 +343,19 @@ export class CudaBackend implements Backend {
   }
   siluAndMul(x: Tensor): Tensor {
     return ops.siluAndMul(this, x);
+  }
+  linearSiluAndMul(x: Tensor, weight: Tensor, bias: Tensor | null): Tensor {
+    return linearOps.linearSiluAndMul(this, x, weight, bias);
+  }
+  linearRotaryEmbedding(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | null,
+    layout: QkvLayout,
+    positions: Tensor,
+    cosSinCache: Tensor,
+  ): Tensor {
+    return linearOps.linearRotaryEmbedding(this, x, weight, bias, layout, positions, cosSinCache);
   }
   reshapeAndCache(
     qkv: Tensor,

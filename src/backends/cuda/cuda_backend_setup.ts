@@ -61,6 +61,34 @@ export interface CudaBackendOptions {
    * default moe_ops.ts DEFAULT_SMALL_BATCH_MAX_TOKENS, at most 16; 0: always the grouped path).
    */
   moeSmallBatchMaxTokens?: number;
+  /**
+   * `linear` with at most this many rows runs the skinny GEMM of native/kernels/gemv.h instead
+   * of cuBLAS (decode at small batch: full HBM bandwidth, no split-K reduce), and
+   * `linearSiluAndMul` fuses the activation into it. 0 = always cuBLAS (the old path, for
+   * comparison). Default: $HISPARSE_DENSE_GEMV_MAX_TOKENS when set, else
+   * DEFAULT_DENSE_GEMV_MAX_TOKENS; at most GEMV_MAX_TOKENS (16).
+   */
+  denseGemvMaxTokens?: number;
+}
+
+/**
+ * Default row limit of the skinny GEMM: at 8 rows it still reads the weights at close to full
+ * bandwidth on the H200 (scripts/gpu/dense_b1_bench.sh, bench/gemv_bench.ts measure it).
+ */
+export const DEFAULT_DENSE_GEMV_MAX_TOKENS = 8;
+
+/**
+ * options.denseGemvMaxTokens, else $HISPARSE_DENSE_GEMV_MAX_TOKENS, else the default.
+ * @throws Error when the value is not an integer in [0, 16].
+ */
+export function denseGemvMaxTokensOf(options: CudaBackendOptions): number {
+  const env = process.env.HISPARSE_DENSE_GEMV_MAX_TOKENS;
+  const v =
+    options.denseGemvMaxTokens ??
+    (env !== undefined && env !== "" ? Number(env) : DEFAULT_DENSE_GEMV_MAX_TOKENS);
+  if (!Number.isInteger(v) || v < 0 || v > 16)
+    throw new Error(`denseGemvMaxTokens must be an integer in [0, 16], got ${v}`);
+  return v;
 }
 
 /** CudaBackend.memoryStats(): the caching allocator's counters plus the step workspace's (bytes). */

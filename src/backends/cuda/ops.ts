@@ -2,11 +2,11 @@
  * The element-wise, normalisation, RoPE, copy and GEMM ops of the CUDA backend: shape and dtype
  * checks in TS, then one launcher call each (native/kernels/kernels.h, native/addon/blas.cc).
  * Contracts (shapes, semantics) are those of the Backend interface (../backend.ts); numerics are
- * documented per kernel in kernels.h.
+ * documented per kernel in kernels.h. `linear` and its fused forms are in linear_ops.ts.
  */
 import { DEFAULT_KV_CACHE_SCALE } from "../../core/kv/kv_cache_dtype.js";
 import { DTYPE_BYTES, type DType, type QkvLayout, type Tensor } from "../backend.js";
-import { type DevicePtr, DTYPE_CODE, type HisparseNative, type NativeBlas, NULL_PTR } from "./addon.js";
+import { type DevicePtr, DTYPE_CODE, type HisparseNative, type NativeBlas } from "./addon.js";
 import { type CudaTensor, describe, expectDtype, expectShape } from "./tensor.js";
 
 /** What the ops need from the backend. */
@@ -21,17 +21,21 @@ export interface CudaOpsContext {
   out(shape: readonly number[], dtype: DType): CudaTensor;
   /** Raw workspace bytes; returns a 256-byte aligned address. */
   scratch(bytes: number): DevicePtr;
+  /**
+   * `linear` runs the skinny GEMM (native/kernels/gemv.h) instead of cuBLAS when x has at most
+   * this many rows (0: always cuBLAS; at most GEMV_MAX_TOKENS).
+   */
+  readonly denseGemvMaxTokens: number;
 }
 
-const FLOAT_DTYPES: readonly DType[] = ["f32", "bf16", "f16"];
-const GEMM_DTYPES: readonly DType[] = ["bf16", "f16"];
+export const FLOAT_DTYPES: readonly DType[] = ["f32", "bf16", "f16"];
 
-function dim(t: Tensor, i: number): number {
+export function dim(t: Tensor, i: number): number {
   return t.shape[i] ?? 0;
 }
 
 /** Row width (elements) of a fused qkv tensor. */
-function qkvWidth(layout: QkvLayout): number {
+export function qkvWidth(layout: QkvLayout): number {
   return (layout.numHeads + 2 * layout.numKvHeads) * layout.headDim;
 }
 
@@ -128,53 +132,6 @@ export function fusedAddRmsNorm(
     DTYPE_CODE[x.dtype],
     DTYPE_CODE[weight.dtype],
   );
-}
-
-/**
- * y = x @ weight^T + bias. x: [T, K] bf16|f16; weight: [N, K] (x's dtype); bias: [N] | null ->
- * [T, N] of outDtype (x's dtype or f32).
- */
-export function linear(
-  ctx: CudaOpsContext,
-  x: Tensor,
-  weight: Tensor,
-  bias: Tensor | null,
-  outDtype: DType,
-): Tensor {
-  const xt = ctx.dev(x, "linear x");
-  const w = ctx.dev(weight, "linear weight");
-  expectShape(x, "linear x", [null, null]);
-  expectDtype(x, "linear x", GEMM_DTYPES);
-  const [T, K] = [dim(x, 0), dim(x, 1)];
-  expectShape(weight, "linear weight", [null, K]);
-  expectDtype(weight, "linear weight", [x.dtype]);
-  const N = dim(weight, 0);
-  if (outDtype !== x.dtype && outDtype !== "f32") {
-    throw new Error(`linear: output dtype must be ${x.dtype} or f32, got ${outDtype}`);
-  }
-  let biasPtr = NULL_PTR;
-  let biasCode = 0;
-  if (bias !== null) {
-    biasPtr = ctx.dev(bias, "linear bias").ptr;
-    expectShape(bias, "linear bias", [N]);
-    expectDtype(bias, "linear bias", FLOAT_DTYPES);
-    biasCode = DTYPE_CODE[bias.dtype];
-  }
-  const y = ctx.out([T, N], outDtype);
-  ctx.blas.linear(
-    ctx.stream,
-    y.ptr,
-    xt.ptr,
-    w.ptr,
-    biasPtr,
-    T,
-    N,
-    K,
-    DTYPE_CODE[x.dtype],
-    DTYPE_CODE[outDtype],
-    biasCode,
-  );
-  return y;
 }
 
 /** In place per-head RMSNorm of the q and k heads of qkv (Qwen3). qWeight, kWeight: [headDim]. */

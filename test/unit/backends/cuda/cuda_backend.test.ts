@@ -367,28 +367,76 @@ describe("CudaBackend op marshalling (fake addon)", () => {
     assert.equal(setup({ hasSampling: false }).be.sampleOnDevice(logits, rows), null);
   });
 
-  it("linear passes T, N, K, dtype codes and the bias pointer to cuBLAS", () => {
+  it("linear passes T, N, K, dtype codes and the bias pointer to the skinny GEMM (T <= 8) or cuBLAS", () => {
     const { be, fake } = setup();
     const x = be.stage(new Float32Array(7 * 16), [7, 16], "bf16");
     const w = be.uploadWeight({ data: new Float32Array(24 * 16), dtype: "f32", shape: [24, 16] });
     const b = be.uploadWeight({ data: new Float32Array(24), dtype: "f32", shape: [24] });
-    const y = be.linear(x, w, b, "f32") as CudaTensor;
+    const ptrs = (y: Tensor) => [y, x, w, b].map((t) => (t as CudaTensor).ptr);
+    // step 1: 7 rows <= the default limit 8: the skinny GEMM, plain epilogue (0)
+    let y = be.linear(x, w, b, "f32");
     assert.deepEqual(y.shape, [7, 24]);
+    assert.equal(fake.calls.at(-1)!.fn, "denseGemv");
+    assert.deepEqual(fake.calls.at(-1)!.args.slice(1), [...ptrs(y), 7, 24, 16, 1, 0, 1, 0]);
+    // step 2: the limit set to 0 (the old path): cuBLAS with the same operands
+    be.denseGemvMaxTokens = 0;
+    y = be.linear(x, w, b, "f32");
+    assert.equal(fake.calls.at(-1)!.fn, "linear");
+    assert.deepEqual(fake.calls.at(-1)!.args.slice(1), [...ptrs(y), 7, 24, 16, 1, 0, 1]);
+    // step 3: gate_up + silu_and_mul: fused at 7 rows with a limit of 8 ([7, 12] out), else two ops
+    be.denseGemvMaxTokens = 8;
+    y = be.linearSiluAndMul(x, w, b);
+    assert.deepEqual(y.shape, [7, 12]);
+    assert.deepEqual(fake.calls.at(-1)!.args.slice(1), [...ptrs(y), 7, 24, 16, 1, 1, 1, 1]);
+    be.denseGemvMaxTokens = 4;
+    be.linearSiluAndMul(x, w, b);
+    assert.deepEqual(
+      fake.calls.slice(-2).map((c) => c.fn),
+      ["linear", "siluAndMul"],
+    );
+    assert.throws(() => be.linear(x, w, null, "f16"), /output dtype must be bf16 or f32/);
+    assert.throws(() => new CudaBackend({ addon: fake, denseGemvMaxTokens: 17 }), /integer in \[0, 16\]/);
+  });
+
+  it("linearRotaryEmbedding: one skinny GEMM with RoPE at full rotary and few rows, else linear + rotaryEmbedding", () => {
+    const { be, fake } = setup();
+    const layout = { numHeads: 2, numKvHeads: 1, headDim: 8 }; // qkv width (2 + 2) * 8 = 32
+    const x = be.stage(new Float32Array(3 * 16), [3, 16], "bf16");
+    const w = be.uploadWeight({ data: new Float32Array(32 * 16), dtype: "f32", shape: [32, 16] });
+    const pos = be.stage(Int32Array.from([0, 1, 2]), [3], "i32");
+    const full = be.upload(new Float32Array(10 * 8), [10, 8], "f32");
+    const partial = be.upload(new Float32Array(10 * 4), [10, 4], "f32");
+    // step 1: full rotary, 3 rows: denseGemvRope(y, x, w, bias, positions, cosSin, T, N, K, D, Hq + Hkv, maxPos, dtype, biasDtype)
+    const y = be.linearRotaryEmbedding(x, w, null, layout, pos, full);
+    assert.deepEqual(y.shape, [3, 32]);
     const call = fake.calls.at(-1)!;
-    assert.equal(call.fn, "linear");
+    assert.equal(call.fn, "denseGemvRope");
     assert.deepEqual(call.args.slice(1), [
-      y.ptr,
-      (x as CudaTensor).ptr,
-      (w as CudaTensor).ptr,
-      (b as CudaTensor).ptr,
-      7,
-      24,
+      ...[y, x, w].map((t) => (t as CudaTensor).ptr),
+      0,
+      ...[pos, full].map((t) => (t as CudaTensor).ptr),
+      3,
+      32,
       16,
+      8,
+      3,
+      10,
       1,
       0,
-      1,
     ]);
-    assert.throws(() => be.linear(x, w, null, "f16"), /output dtype must be bf16 or f32/);
+    // step 2: partial rotary (table width 4 < headDim 8): the two ops
+    be.linearRotaryEmbedding(x, w, null, layout, pos, partial);
+    assert.deepEqual(
+      fake.calls.slice(-2).map((c) => c.fn),
+      ["denseGemv", "rotaryEmbedding"],
+    );
+    // step 3: the old path (limit 0): cuBLAS + rotaryEmbedding
+    be.denseGemvMaxTokens = 0;
+    be.linearRotaryEmbedding(x, w, null, layout, pos, full);
+    assert.deepEqual(
+      fake.calls.slice(-2).map((c) => c.fn),
+      ["linear", "rotaryEmbedding"],
+    );
   });
 
   it("element-wise ops validate shapes and pass the layout", () => {

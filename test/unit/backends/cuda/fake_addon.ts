@@ -124,6 +124,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
   /** Stream handle -> the graph recording it (or null). */
   const recording = new Map<number, (() => void)[]>();
   let nextStream = 0x100;
+  let minSplitTokens = 256;
   const run = (stream: number, op: () => void) => {
     const rec = recording.get(stream);
     if (rec) rec.push(op);
@@ -435,9 +436,16 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     qkNorm: record("qkNorm"),
     rotaryEmbedding: record("rotaryEmbedding"),
     siluAndMul: record("siluAndMul"),
+    denseGemv: record("denseGemv"),
+    denseGemvRope: record("denseGemvRope"),
     reshapeAndCache: record("reshapeAndCache"),
     reshapeAndCacheFp8: record("reshapeAndCacheFp8"),
     biasAdd: record("biasAdd"),
+    setDecodeMinSplitTokens: (tokens: number) => {
+      const prev = minSplitTokens;
+      if (tokens > 0) minSplitTokens = tokens;
+      return prev;
+    },
     pagedAttentionWorkspaceBytes: (maxNumReqs, maxNumTokens, numHeads, headDim) =>
       maxNumReqs * numHeads * 4 * 2 + maxNumTokens * headDim,
     pagedDecodeAttention: recordParams("pagedDecodeAttention", PAGED_ATTENTION_PARAMS),

@@ -129,6 +129,7 @@ describe("LlamaForCausalLM on the CUDA backend's TS layer (fake addon)", () => {
   }
 
   it("a prefill step issues the per-layer kernel sequence and returns f32 logits [1, V]", () => {
+    be.denseGemvMaxTokens = 0; // cuBLAS for every linear (the path above the skinny GEMM's limit)
     fake.calls.length = 0;
     be.resetWorkspace();
     const m = meta(5, 5, false);
@@ -164,6 +165,47 @@ describe("LlamaForCausalLM on the CUDA backend's TS layer (fake addon)", () => {
       lmHead.args.slice(5, 11),
       [1, config.vocabSize, config.hiddenSize, 1, 0, 0],
       "lm_head: T=1, f32 out, no bias",
+    );
+    be.denseGemvMaxTokens = 8;
+  });
+
+  it("with T <= denseGemvMaxTokens every linear is the skinny GEMM and gate_up fuses silu_and_mul", () => {
+    assert.equal(be.denseGemvMaxTokens, 8, "the default limit");
+    fake.calls.length = 0;
+    be.resetWorkspace();
+    const m = meta(5, 5, false);
+    const ids = be.stage(Int32Array.from([1, 2, 3, 4, 5]), [5], "i32");
+    const pos = be.stage(m.host.positions, [5], "i32");
+    model.forward(ids, pos, { meta: m, attention, kvCaches }, be.stage(Int32Array.from([4]), [1], "i32"));
+    const perLayer = [
+      "denseGemv",
+      "qkNorm",
+      "rotaryEmbedding",
+      "reshapeAndCache",
+      "pagedPrefillAttention",
+      "denseGemv",
+      "fusedAddRmsNorm",
+      "denseGemv",
+      "denseGemv",
+    ];
+    const expected = ["rmsNorm", ...perLayer, "fusedAddRmsNorm", ...perLayer, "fusedAddRmsNorm", "denseGemv"];
+    assert.deepEqual(
+      fake.calls.map((c) => c.fn),
+      expected,
+    );
+    const epilogues = fake.calls.filter((c) => c.fn === "denseGemv").map((c) => c.args[11]);
+    assert.deepEqual(epilogues, [0, 0, 1, 0, 0, 0, 1, 0, 0], "gate_up: the silu_and_mul epilogue (1)");
+    const qkv = fake.calls[1]!;
+    const { numAttentionHeads: Hq, numKeyValueHeads: Hkv, headDim: D, hiddenSize: H } = config;
+    assert.deepEqual(
+      qkv.args.slice(5, 11),
+      [5, (Hq + 2 * Hkv) * D, H, 1, 1, 1],
+      "qkv: T=5, N=(Hq+2Hkv)D, K=H, bf16 in and out, bf16 bias",
+    );
+    assert.deepEqual(
+      fake.calls.at(-1)!.args.slice(5, 12),
+      [1, config.vocabSize, H, 1, 0, 0, 0],
+      "lm_head: f32 out",
     );
   });
 
