@@ -63,6 +63,7 @@ Api loadOnce() {
   bind(cb, cbName, "cublasSetWorkspace_v2", api.cublasSetWorkspace);
   bind(cb, cbName, "cublasGetStatusString", api.cublasGetStatusString);
   bind(cb, cbName, "cublasGemmEx", api.cublasGemmEx);
+  bind(cb, cbName, "cublasGemmStridedBatchedEx", api.cublasGemmStridedBatchedEx);
   bind(lt, ltName, "cublasLtCreate", api.ltCreate);
   bind(lt, ltName, "cublasLtDestroy", api.ltDestroy);
   bind(lt, ltName, "cublasLtGetVersion", api.ltGetVersion);
