@@ -23,7 +23,7 @@ import type {
   Tensor,
 } from "../backend.js";
 import { DTYPE_BYTES } from "../backend.js";
-import { type DevicePtr, DTYPE_CODE, MLA_LIMITS, NULL_PTR, offsetPtr } from "./addon.js";
+import { type DevicePtr, DTYPE_CODE, MLA_LIMITS, NULL_PTR } from "./addon.js";
 import { absorbedAttention } from "./mla_absorbed.js";
 import {
   DEFAULT_MLA_PREFILL,
