@@ -88,9 +88,9 @@ Napi::Value MlaGatherLatent(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value MlaPrefillSoftmax(const Napi::CallbackInfo& info) {
-  Args a(info, 10, "mlaPrefillSoftmax");
+  Args a(info, 11, "mlaPrefillSoftmax");
   HS_LAUNCH(hsMlaPrefillSoftmax, a.stream(0), a.as<const float>(1), a.ptr(2), a.i32(3), a.i32(4), a.i32(5),
-            a.i32(6), a.i32(7), a.as<const int32_t>(8), a.i32(9));
+            a.i32(6), a.i32(7), a.i32(8), a.as<const int32_t>(9), a.i32(10));
   return info.Env().Undefined();
 }
 

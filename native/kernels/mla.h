@@ -198,16 +198,17 @@ cudaError_t hsMlaGatherLatent(const void* cache, int cacheDtype, const int32_t* 
 /**
  * Masked softmax of the expanded prefill (one request's tile of numQueries consecutive queries,
  * query i at position firstPos + i): per head h and query i, over keys j of the row
- * scores[h, i, :] (already scaled), attended j: dense (topk == NULL) j <= firstPos + i; DSA the
+ * scores[h, i, 0:numKeys] (already scaled; rows rowStride >= numKeys apart), attended j: dense (topk == NULL) j <= firstPos + i; DSA the
  * entries topk[i * topkStride + e] with 0 <= j <= firstPos + i (the hsMlaAttention rule; entries
  * must be distinct, as hsMlaTopk's are); both also j < min(keyLimit, numKeys).
  * probs[h, i, j] = bf16(exp(s_j - max) / sum) for attended j, 0 elsewhere (a row with none: all 0).
  * fp32 throughout, fixed reduction order (deterministic). scores: f32 [numHeads, numQueries,
- * numKeys]; probs: bf16, same shape (may not alias scores); topk: i32 [numQueries, topkStride].
+ * rowStride]; probs: bf16, same shape (may not alias scores; columns >= numKeys untouched);
+ * topk: i32 [numQueries, topkStride].
  * Grid (numQueries, numHeads), 256 threads.
  */
 cudaError_t hsMlaPrefillSoftmax(const float* scores, void* probs, int numHeads, int numQueries, int numKeys,
-                                int firstPos, int keyLimit, const int32_t* topk, int topkStride,
+                                int rowStride, int firstPos, int keyLimit, const int32_t* topk, int topkStride,
                                 cudaStream_t stream);
 
 #ifdef __cplusplus

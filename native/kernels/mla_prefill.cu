@@ -99,12 +99,12 @@ __device__ __forceinline__ void blockMerge(float& m, float& l, float* red) {
 }
 
 __global__ void __launch_bounds__(kSoftmaxThreads)
-    softmaxKernel(const float* scores, Bf16* probs, int numQueries, int numKeys, int firstPos, int keyLimit,
-                  const int32_t* topk, int topkStride) {
+    softmaxKernel(const float* scores, Bf16* probs, int numQueries, int numKeys, int rowStride, int firstPos,
+                  int keyLimit, const int32_t* topk, int topkStride) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);  // [2 * kWarps]
   const int i = blockIdx.x;
-  const size_t row = (static_cast<size_t>(blockIdx.y) * numQueries + i) * numKeys;
+  const size_t row = (static_cast<size_t>(blockIdx.y) * numQueries + i) * rowStride;
   const float* s = scores + row;
   Bf16* pr = probs + row;
   const int limit = min(min(keyLimit, numKeys), firstPos + i + 1);  // attended keys are < limit
@@ -156,13 +156,14 @@ extern "C" cudaError_t hsMlaGatherLatent(const void* cache, int cacheDtype, cons
 }
 
 extern "C" cudaError_t hsMlaPrefillSoftmax(const float* scores, void* probs, int numHeads, int numQueries,
-                                           int numKeys, int firstPos, int keyLimit, const int32_t* topk,
-                                           int topkStride, cudaStream_t stream) {
-  if (numHeads < 0 || numQueries < 0 || numKeys < 0 || numHeads > 65535 || (topk != nullptr && topkStride <= 0))
+                                           int numKeys, int rowStride, int firstPos, int keyLimit,
+                                           const int32_t* topk, int topkStride, cudaStream_t stream) {
+  if (numHeads < 0 || numQueries < 0 || numKeys < 0 || rowStride < numKeys || numHeads > 65535 ||
+      (topk != nullptr && topkStride <= 0))
     return cudaErrorInvalidValue;
   if (numHeads == 0 || numQueries == 0 || numKeys == 0) return cudaSuccess;
   const dim3 grid(numQueries, numHeads);
   softmaxKernel<<<grid, kSoftmaxThreads, sizeof(float) * 2 * kWarps, stream>>>(
-      scores, static_cast<Bf16*>(probs), numQueries, numKeys, firstPos, keyLimit, topk, topkStride);
+      scores, static_cast<Bf16*>(probs), numQueries, numKeys, rowStride, firstPos, keyLimit, topk, topkStride);
   return cudaGetLastError();
 }

@@ -5,8 +5,8 @@
 //   untouched; positions past the block table give zeros;
 // - softmax: dense causal rows of a tile (firstPos > 0, a key limit below the tile's keys) and DSA
 //   top-k rows (-1 entries, entries past the query's position, a row with no valid entry): P
-//   within bf16 rounding of exp(s - max) / sum, exact zeros at every unattended key, and the same
-//   bits on a second run (deterministic).
+//   within bf16 rounding of exp(s - max) / sum, exact zeros at every unattended key, the row
+//   padding past numKeys untouched, and the same bits on a second run (deterministic).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -78,9 +78,10 @@ void testGather(const char* name, int dtype, int numRows, int maxBlocks, int bs,
   if (bad) std::printf("  gather %s: %d wrong elements\n", name, bad);
 }
 
-/** One softmax case: H heads x Q queries x nk keys; K > 0: DSA with K entries per query. */
+/** One softmax case: H heads x Q queries x nk keys (rows nk + 3 apart); K > 0: DSA with K entries per query. */
 void testSoftmax(const char* name, int H, int Q, int nk, int firstPos, int keyLimit, int K, Rng& rng) {
-  std::vector<float> s(static_cast<size_t>(H) * Q * nk);
+  const int ld = nk + 3;
+  std::vector<float> s(static_cast<size_t>(H) * Q * ld);
   for (auto& v : s) v = static_cast<float>(rng.normal() * 4.0);
   std::vector<int32_t> topk(static_cast<size_t>(std::max(Q * K, 1)), -1);
   for (int i = 0; i < Q && K > 0; ++i) {
@@ -102,8 +103,8 @@ void testSoftmax(const char* name, int H, int Q, int nk, int firstPos, int keyLi
   dP.poison();
   dP2.poison();
   const int32_t* sel = K > 0 ? dTopk.ptr : nullptr;
-  HS_CHECK(hsMlaPrefillSoftmax(dS.ptr, dP.ptr, H, Q, nk, firstPos, keyLimit, sel, K, nullptr));
-  HS_CHECK(hsMlaPrefillSoftmax(dS.ptr, dP2.ptr, H, Q, nk, firstPos, keyLimit, sel, K, nullptr));
+  HS_CHECK(hsMlaPrefillSoftmax(dS.ptr, dP.ptr, H, Q, nk, ld, firstPos, keyLimit, sel, K, nullptr));
+  HS_CHECK(hsMlaPrefillSoftmax(dS.ptr, dP2.ptr, H, Q, nk, ld, firstPos, keyLimit, sel, K, nullptr));
   HS_CHECK(cudaDeviceSynchronize());
   const auto P = dP.download();
   const auto P2 = dP2.download();
@@ -111,7 +112,8 @@ void testSoftmax(const char* name, int H, int Q, int nk, int firstPos, int keyLi
   double worst = 0;
   for (int h = 0; h < H; ++h)
     for (int i = 0; i < Q; ++i) {
-      const size_t row = (static_cast<size_t>(h) * Q + i) * nk;
+      const size_t row = (static_cast<size_t>(h) * Q + i) * ld;
+      for (int j = nk; j < ld; ++j) bad += P[row + j] != kBf16NaN;  // padding untouched
       const int limit = std::min({keyLimit, nk, firstPos + i + 1});
       std::vector<char> on(nk, 0);
       if (K == 0)

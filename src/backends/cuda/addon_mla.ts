@@ -121,7 +121,7 @@ export interface NativeMlaApi {
     kvStride: number,
     kvCount: number,
   ): void;
-  /** bf16 probs of f32 scores [Hq, Tq, numKeys], causal / top-k mask (hsMlaPrefillSoftmax). */
+  /** bf16 probs of f32 scores [Hq, Tq, rowStride], causal / top-k mask (hsMlaPrefillSoftmax). */
   mlaPrefillSoftmax(
     stream: number,
     scores: DevicePtr,
@@ -129,6 +129,7 @@ export interface NativeMlaApi {
     numHeads: number,
     numQueries: number,
     numKeys: number,
+    rowStride: number,
     firstPos: number,
     keyLimit: number,
     topk: DevicePtr,

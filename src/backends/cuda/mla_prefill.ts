@@ -6,7 +6,8 @@
  *    k_pe into the key of every head of the group buffer KV (below);
  * 2. per group of g heads, kv_b_proj by two strided-batched cuBLAS GEMMs (one per head, batched):
  *    KV bf16 [L, g, N + R + Vd] = per head [k_nope = W_UK[h] c_i | k_pe_i | v = W_UV[h] c_i];
- * 3. per tile of q queries (positions P .. P + q - 1, keys [0, P + q)): S f32 [g, q, P + q] =
+ * 3. per tile of q queries (positions P .. P + q - 1, keys [0, P + q)): S f32 [g, q, P + q] (rows
+ *    padded to a multiple of 8) =
  *    scale [q_nope | q_pe] . [k_nope | k_pe] (one GEMM, k = N + R), hsMlaPrefillSoftmax (causal,
  *    or the DSA top-k with the absorbed kernel's rule; P in bf16), O = P V straight into the
  *    output rows [t, h * Vd ..] (one GEMM, k = P + q).
@@ -70,6 +71,8 @@ export function planRuns(qsl: Int32Array, numReqs: number, T: number, minQueryLe
 
 const ALIGN = 256;
 const align = (bytes: number) => Math.ceil(bytes / ALIGN) * ALIGN;
+/** Row stride (elements) of S and P for nk keys: a multiple of 8, so cuBLAS keeps 16-byte aligned rows. */
+const keyStride = (nk: number) => Math.ceil(nk / 8) * 8;
 
 /** Tiling of one request: g heads per group, q queries per tile, and the scratch layout (bytes). */
 export interface PrefillTiles {
@@ -90,11 +93,12 @@ export function prefillTiles(dims: MlaDims, L: number, qLen: number, scratchByte
   const { numHeads: Hq, qkNopeHeadDim: N, qkRopeHeadDim: R, vHeadDim: Vd, kvLoraRank: C } = dims;
   const latentBytes = align(L * (C + R) * 2);
   const kvOf = (g: number) => align(L * g * (N + R + Vd) * 2);
-  const scoresOf = (g: number, q: number) => align(g * q * L * 4) + align(g * q * L * 2);
+  const ld = keyStride(L);
+  const scoresOf = (g: number, q: number) => align(g * q * ld * 4) + align(g * q * ld * 2);
   let best = { g: 1, q: Math.min(qLen, 16), tiles: Number.POSITIVE_INFINITY };
   for (let g = 1; g <= Hq; g++) {
     const room = scratchBytes - latentBytes - kvOf(g);
-    let q = Math.min(qLen, Math.floor(room / (g * L * 6 + 2 * ALIGN)));
+    let q = Math.min(qLen, Math.floor(room / (g * ld * 6 + 2 * ALIGN)));
     if (q >= 16) q -= q % 16;
     if (q < 1) break; // larger groups only leave less room
     const tiles = Math.ceil(Hq / g) * Math.ceil(qLen / q);
@@ -216,7 +220,8 @@ export function expandedAttention(
       const nq = Math.min(tiles.queryTile, x.qLen - i0);
       const first = L - x.qLen + i0; // position of the tile's first query
       const nk = first + nq;
-      const probs = offsetPtr(scores, align(gh * nq * nk * 4));
+      const ld = keyStride(nk);
+      const probs = offsetPtr(scores, align(gh * nq * ld * 4));
       const t = x.t0 + i0;
       // S[h, i, j] = scale * K[j, h] . q[t + i, h] (both N + R wide).
       blas.gemmStridedBatched(
@@ -235,8 +240,8 @@ export function expandedAttention(
         N + R,
         0,
         scores,
-        nk,
-        nq * nk,
+        ld,
+        nq * ld,
         gh,
         bf16,
         f32,
@@ -248,6 +253,7 @@ export function expandedAttention(
         gh,
         nq,
         nk,
+        ld,
         first,
         keyLimit,
         x.topk === NULL_PTR ? NULL_PTR : offsetPtr(x.topk, t * x.topkStride * 4),
@@ -266,8 +272,8 @@ export function expandedAttention(
         kvLd,
         H,
         probs,
-        nk,
-        nq * nk,
+        ld,
+        nq * ld,
         0,
         offsetPtr(x.out, (t * Hq * Vd + h0 * Vd) * outBytes),
         Hq * Vd,

@@ -108,15 +108,16 @@ export function installMlaPrefillFakes(fake: FakeAddon, blas: object): void {
     H: number,
     Q: number,
     nk: number,
+    ld: number,
     firstPos: number,
     keyLimit: number,
     topk: number,
     K: number,
   ) => {
-    fake.calls.push({ fn: "mlaPrefillSoftmax", args: [H, Q, nk, firstPos, keyLimit, topk, K] });
+    fake.calls.push({ fn: "mlaPrefillSoftmax", args: [H, Q, nk, ld, firstPos, keyLimit, topk, K] });
     for (let h = 0; h < H; h++)
       for (let i = 0; i < Q; i++) {
-        const row = (h * Q + i) * nk;
+        const row = (h * Q + i) * ld;
         const limit = Math.min(keyLimit, nk, firstPos + i + 1);
         const keys: number[] = [];
         if (topk === 0) for (let j = 0; j < limit; j++) keys.push(j);
