@@ -2,7 +2,7 @@
  * MLA + DSA speed of the CUDA backend (issue 21), GPU machine:
  *   node dist/bench/mla_bench.js [--config configs/glm-5] [--num-layers 8] [--num-experts 16]
  *     [--batches 1,32,128] [--contexts 32768,131072] [--indexer-contexts 32768,131072,524288]
- *     [--prefill 32768] [--json FILE]
+ *     [--prefill 32768] [--prefill-forms expanded,absorbed] [--prefill-scratch-mib 512] [--json FILE]
  * GLM-5's per-layer shape (MLA with q-LoRA 2048, kv_lora 512 + rope 64, 64 heads, the DSA indexer
  * with 32 heads x 128 and top-2048, MoE with a shared expert), cut to --num-layers layers (the
  * first 3 dense, as first_k_dense_replace) and --num-experts routed experts (top-8 kept), with
@@ -14,7 +14,10 @@
  *    rows (B * min(C, 2048) * 1152 B); lm_head timed alone and left out of the per-layer figure.
  * 2. indexer: one full layer's indexer alone (logits over the paged keys, then the top-2048), per
  *    decode step, at each batch and context, against the index keys' roofline.
- * 3. prefill: one prompt of T tokens in chunks of 8192 (as --max-num-batched-tokens 8192), eager.
+ * 3. prefill: one prompt of T tokens in chunks of 8192 (as --max-num-batched-tokens 8192), eager,
+ *    once per attention form: "expanded" (the default path: k_nope / v per head, cuBLAS GEMMs,
+ *    scratch bound --prefill-scratch-mib) and "absorbed" (the decode kernel for every token,
+ *    forced by prefill.minQueryLen = Infinity, the path before the expanded form existed).
  * Caches of every run are zeros (the kernels read every byte whatever the values); when the N
  * layers' caches would not fit, all layers share one (marked "shared KV": at those sizes no layer
  * finds another's rows in L2). Prints markdown tables; --json writes the figures.
@@ -25,6 +28,7 @@ import { DensePagedAttention } from "../src/attention/backend.js";
 import { DenseMlaAttention } from "../src/attention/mla.js";
 import type { Tensor } from "../src/backends/backend.js";
 import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
+import type { CudaMlaOps } from "../src/backends/cuda/mla_ops.js";
 import { loadModelConfig } from "../src/config/model_config.js";
 import { DummyWeights } from "../src/models/dummy.js";
 import { DeepseekV3ForCausalLM } from "../src/models/llama.js";
@@ -53,6 +57,8 @@ const batches = list(arg("batches", "1,32,128"));
 const contexts = list(arg("contexts", "32768,131072"));
 const indexerContexts = list(arg("indexer-contexts", "32768,131072,524288"));
 const prefills = list(arg("prefill", "32768"));
+const prefillForms = arg("prefill-forms", "expanded,absorbed").split(",").filter(Boolean);
+const prefillScratchMiB = Number(arg("prefill-scratch-mib", "512"));
 
 const full = loadModelConfig(arg("config", "configs/glm-5"));
 const config = cutGlm5(full, Number(arg("num-layers", "8")), Number(arg("num-experts", "16")));
@@ -145,52 +151,59 @@ for (const C of indexerContexts)
     console.log(`indexer B=${B} C=${C}: done`);
   }
 
-const prefillRows: { tokens: number; seconds: number; layerMs: number; tokPerS: number }[] = [];
-for (const T of prefills) {
-  const nb = Math.ceil(T / BLOCK);
-  const caches = allocateCaches(backend, config, nb, BLOCK, KV_BUDGET);
-  const table = Int32Array.from({ length: nb }, (_, i) => i);
-  const run = () => {
-    let logits: Tensor | null = null;
-    for (let start = 0; start < T; start += CHUNK) {
-      const n = Math.min(CHUNK, T - start);
-      backend.resetWorkspace();
-      const positions = Int32Array.from({ length: n }, (_, i) => start + i);
-      const meta = stageAttentionMetadata(backend, {
-        queryStartLoc: Int32Array.from([0, n]),
-        seqLens: Int32Array.from([start + n]),
-        blockTables: table,
-        maxBlocksPerReq: nb,
-        slotMapping: Int32Array.from(positions, (p) => table[Math.floor(p / BLOCK)]! * BLOCK + (p % BLOCK)),
-        positions,
-        maxQueryLen: n,
-        maxSeqLen: start + n,
-      });
-      const ids = backend.stage(
-        Int32Array.from(positions, (p) => (p * 31) % config.vocabSize),
-        [n],
-        "i32",
-      );
-      const last = start + n >= T ? backend.stage(Int32Array.from([n - 1]), [1], "i32") : null;
-      const ctx = {
-        meta,
-        attention: gqa,
-        kvCaches: caches.latent,
-        mlaAttention,
-        indexerKeyCaches: caches.indexKeys,
-      };
-      logits = model.forward(ids, backend.stage(positions, [n], "i32"), ctx, last);
-    }
-    backend.toHost(logits!);
-  };
-  run(); // warm-up
-  const t = performance.now();
-  run();
-  const seconds = (performance.now() - t) / 1e3;
-  caches.free();
-  prefillRows.push({ tokens: T, seconds, layerMs: (seconds * 1e3) / N, tokPerS: T / seconds });
-  console.log(`prefill T=${T}: ${seconds.toFixed(2)} s`);
-}
+const prefillRows: { form: string; tokens: number; seconds: number; layerMs: number; tokPerS: number }[] = [];
+const mlaOps = backend.mla as CudaMlaOps;
+const defaultPrefill = { ...mlaOps.prefill };
+for (const T of prefills)
+  for (const form of prefillForms) {
+    if (form !== "expanded" && form !== "absorbed") throw new Error(`--prefill-forms: unknown form ${form}`);
+    mlaOps.prefill.minQueryLen = form === "absorbed" ? Number.POSITIVE_INFINITY : defaultPrefill.minQueryLen;
+    mlaOps.prefill.scratchBytes = prefillScratchMiB * 2 ** 20;
+    const nb = Math.ceil(T / BLOCK);
+    const caches = allocateCaches(backend, config, nb, BLOCK, KV_BUDGET);
+    const table = Int32Array.from({ length: nb }, (_, i) => i);
+    const run = () => {
+      let logits: Tensor | null = null;
+      for (let start = 0; start < T; start += CHUNK) {
+        const n = Math.min(CHUNK, T - start);
+        backend.resetWorkspace();
+        const positions = Int32Array.from({ length: n }, (_, i) => start + i);
+        const meta = stageAttentionMetadata(backend, {
+          queryStartLoc: Int32Array.from([0, n]),
+          seqLens: Int32Array.from([start + n]),
+          blockTables: table,
+          maxBlocksPerReq: nb,
+          slotMapping: Int32Array.from(positions, (p) => table[Math.floor(p / BLOCK)]! * BLOCK + (p % BLOCK)),
+          positions,
+          maxQueryLen: n,
+          maxSeqLen: start + n,
+        });
+        const ids = backend.stage(
+          Int32Array.from(positions, (p) => (p * 31) % config.vocabSize),
+          [n],
+          "i32",
+        );
+        const last = start + n >= T ? backend.stage(Int32Array.from([n - 1]), [1], "i32") : null;
+        const ctx = {
+          meta,
+          attention: gqa,
+          kvCaches: caches.latent,
+          mlaAttention,
+          indexerKeyCaches: caches.indexKeys,
+        };
+        logits = model.forward(ids, backend.stage(positions, [n], "i32"), ctx, last);
+      }
+      backend.toHost(logits!);
+    };
+    run(); // warm-up
+    const t = performance.now();
+    run();
+    const seconds = (performance.now() - t) / 1e3;
+    caches.free();
+    prefillRows.push({ form, tokens: T, seconds, layerMs: (seconds * 1e3) / N, tokPerS: T / seconds });
+    console.log(`prefill T=${T} ${form}: ${seconds.toFixed(2)} s`);
+  }
+Object.assign(mlaOps.prefill, defaultPrefill);
 
 const ix = config.mla!.indexer!;
 console.log(
@@ -216,11 +229,11 @@ for (const r of indexerRows) {
   );
 }
 console.log(
-  `\n#### prefill (chunks of ${CHUNK}, eager)\n\n| prompt tokens | seconds (N layers) | per-layer ms | tok/s (N layers) |\n|---|---|---|---|`,
+  `\n#### prefill (chunks of ${CHUNK}, eager; expanded scratch bound ${prefillScratchMiB} MiB)\n\n| attention form | prompt tokens | seconds (N layers) | per-layer ms | tok/s (N layers) |\n|---|---|---|---|---|`,
 );
 for (const r of prefillRows)
   console.log(
-    `| ${r.tokens} | ${r.seconds.toFixed(2)} | ${r.layerMs.toFixed(1)} | ${r.tokPerS.toFixed(0)} |`,
+    `| ${r.form} | ${r.tokens} | ${r.seconds.toFixed(2)} | ${r.layerMs.toFixed(1)} | ${r.tokPerS.toFixed(0)} |`,
   );
 const json = arg("json", "");
 if (json !== "")

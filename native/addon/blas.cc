@@ -1,6 +1,7 @@
 // GEMM for `linear`: y = x @ W^T (+ bias) with bf16/f16 operands, fp32 accumulation and bf16/f16
 // or f32 output, through cuBLASLt (bias fused as the BIAS epilogue) or cublasGemmEx (+ bias
-// kernel) as the fallback or when asked for.
+// kernel) as the fallback or when asked for. gemmStridedBatched: the general column-major strided
+// batched GEMM (cublasGemmStridedBatchedEx) for attention-shaped products (mla_prefill.ts).
 //
 // Layout: cuBLAS is column-major. Row-major x [T, K] is column-major [K, T] (ld K); row-major
 // W [N, K] is column-major [K, N] (ld K); row-major y [T, N] is column-major [N, T] (ld N). So
@@ -48,7 +49,10 @@ struct LtPlan {
 /**
  * JS class Blas({workspaceBytes?: number = 32 MiB, mode?: "lt" | "gemmex" = "lt"}):
  *   linear(stream, y, x, w, bias, T, N, K, inDtype, outDtype, biasDtype); mode; version;
- *   cublasPath; numPlans; dispose().
+ *   cublasPath; numPlans; dispose();
+ *   gemmStridedBatched(stream, transA, transB, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+ *     beta, C, ldc, strideC, batchCount, abDtype, cDtype): column-major, per batch b
+ *     C_b = alpha op(A_b) op(B_b) + beta C_b with X_b = X + b * strideX elements, fp32 accumulation.
  * @throws when cuBLAS cannot be loaded (message from blas::load()).
  */
 class Blas : public Napi::ObjectWrap<Blas> {
@@ -57,7 +61,8 @@ class Blas : public Napi::ObjectWrap<Blas> {
     return DefineClass(env, "Blas",
                        {InstanceMethod<&Blas::Linear>("linear"), InstanceAccessor<&Blas::Mode>("mode"),
                         InstanceAccessor<&Blas::Version>("version"), InstanceAccessor<&Blas::Path>("cublasPath"),
-                        InstanceAccessor<&Blas::NumPlans>("numPlans"), InstanceMethod<&Blas::Dispose>("dispose")});
+                        InstanceAccessor<&Blas::NumPlans>("numPlans"), InstanceMethod<&Blas::Dispose>("dispose"),
+                        InstanceMethod<&Blas::GemmStridedBatched>("gemmStridedBatched")});
   }
 
   explicit Blas(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Blas>(info), api_(load()) {
@@ -150,7 +155,8 @@ class Blas : public Napi::ObjectWrap<Blas> {
     return plans_.emplace(key, p).first->second;
   }
 
-  void gemmEx(cudaStream_t s, void* y, const void* x, const void* w, int n, int t, int k, int inT, int outT) {
+  /** Binds the cuBLAS handle to stream s (and our workspace). */
+  void bindStream(cudaStream_t s) {
     if (s != cublasStream_ || !cublasStreamSet_) {
       HS_BLAS(api_.cublasSetStream(cublas_, s));
       // cublasSetStream resets the workspace to cuBLAS's own pool: set ours again (no allocation
@@ -159,6 +165,10 @@ class Blas : public Napi::ObjectWrap<Blas> {
       cublasStream_ = s;
       cublasStreamSet_ = true;
     }
+  }
+
+  void gemmEx(cudaStream_t s, void* y, const void* x, const void* w, int n, int t, int k, int inT, int outT) {
+    bindStream(s);
     const float alpha = 1.f;
     const float beta = 0.f;
     HS_BLAS(api_.cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &alpha, w, toCudaType(inT), k, x,
@@ -197,6 +207,24 @@ class Blas : public Napi::ObjectWrap<Blas> {
     }
     if (!done) gemmEx(s, y, x, w, n, t, k, inT, outT);
     if (bias != nullptr && !biasDone) HS_LAUNCH(hsBiasAdd, s, y, bias, t, n, outT, biasT);
+    return info.Env().Undefined();
+  }
+
+  Napi::Value GemmStridedBatched(const Napi::CallbackInfo& info) {
+    if (disposed_) throw Napi::Error::New(info.Env(), "Blas is disposed");
+    Args a(info, 20, "Blas.gemmStridedBatched");
+    const int m = a.i32(3), n = a.i32(4), k = a.i32(5), batch = a.i32(17);
+    if (m < 0 || n < 0 || k < 0 || batch < 0)
+      throw Napi::RangeError::New(info.Env(), "Blas.gemmStridedBatched: invalid shape");
+    if (m == 0 || n == 0 || batch == 0) return info.Env().Undefined();
+    const float alpha = a.f32(6), beta = a.f32(13);
+    const cudaDataType_t ab = toCudaType(a.i32(18));
+    bindStream(a.stream(0));
+    HS_BLAS(api_.cublasGemmStridedBatchedEx(
+        cublas_, a.flag(1) ? CUBLAS_OP_T : CUBLAS_OP_N, a.flag(2) ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha,
+        a.ptr(7), ab, a.i32(8), static_cast<long long>(a.size(9)), a.ptr(10), ab, a.i32(11),
+        static_cast<long long>(a.size(12)), &beta, a.ptr(14), toCudaType(a.i32(19)), a.i32(15),
+        static_cast<long long>(a.size(16)), batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return info.Env().Undefined();
   }
 

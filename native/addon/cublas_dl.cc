@@ -63,6 +63,7 @@ Api loadOnce() {
   bindSymbol(cb, cbName, "cublasSetWorkspace_v2", api.cublasSetWorkspace);
   bindSymbol(cb, cbName, "cublasGetStatusString", api.cublasGetStatusString);
   bindSymbol(cb, cbName, "cublasGemmEx", api.cublasGemmEx);
+  bindSymbol(cb, cbName, "cublasGemmStridedBatchedEx", api.cublasGemmStridedBatchedEx);
   bindSymbol(lt, ltName, "cublasLtCreate", api.ltCreate);
   bindSymbol(lt, ltName, "cublasLtDestroy", api.ltDestroy);
   bindSymbol(lt, ltName, "cublasLtGetVersion", api.ltGetVersion);

@@ -98,6 +98,11 @@ using cublasGemmEx_t = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cub
                                           const void*, const void*, cudaDataType_t, int, const void*,
                                           cudaDataType_t, int, const void*, void*, cudaDataType_t, int,
                                           cublasComputeType_t, cublasGemmAlgo_t);
+using cublasGemmStridedBatchedEx_t = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                                        int, const void*, const void*, cudaDataType_t, int, long long,
+                                                        const void*, cudaDataType_t, int, long long, const void*,
+                                                        void*, cudaDataType_t, int, long long, int,
+                                                        cublasComputeType_t, cublasGemmAlgo_t);
 
 using cublasLtCreate_t = cublasStatus_t (*)(cublasLtHandle_t*);
 using cublasLtDestroy_t = cublasStatus_t (*)(cublasLtHandle_t);
@@ -134,6 +139,7 @@ struct Api {
   cublasSetWorkspace_t cublasSetWorkspace = nullptr;      // symbol cublasSetWorkspace_v2
   cublasGetStatusString_t cublasGetStatusString = nullptr;
   cublasGemmEx_t cublasGemmEx = nullptr;
+  cublasGemmStridedBatchedEx_t cublasGemmStridedBatchedEx = nullptr;
   cublasLtCreate_t ltCreate = nullptr;
   cublasLtDestroy_t ltDestroy = nullptr;
   cublasLtGetVersion_t ltGetVersion = nullptr;

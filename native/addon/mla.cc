@@ -79,6 +79,21 @@ Napi::Value MlaTopk(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+Napi::Value MlaGatherLatent(const Napi::CallbackInfo& info) {
+  Args a(info, 16, "mlaGatherLatent");
+  HS_LAUNCH(hsMlaGatherLatent, a.stream(0), a.ptr(1), a.i32(2), a.as<const int32_t>(3), a.i32(4), a.i32(5),
+            a.i32(6), a.i32(7), a.i32(8), a.i32(9), a.ptr(10), a.ptr(11), a.i32(12), a.i32(13), a.i32(14),
+            a.i32(15));
+  return info.Env().Undefined();
+}
+
+Napi::Value MlaPrefillSoftmax(const Napi::CallbackInfo& info) {
+  Args a(info, 11, "mlaPrefillSoftmax");
+  HS_LAUNCH(hsMlaPrefillSoftmax, a.stream(0), a.as<const float>(1), a.ptr(2), a.i32(3), a.i32(4), a.i32(5),
+            a.i32(6), a.i32(7), a.i32(8), a.as<const int32_t>(9), a.i32(10));
+  return info.Env().Undefined();
+}
+
 }  // namespace
 
 void initMla(Napi::Env env, Napi::Object exports) {
@@ -93,6 +108,8 @@ void initMla(Napi::Env env, Napi::Object exports) {
   exports.Set("mlaAttention", Napi::Function::New(env, MlaAttention, "mlaAttention"));
   exports.Set("mlaIndexerLogits", Napi::Function::New(env, MlaIndexerLogits, "mlaIndexerLogits"));
   exports.Set("mlaTopk", Napi::Function::New(env, MlaTopk, "mlaTopk"));
+  exports.Set("mlaGatherLatent", Napi::Function::New(env, MlaGatherLatent, "mlaGatherLatent"));
+  exports.Set("mlaPrefillSoftmax", Napi::Function::New(env, MlaPrefillSoftmax, "mlaPrefillSoftmax"));
 }
 
 }  // namespace hs

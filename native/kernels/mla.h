@@ -12,8 +12,12 @@
 //   hsMlaAttention:   oLat f32 [T, Hq, C] = softmax(scale * qAbs . row_i) . c_i over the causal
 //                     rows (or the DSA top-k rows), split-KV with a merge for short batches
 //   hsMlaOutProject:  out [T, Hq * Vd] = W_UV[h] oLat[t, h]
-// This is the absorbed form (DeepSeek-V3 paper §2.1.2, FlashMLA's decode form) for decode and
-// prefill alike: MQA over one shared C + R wide "KV head".
+// This is the absorbed form (DeepSeek-V3 paper §2.1.2, FlashMLA's decode form): MQA over one
+// shared C + R wide "KV head", for decode and short query runs. Long prefill chunks take the
+// expanded form instead (src/backends/cuda/mla_prefill.ts): hsMlaGatherLatent (a request's rows
+// into a contiguous bf16 buffer, k_pe into each head's key), kv_b_proj by cuBLAS to k_nope / v per
+// head, S = scale Q K^T by strided-batched cuBLAS GEMMs, hsMlaPrefillSoftmax (causal / top-k
+// mask, P in bf16), O = P V by cuBLAS.
 // DSA: hsMlaIndexerLogits (f32 [T, width]) then hsMlaTopk (i32 [T, k], the CPU oracle's order).
 #pragma once
 
@@ -89,7 +93,11 @@ typedef struct HsMlaAttentionParams {
   int cacheDtype;
   /** f32 [T, Hq, C] attention output in latent space (sum_i p_i c_i). */
   float* oLat;
-  /** i32 [numReqs + 1] query start of each request. */
+  /**
+   * i32 [numReqs + 1] query start of each request; token t of the launch is token t +
+   * queryStartLoc[0] of that numbering (0 for a whole step; a run of requests r0.. passes the
+   * step's arrays offset by r0, and qAbs / oLat / topkIndices offset by its first token).
+   */
   const int32_t* queryStartLoc;
   /** i32 [numReqs] context length after this step; query token j of request r sits at seqLen - qLen + j. */
   const int32_t* seqLens;
@@ -174,6 +182,34 @@ cudaError_t hsMlaIndexerLogits(const HsMlaIndexerParams* p, cudaStream_t stream)
  */
 cudaError_t hsMlaTopk(const float* logits, const int32_t* positions, int32_t* out, int numTokens, int width, int k,
                       cudaStream_t stream);
+
+/**
+ * out[i, :] = bf16(cache[slot(req, i), :]) for i < numRows (the request's first numRows
+ * positions, slot through blockTables row req), and when kv is not NULL the row's k_pe (its last
+ * rowWidth - rank columns, R) into every head's key: kv[i * kvLd + kvOffset + h * kvStride + c] =
+ * out[i, rank + c] for h < kvCount, c < R (other kv columns untouched). A position with
+ * i / blockSize >= maxBlocksPerReq gives zeros. cache: [numSlots, rowWidth] of cacheDtype
+ * (f32 | bf16); out: bf16 [numRows, rowWidth]; kv: bf16 rows of kvLd.
+ */
+cudaError_t hsMlaGatherLatent(const void* cache, int cacheDtype, const int32_t* blockTables, int maxBlocksPerReq,
+                              int req, int blockSize, int rowWidth, int rank, int numRows, void* out, void* kv,
+                              int kvLd, int kvOffset, int kvStride, int kvCount, cudaStream_t stream);
+
+/**
+ * Masked softmax of the expanded prefill (one request's tile of numQueries consecutive queries,
+ * query i at position firstPos + i): per head h and query i, over keys j of the row
+ * scores[h, i, 0:numKeys] (already scaled; rows rowStride >= numKeys apart), attended j: dense (topk == NULL) j <= firstPos + i; DSA the
+ * entries topk[i * topkStride + e] with 0 <= j <= firstPos + i (the hsMlaAttention rule; entries
+ * must be distinct, as hsMlaTopk's are); both also j < min(keyLimit, numKeys).
+ * probs[h, i, j] = bf16(exp(s_j - max) / sum) for attended j, 0 elsewhere (a row with none: all 0).
+ * fp32 throughout, fixed reduction order (deterministic). scores: f32 [numHeads, numQueries,
+ * rowStride]; probs: bf16, same shape (may not alias scores; columns >= numKeys untouched);
+ * topk: i32 [numQueries, topkStride].
+ * Grid (numQueries, numHeads), 256 threads.
+ */
+cudaError_t hsMlaPrefillSoftmax(const float* scores, void* probs, int numHeads, int numQueries, int numKeys,
+                                int rowStride, int firstPos, int keyLimit, const int32_t* topk, int topkStride,
+                                cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -177,9 +177,10 @@ __global__ void __launch_bounds__(kThreads) attentionKernel(const HsMlaAttention
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int Hq = a.numHeads;
-  const int r = requestOf(a.queryStartLoc, a.numReqs, t);
+  const int ts = t + a.queryStartLoc[0];  // the token's index in queryStartLoc's numbering
+  const int r = requestOf(a.queryStartLoc, a.numReqs, ts);
   int p = -1;
-  if (r >= 0) p = a.seqLens[r] - (a.queryStartLoc[r + 1] - a.queryStartLoc[r]) + (t - a.queryStartLoc[r]);
+  if (r >= 0) p = a.seqLens[r] - (a.queryStartLoc[r + 1] - a.queryStartLoc[r]) + (ts - a.queryStartLoc[r]);
   const int numEntries = p < 0 ? 0 : a.topkIndices != nullptr ? a.topkStride : p + 1;
   const int begin = split * perSplit;
   const int end = min(numEntries, begin + perSplit);

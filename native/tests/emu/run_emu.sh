@@ -4,7 +4,7 @@
 # (kernel<<<grid, block, smem, stream>>>(args) -> hs_emu::launch(kernel, grid, block, smem,
 # stream, args); __shared__ declarations -> the emulated CTA's shared memory), then compiled with
 # g++ -DHS_ATTN_HOST_EMU. Slow (one OS thread per CUDA thread): use the --quick test subsets.
-# Usage: bash native/tests/emu/run_emu.sh [attention|hisparse|rows|sampling|moe|moe_decode|dummy|mla|gemv|all] [test args...]
+# Usage: bash native/tests/emu/run_emu.sh [attention|hisparse|rows|sampling|moe|moe_decode|dummy|mla|mla_prefill|gemv|all] [test args...]
 #   HS_EMU_CP_ASYNC=late   cp.async copies land only at the wait that retires them
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
@@ -80,5 +80,9 @@ fi
 if [ "$what" = gemv ] || [ "$what" = all ]; then
   build gemv_test "$work/tests/gemv_test.cu" "$work/kernels/gemv.cu" "$work/kernels/activation.cu" "$work/kernels/rope.cu"
   "$work/gemv_test" "$@" || status=1
+fi
+if [ "$what" = mla_prefill ] || [ "$what" = all ]; then
+  build mla_prefill_test "$work/tests/mla_prefill_test.cu" "$work/kernels/mla_prefill.cu"
+  "$work/mla_prefill_test" "$@" || status=1
 fi
 exit $status

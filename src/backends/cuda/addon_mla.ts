@@ -99,6 +99,42 @@ export interface NativeMlaApi {
   mlaAttention(stream: number, params: MlaAttentionParams): void;
   /** DSA indexer logits f32 [T, width] (hsMlaIndexerLogits), HsMlaIndexerParams by name. */
   mlaIndexerLogits(stream: number, params: MlaIndexerParams): void;
+  /**
+   * bf16 [numRows, rowWidth] = request req's first numRows paged rows, and (kv not NULL_PTR) each
+   * row's k_pe into kvCount heads' keys at kvOffset + h * kvStride of kv rows of kvLd (hsMlaGatherLatent).
+   */
+  mlaGatherLatent(
+    stream: number,
+    cache: DevicePtr,
+    cacheDtype: number,
+    blockTables: DevicePtr,
+    maxBlocksPerReq: number,
+    req: number,
+    blockSize: number,
+    rowWidth: number,
+    rank: number,
+    numRows: number,
+    out: DevicePtr,
+    kv: DevicePtr,
+    kvLd: number,
+    kvOffset: number,
+    kvStride: number,
+    kvCount: number,
+  ): void;
+  /** bf16 probs of f32 scores [Hq, Tq, rowStride], causal / top-k mask (hsMlaPrefillSoftmax). */
+  mlaPrefillSoftmax(
+    stream: number,
+    scores: DevicePtr,
+    probs: DevicePtr,
+    numHeads: number,
+    numQueries: number,
+    numKeys: number,
+    rowStride: number,
+    firstPos: number,
+    keyLimit: number,
+    topk: DevicePtr,
+    topkStride: number,
+  ): void;
   /** Causal top-k i32 [T, k] of logits f32 [T, width] (hsMlaTopk). */
   mlaTopk(
     stream: number,

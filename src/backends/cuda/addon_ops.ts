@@ -21,6 +21,33 @@ export interface NativeBlas {
     outDtype: number,
     biasDtype: number,
   ): void;
+  /**
+   * Column-major strided batched GEMM (cublasGemmStridedBatchedEx, fp32 accumulation): per batch
+   * b, C_b = alpha op(A_b) op(B_b) + beta C_b, op = transpose when the flag is set, X_b = X + b *
+   * strideX elements; C is m x n, the product's inner size k. abDtype is that of A and B.
+   */
+  gemmStridedBatched(
+    stream: number,
+    transA: boolean,
+    transB: boolean,
+    m: number,
+    n: number,
+    k: number,
+    alpha: number,
+    A: DevicePtr,
+    lda: number,
+    strideA: number,
+    B: DevicePtr,
+    ldb: number,
+    strideB: number,
+    beta: number,
+    C: DevicePtr,
+    ldc: number,
+    strideC: number,
+    batchCount: number,
+    abDtype: number,
+    cDtype: number,
+  ): void;
   readonly mode: "lt" | "gemmex";
   /** cublasLtGetVersion(), e.g. 130000. */
   readonly version: number;

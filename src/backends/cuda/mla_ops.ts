@@ -6,11 +6,12 @@
  * depends on T, the model dims and static bounds only (the block-table width, `width`, `k`), so
  * an MLA layer replays inside the decode CUDA graphs with no host round trip.
  *
- * Attention runs in the absorbed form for decode and prefill alike (mla.h): q projected into the
- * latent space through W_UK, MQA over the C + R wide latent rows (all causal rows, or the DSA
- * selection), the result through W_UV. The expanded form (k_nope / v per row, the CPU backend's)
- * is not used on CUDA: the paged prefill kernel takes head dims 64 / 128 with equal K and V
- * widths, which neither DeepSeek-V3 (192 / 128) nor GLM-5 (256 / 256) has.
+ * Attention runs in the absorbed form for decode and short query runs (mla.h): q projected into
+ * the latent space through W_UK, MQA over the C + R wide latent rows (all causal rows, or the DSA
+ * selection), the result through W_UV. Outside graph capture, requests of at least
+ * `prefill.minQueryLen` new tokens (bf16 q) take the expanded form instead, on tensor cores
+ * (mla_prefill.ts: k_nope / v per head from kv_b_proj, S = Q K^T and O = P V by cuBLAS, a masked
+ * softmax kernel); a step mixing both runs each request through its own form.
  */
 import type {
   AttentionMetadata,
@@ -23,6 +24,15 @@ import type {
 } from "../backend.js";
 import { DTYPE_BYTES } from "../backend.js";
 import { type DevicePtr, DTYPE_CODE, MLA_LIMITS, NULL_PTR } from "./addon.js";
+import { absorbedAttention } from "./mla_absorbed.js";
+import {
+  DEFAULT_MLA_PREFILL,
+  expandedAttention,
+  type MlaPrefillOptions,
+  planRuns,
+  prefillTiles,
+  type RequestRun,
+} from "./mla_prefill.js";
 import type { CudaOpsContext } from "./ops.js";
 import { type CudaTensor, describe, expectDtype, expectShape } from "./tensor.js";
 
@@ -35,6 +45,8 @@ export interface CudaMlaContext extends CudaOpsContext {
   sharedScratch(bytes: number): DevicePtr;
   /** A persistent tensor with every byte set to byteValue. */
   allocateFilled(shape: readonly number[], dtype: DType, byteValue?: number): Tensor;
+  /** Graph capture state: the expanded prefill (host-sized GEMMs) never runs inside a capture. */
+  readonly graphs: { readonly isCapturing: boolean };
 }
 
 function dim(t: Tensor, i: number): number {
@@ -63,6 +75,9 @@ function stepTables(ctx: CudaOpsContext, meta: AttentionMetadata, what: string) 
 }
 
 export class CudaMlaOps implements BackendMlaOps {
+  /** When attention takes the expanded form (mla_prefill.ts); minQueryLen Infinity: never. */
+  readonly prefill: MlaPrefillOptions = { ...DEFAULT_MLA_PREFILL };
+
   constructor(private readonly ctx: CudaMlaContext) {}
 
   /** A zeroed [numBlocks, blockSize, rowWidth] of bf16 (the KV dtype) or f32. @throws Error otherwise. */
@@ -248,32 +263,48 @@ export class CudaMlaOps implements BackendMlaOps {
     const tables = stepTables(ctx, meta, "mla.attention");
     const out = ctx.out([T, Hq * Vd], q.dtype);
     if (T === 0) return out;
-    const qAbs = ctx.out([T, Hq, C + R], "f32");
-    const oLat = ctx.out([T, Hq, C], "f32");
-    const a = ctx.addon;
-    a.mlaAbsorbQuery(ctx.stream, qt.ptr, DTYPE_CODE[q.dtype], w.ptr, qAbs.ptr, T, Hq, N, R, Vd, C);
-    const maxContext = Math.max(1, tables.maxBlocksPerReq * blockSize);
-    const K = sel === null ? 0 : dim(sel, 1);
-    const wsBytes = a.mlaAttentionWorkspaceBytes(T, Hq, C, sel === null ? maxContext : K);
-    a.mlaAttention(ctx.stream, {
-      qAbs: qAbs.ptr,
-      latentCache: cache.ptr,
+    const { minQueryLen, scratchBytes } = this.prefill;
+    const all: RequestRun = { expanded: false, r0: 0, r1: tables.numReqs, t0: 0, t1: T };
+    const runs =
+      q.dtype === "bf16" && !ctx.graphs.isCapturing && meta.maxQueryLen >= minQueryLen
+        ? planRuns(meta.host.queryStartLoc, tables.numReqs, T, minQueryLen)
+        : [all];
+    const step = {
+      q: qt,
+      cache,
       cacheDtype: DTYPE_CODE[latentCache.dtype],
-      oLat: oLat.ptr,
-      ...tables,
-      numTokens: T,
-      numHeads: Hq,
-      rank: C,
-      ropeDim: R,
+      kvBProj: w,
+      out,
+      tables,
       blockSize,
-      scale: dims.softmaxScale,
-      topkIndices: sel?.ptr ?? NULL_PTR,
-      topkStride: K,
-      maxContext,
-      workspace: wsBytes > 0 ? ctx.sharedScratch(wsBytes) : NULL_PTR,
-      workspaceBytes: wsBytes,
-    });
-    a.mlaOutProject(ctx.stream, oLat.ptr, w.ptr, out.ptr, DTYPE_CODE[out.dtype], T, Hq, N, Vd, C);
+    };
+    for (const run of runs) {
+      if (!run.expanded) {
+        absorbedAttention(ctx, step, run, dims, sel);
+        continue;
+      }
+      const seqLen = meta.host.seqLens[run.r0]!;
+      const qLen = run.t1 - run.t0;
+      const tiles = prefillTiles(dims, seqLen, qLen, scratchBytes);
+      const request = {
+        q: qt.ptr,
+        cache: cache.ptr,
+        cacheDtype: step.cacheDtype,
+        kvBProj: w.ptr,
+        out: out.ptr,
+        outDtype: DTYPE_CODE[out.dtype],
+        blockTables: tables.blockTables,
+        maxBlocksPerReq: tables.maxBlocksPerReq,
+        blockSize,
+        req: run.r0,
+        t0: run.t0,
+        qLen,
+        seqLen,
+        topk: sel?.ptr ?? NULL_PTR,
+        topkStride: sel === null ? 0 : dim(sel, 1),
+      };
+      expandedAttention(ctx, request, dims, tiles, ctx.sharedScratch(tiles.totalBytes));
+    }
     return out;
   }
 

@@ -270,6 +270,8 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     cublasPath: "fake",
     numPlans: 0,
     linear: (...args: number[]) => void calls.push({ fn: "linear", args }),
+    gemmStridedBatched: (...args: (number | boolean)[]) =>
+      void calls.push({ fn: "gemmStridedBatched", args: args.map(Number) }),
     dispose: () => {},
   };
 
@@ -486,6 +488,8 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     mlaAttention: recordParams("mlaAttention", MLA_ATTENTION_PARAMS),
     mlaIndexerLogits: recordParams("mlaIndexerLogits", MLA_INDEXER_PARAMS),
     mlaTopk: record("mlaTopk"),
+    mlaGatherLatent: record("mlaGatherLatent"),
+    mlaPrefillSoftmax: record("mlaPrefillSoftmax"),
     sample: (
       stream,
       logits,
