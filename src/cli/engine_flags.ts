@@ -2,8 +2,8 @@ import { type Command, Option } from "commander";
 import { ConfigError, type EngineArgs, makeEngineArgs } from "../config/engine_args.js";
 import { hisparseReasonsFor } from "../config/hisparse_dsa.js";
 import { loadModelConfig, type ModelConfig } from "../config/model_config.js";
-import { resolveModelDir } from "../models/registry.js";
 import { KV_CACHE_DTYPES } from "../core/kv/kv_cache_dtype.js";
+import { resolveModelDir } from "../models/registry.js";
 import { addHiSparseFlags, hisparseConfigFromOptions } from "./hisparse_flags.js";
 import { parseFloatArg, parseGibArg, parseIntArg } from "./parse_args.js";
 

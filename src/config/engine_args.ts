@@ -149,7 +149,11 @@ export function validateEngineArgs(a: EngineArgs, model?: ModelConfig | null): s
   const hs = a.extensions["hisparse"] as HiSparseConfig | undefined;
   if (hs !== undefined && model !== undefined)
     r.push(
-      ...hisparseReasonsFor(hs, { blockSize: a.blockSize, enablePrefixCaching: a.enablePrefixCaching }, model),
+      ...hisparseReasonsFor(
+        hs,
+        { blockSize: a.blockSize, enablePrefixCaching: a.enablePrefixCaching },
+        model,
+      ),
     );
   return r;
 }
