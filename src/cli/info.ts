@@ -2,12 +2,8 @@ import { existsSync, readFileSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import type { Command } from "commander";
-import {
-  countActiveParameters,
-  countParameters,
-  loadModelConfig,
-  type ModelConfig,
-} from "../config/model_config.js";
+import { loadModelConfig, type ModelConfig } from "../config/model_config.js";
+import { countActiveParameters, countParameters } from "../config/parameter_count.js";
 import { kvHeadsPerRank, modelKVCacheGroups } from "../core/kv/kv_cache_interface.js";
 import { bytesPerToken } from "../core/kv/kv_memory.js";
 import { tensorParallelReasons, vocabIsSharded } from "../core/tensor_parallel.js";

@@ -7,14 +7,13 @@ import {
   validateHiSparseConfig,
 } from "../config/hisparse_config.js";
 import {
-  countParameters,
   derivedMaxModelLen,
   derivedMaxModelLenSource,
   loadModelConfig,
   type ModelConfig,
   parseModelConfig,
-  weightSplit,
 } from "../config/model_config.js";
+import { countParameters, weightSplit } from "../config/parameter_count.js";
 import {
   KV_CACHE_DTYPE_BYTES,
   KV_CACHE_DTYPES,
@@ -203,7 +202,7 @@ function refuseWhatTheEngineWould(
 
 /**
  * Weights one rank holds: (routed experts + TP-sharded weights) / tp + replicated weights
- * (config/model_config.ts weightSplit), in parameters.
+ * (config/parameter_count.ts weightSplit), in parameters.
  * @throws Error when the rank count is not a positive integer.
  */
 function weightsPerRank(

@@ -41,7 +41,7 @@ export interface BudgetSource {
   reserveBytes?: number;
   /** Ranks the weights are split over (absent: 1, the whole model on one GPU). */
   tensorParallelSize?: number;
-  /** With ranks: the model's weights by placement (config/model_config.ts WeightSplit), parameters. */
+  /** With ranks: the model's weights by placement (config/parameter_count.ts WeightSplit), parameters. */
   weightSplit?: { routedExperts: number; sharded: number; replicated: number };
 }
 
