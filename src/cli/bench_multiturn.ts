@@ -10,7 +10,23 @@ import {
 } from "../bench/multiturn.js";
 import { Rng } from "../bench/rng.js";
 import type { Tokenizer } from "../tokenizer/tokenizer.js";
-import type { BenchServeOptions } from "./bench.js";
+
+/** The `hisparse bench serve` options a multi-turn run reads (a part of bench.ts's). */
+export interface MultiTurnBenchOptions {
+  sweepConcurrency?: number[];
+  multiturnConversations: number;
+  multiturnTurns: number;
+  multiturnFirstLen: number;
+  multiturnTurnLen: number;
+  randomOutputLen?: number;
+  outputLen?: number;
+  seed: number;
+  ignoreEos: boolean;
+  label?: string;
+  saveResult: boolean;
+  resultDir?: string;
+  resultFilename?: string;
+}
 
 /**
  * `--dataset multiturn`: one run per conversation count (`--sweep-concurrency`, else
@@ -19,7 +35,7 @@ import type { BenchServeOptions } from "./bench.js";
  * @throws Error when every request of a run failed (naming the first error).
  */
 export async function runMultiTurnBench(
-  o: BenchServeOptions,
+  o: MultiTurnBenchOptions,
   baseUrl: string,
   model: string,
   apiKey: string | undefined,
