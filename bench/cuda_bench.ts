@@ -22,7 +22,7 @@ import { performance } from "node:perf_hooks";
 import type { Tensor } from "../src/backends/backend.js";
 import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import { makeEngineArgs } from "../src/config/engine_args.js";
-import { countParameters } from "../src/config/model_config.js";
+import { countParameters } from "../src/config/parameter_count.js";
 import { asRequestId, type RequestId } from "../src/core/ids.js";
 import { bytesPerToken } from "../src/core/kv/kv_memory.js";
 import { loadModel } from "../src/models/registry.js";

@@ -1,81 +1,139 @@
 #!/usr/bin/env bash
-# The multi-turn long-context workload (issue 19) on the H200: Llama-3.1-8B shape
-# (configs/llama-3.1-8b), dummy weights, `hisparse bench serve --dataset multiturn` at 1, 8, 16
-# and 32 concurrent conversations against three servers in turn:
-#   off            --enable-hybrid-sparse off, no prefix caching (every turn prefills its history)
-#   off+prefix     --enable-hybrid-sparse off --enable-prefix-caching
-#   auto+prefix    --enable-hybrid-sparse auto --enable-prefix-caching --host-pool-gib $HOST_GIB
-# Same --gpu-memory-utilization for all three (a small device KV budget, so that 32 long
-# conversations do not all fit densely: where `off` must preempt, `auto` spills to the host).
-# Reduced from the vLLM blog's shape (13 turns, 74,160-token first turn, 753-token later turns,
-# 220 output tokens) to finish in under 8 minutes: by default 6 turns, a 6,144-token first turn,
-# 753-token later turns, 128 output tokens (env FIRST_LEN, TURNS, TURN_LEN, OUT_LEN, CONVS,
-# GPU_UTIL, HOST_GIB override them). Each bench run is capped (RUN_LIMIT_S, default 110 s) and
-# none starts after DEADLINE_S (450 s); a run cut short shows "no result" in the table.
-# Prepare here: npm run build && npm run build:native && bash ../shared/device/prepare.sh
-# Run there (carry .device, dist, build/Release):
-#   source .device/prelude.sh && bash scripts/gpu/multiturn_bench.sh
-# Prints the servers' start-up lines (pools), then one markdown table; JSON and logs in $OUT.
+# The multi-turn long-context workload (issue 19) on the H200 in one device call of at most
+# ~5 minutes: Llama-3.1-8B shape (configs/llama-3.1-8b), dummy weights,
+# `hisparse bench serve --dataset multiturn` against three servers, one after another (never two
+# at once: concurrent servers would share the SMs and each other's timings):
+#   off_prefix    --enable-hybrid-sparse off --enable-prefix-caching        at CONVS (1,8,16,32)
+#   auto_prefix   --enable-hybrid-sparse auto --enable-prefix-caching
+#                 --host-pool-gib HOST_GIB                                   at CONVS
+#   off           --enable-hybrid-sparse off, no prefix caching (every turn prefills its whole
+#                 history: the costliest runs, so only at CONVS_OFF = 1,8, and last)
+# Every server gets the same --gpu-memory-utilization (GPU_UTIL 0.30: a device KV budget of
+# about 24 GiB beside the 15 GB of weights), small enough that the longest conversations do not
+# all fit densely: where `off` must preempt, `auto` spills pages to the host tier. `hisparse plan
+# --model configs/llama-3.1-8b --kv-cache-gib 24 --context 13600 --host-pool-gib 50` gives the
+# arithmetic: 14 conversations of the final length dense, 32 with HiSparse.
+# Before each sweep, multiturn_probe measures on the same idle server the TTFT of a cold prefill
+# of TURN_LEN (753) and 1024 tokens, and (prefix servers) the preheat figure: a PREHEAT_DOC
+# (32768)-token document through POST /v1/preheat, then the first question's TTFT against the
+# cold 1024-token prefill.
+# The shape is cut from the vLLM blog's (13 turns, 74,160-token first turn, 753-token later turns,
+# 220 output tokens) to fit the budget: 13 turns, a FIRST_LEN (4096)-token first turn, TURN_LEN
+# (753)-token later turns, OUT_LEN (32) output tokens; the final context is ~13.5K tokens. Env
+# FIRST_LEN TURNS TURN_LEN OUT_LEN CONVS CONVS_OFF GPU_UTIL HOST_GIB PREHEAT_DOC MAX_MODEL_LEN
+# override them; SWEEPS (default "off_prefix auto_prefix off") picks and orders the servers;
+# MODEL, DEVICE, LOAD_FORMAT and EXTRA_SERVE_FLAGS serve the CPU smoke run:
+#   MODEL=ref-small DEVICE=cpu LOAD_FORMAT=auto EXTRA_SERVE_FLAGS="--cpu-kv-cache-gib 0.2" \
+#   FIRST_LEN=256 TURNS=3 TURN_LEN=64 OUT_LEN=4 CONVS=1,2 CONVS_OFF=1 HOST_GIB=0.1 \
+#   PREHEAT_DOC=512 PREHEAT_REF=256 QUESTION_LEN=32 MAX_MODEL_LEN=2048 bash scripts/gpu/multiturn_bench.sh
+# Each bench run is capped (RUN_LIMIT_S, default 75 s; a probe PROBE_LIMIT_S, 40 s), none starts after DEADLINE_S (250 s from
+# the start) and a skipped or cut run shows "no result" in the table.
+# Prepare here:  npm run build && npm run build:native && bash scripts/device/pack.sh
+# Run there (carry .device, dist, build/Release; one call, timeout_s 360):
+#   bash scripts/device/unpack.sh && source .device/prelude.sh && bash scripts/gpu/multiturn_bench.sh
+# Prints each server's pools and each run's line, then the tables. $OUT receives table.md,
+# run.log (this output) and results.tar.gz (result JSONs, probe JSONs, server and bench logs).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-out="${OUT:-/tmp/multiturn-bench}"
-mkdir -p "$out"
-FIRST_LEN="${FIRST_LEN:-6144}"
-TURNS="${TURNS:-6}"
+OUT="${OUT:-/tmp/multiturn-bench}"
+mkdir -p "$OUT"
+work="$(mktemp -d /tmp/multiturn.XXXXXX)"
+exec > >(tee "$OUT/run.log") 2>&1
+MODEL="${MODEL:-configs/llama-3.1-8b}"
+DEVICE="${DEVICE:-cuda}"
+LOAD_FORMAT="${LOAD_FORMAT:-dummy}"
+EXTRA_SERVE_FLAGS="${EXTRA_SERVE_FLAGS:-}"
+FIRST_LEN="${FIRST_LEN:-4096}"
+TURNS="${TURNS:-13}"
 TURN_LEN="${TURN_LEN:-753}"
-OUT_LEN="${OUT_LEN:-128}"
+OUT_LEN="${OUT_LEN:-32}"
 CONVS="${CONVS:-1,8,16,32}"
-GPU_UTIL="${GPU_UTIL:-0.26}"
-HOST_GIB="${HOST_GIB:-32}"
-RUN_LIMIT_S="${RUN_LIMIT_S:-110}"
-DEADLINE_S="${DEADLINE_S:-450}"  # no new bench run starts after this many seconds in all
+CONVS_OFF="${CONVS_OFF:-1,8}"
+GPU_UTIL="${GPU_UTIL:-0.30}"
+HOST_GIB="${HOST_GIB:-50}"
+PREHEAT_DOC="${PREHEAT_DOC:-32768}"
+QUESTION_LEN="${QUESTION_LEN:-128}"
+PREHEAT_REF="${PREHEAT_REF:-1024}"  # the cold prefill the preheated question is compared with
+MAX_MODEL_LEN="${MAX_MODEL_LEN:-34816}"
+RUN_LIMIT_S="${RUN_LIMIT_S:-75}"
+PROBE_LIMIT_S="${PROBE_LIMIT_S:-40}"
+DEADLINE_S="${DEADLINE_S:-250}"
 PORT="${PORT:-8123}"
+SWEEPS="${SWEEPS:-off_prefix auto_prefix off}"
 CLI="node dist/src/cli/main.js"
+URL="http://127.0.0.1:$PORT"
 [ -f dist/src/cli/main.js ] || { echo "multiturn_bench.sh: dist is missing (npm run build here, carry dist)" >&2; exit 2; }
 start_all=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start_all )); }
+echo "multiturn_bench: $MODEL ($LOAD_FORMAT) on $DEVICE; $TURNS turns, first $FIRST_LEN, later +$TURN_LEN, output $OUT_LEN; gpu util $GPU_UTIL, host pool $HOST_GIB GiB"
 
-# serve LABEL FLAGS...: starts a server, waits for /health (at most 180 s), runs the sweep, stops it.
-serve() {
-  local label=$1; shift
-  echo "== $label: hisparse serve $*"
-  $CLI serve --model configs/llama-3.1-8b --load-format dummy --device cuda --port "$PORT" \
-    --max-model-len 16384 --max-num-batched-tokens 8192 --max-num-seqs 64 \
-    --gpu-memory-utilization "$GPU_UTIL" --stats-interval 10 "$@" >"$out/serve_$label.log" 2>&1 &
-  local pid=$!
-  local ok=0
-  for _ in $(seq 1 180); do
-    if node -e "fetch('http://127.0.0.1:$PORT/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"; then ok=1; break; fi
+# sweep LABEL CONVS PROBE_FLAGS FLAGS...: starts a server, waits for /health (at most 120 s or the deadline),
+# runs the probe and the multi-turn runs, stops the server.
+sweep() {
+  local label=$1 convs=$2 probe=$3; shift 3
+  local left=$(( DEADLINE_S - $(elapsed) ))
+  if [ "$left" -lt 20 ]; then echo "== $label: skipped (deadline)"; return; fi
+  echo "== $label: hisparse serve $* (t=$(elapsed) s)"
+  # shellcheck disable=SC2086
+  $CLI serve --model "$MODEL" --load-format "$LOAD_FORMAT" --device "$DEVICE" --port "$PORT" \
+    --max-model-len "$MAX_MODEL_LEN" --max-num-batched-tokens 8192 --max-num-seqs 64 \
+    --gpu-memory-utilization "$GPU_UTIL" --stats-interval 10 $EXTRA_SERVE_FLAGS "$@" \
+    >"$work/serve_$label.log" 2>&1 &
+  local pid=$! ok=0 t0
+  t0=$(date +%s)
+  for _ in $(seq 1 240); do
+    if node -e "fetch('$URL/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"; then ok=1; break; fi
     kill -0 "$pid" 2>/dev/null || break
-    sleep 1
+    [ "$(elapsed)" -lt "$DEADLINE_S" ] || break
+    sleep 0.5
   done
-  grep -iE "KV cache|HiSparse|blocks|listening|error" "$out/serve_$label.log" | head -6
-  if [ "$ok" -eq 1 ]; then
-    for c in ${CONVS//,/ }; do
-      local left=$(( DEADLINE_S - ($(date +%s) - start_all) ))
-      if [ "$left" -lt 20 ]; then echo "   $c conversations: skipped (deadline)"; continue; fi
-      [ "$left" -lt "$RUN_LIMIT_S" ] || left=$RUN_LIMIT_S
-      timeout "$left" $CLI bench serve --base-url "http://127.0.0.1:$PORT" --dataset multiturn \
-        --multiturn-conversations "$c" --multiturn-turns "$TURNS" --multiturn-first-len "$FIRST_LEN" \
-        --multiturn-turn-len "$TURN_LEN" --output-len "$OUT_LEN" --ignore-eos --temperature 0 \
-        --save-result --result-dir "$out" --result-filename "${label}_c$c.json" --label "$label" \
-        >"$out/bench_${label}_c$c.log" 2>&1
-      echo "   $c conversations: exit $? ($(grep -E 'Median TTFT of turns' "$out/bench_${label}_c$c.log" | tail -1))"
-    done
-  else
-    echo "   the server did not come up; see $out/serve_$label.log"
+  echo "   up in $(( $(date +%s) - t0 )) s: $(grep -iE 'KV cache|host pool|HiSparse|serving' "$work/serve_$label.log" | head -3 | cut -c1-400 | tr '\n' ' ')"
+  if [ "$ok" -ne 1 ]; then
+    echo "   the server did not come up:"; tail -5 "$work/serve_$label.log"
+    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; return
   fi
+  # shellcheck disable=SC2086
+  left=$(( DEADLINE_S - $(elapsed) ))
+  [ "$left" -lt "$PROBE_LIMIT_S" ] || left=$PROBE_LIMIT_S
+  [ "$left" -ge 1 ] || left=1
+  timeout "$left" node dist/scripts/gpu/multiturn_probe.js --base-url "$URL" --prefill-lens "$TURN_LEN,$PREHEAT_REF" \
+    $probe --json "$work/probe_$label.json" 2>&1 | sed 's/^/   /'
+  for c in ${convs//,/ }; do
+    left=$(( DEADLINE_S - $(elapsed) ))
+    if [ "$left" -lt 10 ]; then echo "   $c conversations: skipped (deadline)"; continue; fi
+    [ "$left" -lt "$RUN_LIMIT_S" ] || left=$RUN_LIMIT_S
+    local t1 rc
+    t1=$(date +%s)
+    timeout "$left" $CLI bench serve --base-url "$URL" --dataset multiturn \
+      --multiturn-conversations "$c" --multiturn-turns "$TURNS" --multiturn-first-len "$FIRST_LEN" \
+      --multiturn-turn-len "$TURN_LEN" --output-len "$OUT_LEN" --ignore-eos --temperature 0 \
+      --save-result --result-dir "$work" --result-filename "${label}_c$c.json" --label "$label" \
+      >"$work/bench_${label}_c$c.log" 2>&1
+    rc=$?
+    echo "   $c conversations: exit $rc in $(( $(date +%s) - t1 )) s ($(grep -E 'Median TTFT of turns|Preemptions' "$work/bench_${label}_c$c.log" | tr '\n' ' '))"
+  done
   kill "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
 }
 
-serve off --enable-hybrid-sparse off
-serve off_prefix --enable-hybrid-sparse off --enable-prefix-caching
-serve auto_prefix --enable-hybrid-sparse auto --enable-prefix-caching --host-pool-gib "$HOST_GIB"
+heat="--preheat-doc $PREHEAT_DOC --question-len $QUESTION_LEN"
+for s in $SWEEPS; do
+  case $s in
+    off_prefix) sweep off_prefix "$CONVS" "$heat" --enable-hybrid-sparse off --enable-prefix-caching ;;
+    auto_prefix) sweep auto_prefix "$CONVS" "$heat" --enable-hybrid-sparse auto --enable-prefix-caching \
+      --host-pool-gib "$HOST_GIB" ;;
+    off) sweep off "$CONVS_OFF" "" --enable-hybrid-sparse off ;;
+    *) echo "multiturn_bench.sh: unknown sweep $s (off_prefix, auto_prefix, off)" >&2 ;;
+  esac
+done
 
-args=()
-for label in off off_prefix auto_prefix; do
-  for c in ${CONVS//,/ }; do args+=("$label=$out/${label}_c$c.json"); done
+args=(--turn-ref "$TURN_LEN" --preheat-ref "$PREHEAT_REF")
+for label in $SWEEPS; do
+  list=$CONVS; [ "$label" = off ] && list=$CONVS_OFF
+  for c in ${list//,/ }; do args+=("$label=$work/${label}_c$c.json"); done
+  args+=("probe:$label=$work/probe_$label.json")
 done
 echo
-node dist/scripts/gpu/multiturn_table.js "${args[@]}" | tee "$out/table.md"
-echo "total $(( $(date +%s) - start_all )) s"
+node dist/scripts/gpu/multiturn_table.js "${args[@]}" | tee "$OUT/table.md"
+echo "total $(elapsed) s"
+tar -czf "$OUT/results.tar.gz" -C "$work" . && rm -rf "$work"

@@ -5,13 +5,6 @@ import { type Command, InvalidArgumentError, Option } from "commander";
 import { DATASET_NAMES, type DatasetName, getSamples } from "../bench/datasets.js";
 import { GpuMonitor, nvidiaSmiAvailable } from "../bench/gpu_monitor.js";
 import { LATENCY_METRICS, type LatencyMetric, parseGoodput } from "../bench/metrics.js";
-import {
-  buildConversations,
-  formatMultiTurnReport,
-  type MultiTurnOptions,
-  runMultiTurn,
-  summarizeMultiTurn,
-} from "../bench/multiturn.js";
 import { failedRequestLines, formatReport } from "../bench/report.js";
 import type { EndpointKind } from "../bench/request_func.js";
 import { Rng } from "../bench/rng.js";
@@ -20,6 +13,7 @@ import { fetchFirstModel } from "../bench/server_info.js";
 import { type SweepPoint, sweepPointFrom, sweepSvg } from "../bench/svg.js";
 import { resolveModelDir } from "../models/registry.js";
 import { Tokenizer } from "../tokenizer/tokenizer.js";
+import { runMultiTurnBench } from "./bench_multiturn.js";
 import { parseFloatArg, parseIntArg } from "./engine_flags.js";
 import { action } from "./errors.js";
 import { progressLines } from "./progress.js";
@@ -41,7 +35,8 @@ export function parseIntList(v: string): number[] {
   return xs.map(Number);
 }
 
-interface BenchServeOptions {
+/** The options of `hisparse bench serve` (commander's camelCase keys). */
+export interface BenchServeOptions {
   baseUrl?: string;
   host: string;
   port: number;
@@ -248,7 +243,7 @@ async function runBenchServe(o: BenchServeOptions): Promise<void> {
   const model = o.model ?? served;
   if (model === null) throw new Error(`${baseUrl}/v1/models is missing; pass --model NAME`);
   if ((o.dataset ?? o.datasetName) === "multiturn") {
-    await runMultiTurnBench(o, baseUrl, model, apiKey, tok);
+    await runMultiTurnBench(o, baseUrl, model, apiKey, tok, extraBodyOf(o));
     return;
   }
   const requests = getSamples(
@@ -317,60 +312,6 @@ async function runBenchServe(o: BenchServeOptions): Promise<void> {
     }
   }
   writeOutputs(o, model, jsons, points);
-}
-
-/**
- * `--dataset multiturn`: one run per conversation count (`--sweep-concurrency`, else
- * `--multiturn-conversations`), each printed as a report; `--save-result` writes their summaries.
- */
-async function runMultiTurnBench(
-  o: BenchServeOptions,
-  baseUrl: string,
-  model: string,
-  apiKey: string | undefined,
-  tok: Tokenizer,
-): Promise<void> {
-  const counts = o.sweepConcurrency ?? [o.multiturnConversations];
-  const jsons: Record<string, unknown>[] = [];
-  for (const conversations of counts) {
-    const mo: MultiTurnOptions = {
-      conversations,
-      turns: o.multiturnTurns,
-      firstLen: o.multiturnFirstLen,
-      turnLen: o.multiturnTurnLen,
-      outputLen: o.randomOutputLen ?? o.outputLen ?? 220,
-    };
-    const convs = buildConversations(tok, mo, new Rng(o.seed));
-    const r = await runMultiTurn(
-      { baseUrl, model, ignoreEos: o.ignoreEos, extraBody: extraBodyOf(o), apiKey, options: mo },
-      convs,
-      (t) => tok.encode(t, { addSpecialTokens: false }),
-    );
-    const sum = summarizeMultiTurn(r, mo);
-    for (const l of formatMultiTurnReport(sum, mo, r)) console.log(l);
-    const firstError = r.turns.flat().find((x) => !x.success)?.error;
-    if (sum.completed === 0)
-      throw new Error(`every multiturn request failed (first: ${firstError ?? "no detail"})`);
-    jsons.push({
-      date: new Date().toISOString(),
-      label: o.label ?? null,
-      model_id: model,
-      dataset_name: "multiturn",
-      turns: mo.turns,
-      first_turn_len: mo.firstLen,
-      later_turn_len: mo.turnLen,
-      output_len: mo.outputLen,
-      ...sum,
-    });
-  }
-  if (o.saveResult) {
-    const dir = o.resultDir ?? ".";
-    const stamp = new Date().toISOString().replace(/[-:]/g, "").slice(0, 15);
-    const path = join(dir, o.resultFilename ?? `${o.label ?? "multiturn"}-${basename(model)}-${stamp}.json`);
-    mkdirSync(dirname(path), { recursive: true });
-    writeFileSync(path, `${JSON.stringify(jsons.length === 1 ? jsons[0] : jsons, null, 2)}\n`);
-    console.log(`Result written to ${path}`);
-  }
 }
 
 function printHeader(cfg: BenchmarkConfig): void {

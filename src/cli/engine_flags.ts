@@ -1,7 +1,9 @@
 import { type Command, Option } from "commander";
 import { ConfigError, type EngineArgs, makeEngineArgs } from "../config/engine_args.js";
-import { validateHiSparseConfig } from "../config/hisparse_config.js";
+import { hisparseReasonsFor } from "../config/hisparse_dsa.js";
+import { loadModelConfig, type ModelConfig } from "../config/model_config.js";
 import { KV_CACHE_DTYPES } from "../core/kv/kv_cache_dtype.js";
+import { resolveModelDir } from "../models/registry.js";
 import { addHiSparseFlags, hisparseConfigFromOptions } from "./hisparse_flags.js";
 import { parseFloatArg, parseGibArg, parseIntArg } from "./parse_args.js";
 
@@ -63,7 +65,7 @@ export function addEngineFlags(cmd: Command): Command {
  * Maps parsed commander options (camelCase) onto EngineArgs (HiSparse settings go to
  * `extensions.hisparse`).
  * @throws ConfigError listing every problem of the HiSparse flags (with the knob values' own
- *   problems, validateHiSparseConfig, when a flag is malformed).
+ *   problems by the model's rules, hisparseReasonsFor, when a flag is malformed).
  */
 export function engineArgsFromOptions(o: Record<string, unknown>): EngineArgs {
   const pick = <T>(k: string): T | undefined => o[k] as T | undefined;
@@ -76,7 +78,7 @@ export function engineArgsFromOptions(o: Record<string, unknown>): EngineArgs {
     };
     throw new ConfigError([
       ...hs.reasons,
-      ...(hs.config === null ? [] : validateHiSparseConfig(hs.config, ctx)),
+      ...(hs.config === null ? [] : hisparseReasonsFor(hs.config, ctx, modelConfigOrNull(pick("model")))),
     ]);
   }
   return makeEngineArgs({
@@ -102,4 +104,13 @@ export function engineArgsFromOptions(o: Record<string, unknown>): EngineArgs {
     cpuThreads: pick<number>("cpuThreads"),
     extensions: hs.config === null ? {} : { hisparse: hs.config },
   });
+}
+
+/** The model's config.json, or null when it cannot be read (the engine's load reports why). */
+function modelConfigOrNull(model: string | undefined): ModelConfig | null {
+  try {
+    return loadModelConfig(resolveModelDir(model));
+  } catch {
+    return null;
+  }
 }

@@ -197,7 +197,7 @@ export function resolveVariants(
   for (const spec of specs) {
     try {
       const args = variantEngineArgs(o, spec);
-      const reasons = validateEngineArgs(args);
+      const reasons = validateEngineArgs(args, modelConfig);
       if (reasons.length === 0) {
         const len = resolveMaxModelLen(modelConfig, args.maxModelLen);
         const source =

@@ -2,16 +2,13 @@ import { existsSync, readFileSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import type { Command } from "commander";
-import {
-  countActiveParameters,
-  countParameters,
-  loadModelConfig,
-  type ModelConfig,
-} from "../config/model_config.js";
+import { loadModelConfig, type ModelConfig } from "../config/model_config.js";
+import { countActiveParameters, countParameters } from "../config/parameter_count.js";
 import { kvHeadsPerRank, modelKVCacheGroups } from "../core/kv/kv_cache_interface.js";
 import { bytesPerToken } from "../core/kv/kv_memory.js";
 import { tensorParallelReasons, vocabIsSharded } from "../core/tensor_parallel.js";
 import { packageRoot, resolveModelDir } from "../models/registry.js";
+import { formatParameterCount } from "../plan/format.js";
 import { Tokenizer } from "../tokenizer/tokenizer.js";
 import { action } from "./errors.js";
 import { parseIntArg } from "./parse_args.js";
@@ -107,7 +104,7 @@ async function runInfo(o: { model?: string; json: boolean; tensorParallelSize: n
   );
   console.log(`model: ${m.dir}`);
   console.log(
-    `  ${m.architecture}, ${m.parameters >= 1e9 ? `${(m.parameters / 1e9).toFixed(2)} B` : `${(m.parameters / 1e6).toFixed(2)} M`} parameters, ${m.layers} layers, hidden ${m.hiddenSize}, ` +
+    `  ${m.architecture}, ${formatParameterCount(m.parameters)} parameters, ${m.layers} layers, hidden ${m.hiddenSize}, ` +
       `heads ${m.heads}/${m.kvHeads} kv, head_dim ${m.headDim}, vocab ${m.vocabSize}`,
   );
   console.log(
@@ -220,6 +217,6 @@ export function moeSummary(c: ModelConfig): string | null {
   return (
     `MoE: ${moe.numExperts} experts, ${r.topK} per token (${rule.join(", ")}), ${moe.moeLayers.length} of ` +
     `${c.numHiddenLayers} layers, expert ffn ${moe.moeIntermediateSize}, ${shared}; ` +
-    `${(countActiveParameters(c) / 1e9).toFixed(2)} B active parameters`
+    `${formatParameterCount(countActiveParameters(c))} active parameters`
   );
 }

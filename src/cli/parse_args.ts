@@ -21,3 +21,26 @@ export function parseGibArg(v: string): number {
   if (n <= 0) throw new InvalidArgumentError("must be > 0.");
   return Math.round(n * 2 ** 30);
 }
+
+/**
+ * Parses token ids: a comma-separated list (`1,2,3`) or a JSON array (`[1, 2, 3]`) of integers
+ * >= 0, at least one (vLLM and OpenAI take token-id prompts). Whether each id is in the model's
+ * vocabulary is the engine's check (it knows the vocabulary size).
+ */
+export function parseTokenIdsArg(v: string): number[] {
+  const text = v.trim();
+  let items: unknown[];
+  if (text.startsWith("[")) {
+    try {
+      const j: unknown = JSON.parse(text);
+      items = Array.isArray(j) ? j : [null];
+    } catch {
+      items = [null];
+    }
+  } else items = text === "" ? [] : text.split(",").map((s) => (/^\s*\d+\s*$/.test(s) ? Number(s) : null));
+  if (items.length === 0 || !items.every((x) => typeof x === "number" && Number.isSafeInteger(x) && x >= 0))
+    throw new InvalidArgumentError(
+      "must be token ids: a comma-separated list (1,2,3) or a JSON array ([1,2,3]) of integers >= 0.",
+    );
+  return items as number[];
+}

@@ -7,14 +7,13 @@ import {
   validateHiSparseConfig,
 } from "../config/hisparse_config.js";
 import {
-  countParameters,
   derivedMaxModelLen,
   derivedMaxModelLenSource,
   loadModelConfig,
   type ModelConfig,
   parseModelConfig,
-  weightSplit,
 } from "../config/model_config.js";
+import { countParameters, weightSplit } from "../config/parameter_count.js";
 import {
   KV_CACHE_DTYPE_BYTES,
   KV_CACHE_DTYPES,
@@ -24,7 +23,13 @@ import {
 import { kvHeadsPerRank } from "../core/kv/kv_cache_interface.js";
 import { resolveModelDir } from "../models/registry.js";
 import { dsaHiSparseLines, planDsaKnobs } from "../plan/dsa_plan.js";
-import { type BudgetSource, budgetLines, denseLines, hisparseLines } from "../plan/format.js";
+import {
+  type BudgetSource,
+  budgetLines,
+  denseLines,
+  formatParameterCount,
+  hisparseLines,
+} from "../plan/format.js";
 import { planHiSparseKnobs } from "../plan/hisparse_knobs.js";
 import {
   CUDA_DIGEST_ELEMENT_BYTES,
@@ -197,7 +202,7 @@ function refuseWhatTheEngineWould(
 
 /**
  * Weights one rank holds: (routed experts + TP-sharded weights) / tp + replicated weights
- * (config/model_config.ts weightSplit), in parameters.
+ * (config/parameter_count.ts weightSplit), in parameters.
  * @throws Error when the rank count is not a positive integer.
  */
 function weightsPerRank(
@@ -289,7 +294,7 @@ async function runPlan(o: PlanOptions): Promise<void> {
   const shown = rel.startsWith("..") || isAbsolute(rel) ? source : rel;
   const kvShown = o.kvCacheDtype === kvDtype ? kvDtype : `${o.kvCacheDtype} (${kvDtype})`;
   console.log(
-    `Model ${shown}: ${config.architecture}, ${(numParameters / 1e9).toFixed(2)} B parameters, ${config.numHiddenLayers} layers, ` +
+    `Model ${shown}: ${config.architecture}, ${formatParameterCount(numParameters)} parameters, ${config.numHiddenLayers} layers, ` +
       `${attentionSummary(config)}; context ${o.context} tokens, blocks of ${o.blockSize}, KV ${kvShown}` +
       (o.tensorParallelSize > 1 ? `, --tensor-parallel-size ${o.tensorParallelSize}` : ""),
   );

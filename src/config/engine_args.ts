@@ -1,6 +1,8 @@
 import type { CacheConfig, SchedulerConfig } from "./configs.js";
 import { validateCacheConfig, validateSchedulerConfig } from "./configs.js";
-import { type HiSparseConfig, validateHiSparseConfig } from "./hisparse_config.js";
+import type { HiSparseConfig } from "./hisparse_config.js";
+import { hisparseReasonsFor } from "./hisparse_dsa.js";
+import type { ModelConfig } from "./model_config.js";
 
 /** Compute device selection (`--device`): auto picks CUDA when a GPU and the addon load. */
 export type DeviceKind = "auto" | "cpu" | "cuda";
@@ -102,8 +104,15 @@ export function cacheConfigOf(a: EngineArgs, numGpuBlocks: number): CacheConfig 
   };
 }
 
-/** Reasons the args are invalid before anything is loaded (empty when valid). */
-export function validateEngineArgs(a: EngineArgs): string[] {
+/**
+ * Reasons the args are invalid before the weights are loaded (empty when valid).
+ * @param model what the HiSparse settings are checked by: the model's config when read already
+ *   (config.json: hisparseReasonsFor applies the model's rules, a DSA model's refusals rather
+ *   than Quest's page checks); null: Quest's checks (the model's config could not be read);
+ *   undefined (default): not checked here, because the family decides which rules apply; the
+ *   worker checks them before anything loads ({@link hisparseReasonsFor} in worker.ts).
+ */
+export function validateEngineArgs(a: EngineArgs, model?: ModelConfig | null): string[] {
   const r: string[] = [];
   if (!["auto", "cpu", "cuda"].includes(a.device))
     r.push(`--device must be auto, cpu or cuda, got ${a.device}`);
@@ -138,9 +147,13 @@ export function validateEngineArgs(a: EngineArgs): string[] {
     r.push(`--max-model-len must be >= 1, got ${a.maxModelLen}`);
   r.push(...validateCacheConfig(cacheConfigOf(a, a.numGpuBlocksOverride ?? 0)));
   const hs = a.extensions["hisparse"] as HiSparseConfig | undefined;
-  if (hs !== undefined)
+  if (hs !== undefined && model !== undefined)
     r.push(
-      ...validateHiSparseConfig(hs, { blockSize: a.blockSize, enablePrefixCaching: a.enablePrefixCaching }),
+      ...hisparseReasonsFor(
+        hs,
+        { blockSize: a.blockSize, enablePrefixCaching: a.enablePrefixCaching },
+        model,
+      ),
     );
   return r;
 }

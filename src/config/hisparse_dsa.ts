@@ -6,8 +6,14 @@
  * tier, and a per-request hot buffer of `device_buffer_tokens` latent rows (default 2 x
  * index_topk, as vLLM and SGLang size it) holds the rows recalled from there.
  */
-import { DEFAULT_BUFFER_FACTOR, type HiSparseConfig, validateHiSparseConfig } from "./hisparse_config.js";
+import {
+  DEFAULT_BUFFER_FACTOR,
+  type HiSparseConfig,
+  type HiSparseValidationContext,
+  validateHiSparseConfig,
+} from "./hisparse_config.js";
 import type { DsaIndexerConfig } from "./mla_config.js";
+import type { ModelConfig } from "./model_config.js";
 
 /** `--hisparse-config` keys that mean nothing for a DSA model (Quest's page selection). */
 export const DSA_REFUSED_KEYS: readonly string[] = ["sink_tokens", "window_tokens", "selector"];
@@ -97,4 +103,29 @@ export function dsaHiSparseConfig(
       `--enable-prefix-caching with --enable-hybrid-sparse ${hs.mode} is not supported for DSA models yet (${ctx.architecture}): their latent rows and indexer keys do not take part in the host tier's page identity; use --enable-hybrid-sparse off or leave prefix caching off`,
     );
   return { config, reasons };
+}
+
+/**
+ * The reasons HiSparse settings cannot work, checked before the weights load, in the order that
+ * names the real problem first: for a DSA model (its config has a lightning indexer) the DSA
+ * rules ({@link dsaHiSparseConfig}: Quest's keys refused, topk = index_topk, then the shared
+ * checks), never Quest's page checks (sinks and window within topk), which do not apply to it;
+ * for any other model, or when its config could not be read (`model` null: the load reports
+ * that), Quest's checks ({@link validateHiSparseConfig}).
+ */
+export function hisparseReasonsFor(
+  hs: HiSparseConfig,
+  ctx: Pick<HiSparseValidationContext, "blockSize" | "enablePrefixCaching">,
+  model: ModelConfig | null,
+): string[] {
+  const indexer = model?.mla?.indexer ?? null;
+  if (model === null || indexer === null || hs.mode === "off") return validateHiSparseConfig(hs, ctx);
+  return dsaHiSparseConfig(hs, {
+    indexer,
+    blockSize: ctx.blockSize,
+    enablePrefixCaching: ctx.enablePrefixCaching,
+    numLayers: model.numHiddenLayers,
+    vocabSize: model.vocabSize,
+    architecture: model.architecture,
+  }).reasons;
 }

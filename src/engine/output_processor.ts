@@ -139,7 +139,7 @@ export class OutputProcessor {
           stopReason = hit;
         }
       }
-      const out = this.makeOutput(s, finished, finishReason, stopReason, o.numCachedTokens, now);
+      const out = this.makeOutput(s, finished, finishReason, stopReason, o, now);
       if (out !== null) requestOutputs.push(out);
       if (finished) this.states.delete(s.requestId);
     }
@@ -174,7 +174,7 @@ export class OutputProcessor {
     finished: boolean,
     finishReason: RequestOutput["outputs"][number]["finishReason"],
     stopReason: number | string | null,
-    numCachedTokens: number,
+    cached: Pick<EngineCoreOutput, "numCachedTokens" | "numHostCachedTokens">,
     now: number,
   ): RequestOutput | null {
     if (s.kind === "final_only" && !finished) return null;
@@ -202,7 +202,8 @@ export class OutputProcessor {
         },
       ],
       finished,
-      numCachedTokens,
+      numCachedTokens: cached.numCachedTokens,
+      numHostCachedTokens: cached.numHostCachedTokens,
       metrics: {
         arrivalTime: s.arrivalTime,
         firstScheduledTime: s.firstScheduledTime,

@@ -41,5 +41,7 @@ export interface RequestOutput {
   finished: boolean;
   /** Prompt tokens whose KV came from the prefix cache. */
   numCachedTokens: number;
+  /** Of those, tokens whose pages were only in HiSparse's host tier (loaded back); 0 without HiSparse. */
+  numHostCachedTokens: number;
   metrics: RequestMetrics;
 }

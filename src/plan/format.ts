@@ -15,6 +15,17 @@ export function formatBytes(b: number): string {
   return `${b} B`;
 }
 
+/**
+ * A parameter count in the unit that fits: "8.03 B", "5.18 M", "3.20 K", or the count itself
+ * below a thousand ("512"), so a tiny model's figure never reads "0.00 B".
+ */
+export function formatParameterCount(n: number): string {
+  if (n >= 1e9) return `${(n / 1e9).toFixed(2)} B`;
+  if (n >= 1e6) return `${(n / 1e6).toFixed(2)} M`;
+  if (n >= 1e3) return `${(n / 1e3).toFixed(2)} K`;
+  return `${Math.round(n)}`;
+}
+
 /** An integer with thousands separators ("131,072"). */
 export function formatInt(n: number): string {
   return Math.round(n).toLocaleString("en-US");
@@ -30,7 +41,7 @@ export interface BudgetSource {
   reserveBytes?: number;
   /** Ranks the weights are split over (absent: 1, the whole model on one GPU). */
   tensorParallelSize?: number;
-  /** With ranks: the model's weights by placement (config/model_config.ts WeightSplit), parameters. */
+  /** With ranks: the model's weights by placement (config/parameter_count.ts WeightSplit), parameters. */
   weightSplit?: { routedExperts: number; sharded: number; replicated: number };
 }
 

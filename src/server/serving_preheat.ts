@@ -3,8 +3,13 @@
  * (a completion's `prompt`, or chat `messages` rendered with the template) and leaves it in the
  * prefix cache, so that later requests starting with it prefill only their own tokens (a long
  * document before the questions about it). It runs the prompt as one engine request of a single
- * greedy token, waits for it, and answers how many tokens are cached and where their pages live:
- * on the device, or (Hybrid HiSparse) only in the pinned host tier, whence a later hit loads them.
+ * greedy token, waits for it, and answers two things, both true of their own moment:
+ * - what the preheat found: prompt tokens that were already cached when it was scheduled, by the
+ *   tier their pages were in (a device copy read in place, or only the pinned host tier of Hybrid
+ *   HiSparse, loaded back for the prefill), and the tokens its prefill computed;
+ * - what is cached now (after the run): tokens of the cached run of whole pages from the first
+ *   token, and where those pages live (a host page loaded back by the preheat has a device copy
+ *   again, so it counts as a device page here; one whose copy was evicted since counts as host).
  * The pages stay cached like any finished request's: least recently used first out when room
  * is needed. Needs `--enable-prefix-caching`.
  */
@@ -43,11 +48,18 @@ export interface PreheatResponse {
   model: string;
   /** Tokens of the prompt. */
   prompt_tokens: number;
-  /** Of those, tokens whose KV is in the prefix cache now (whole pages from the first token). */
+  /** Of those, tokens whose KV is in the prefix cache now, after the run (whole pages from the first token). */
   cached_tokens: number;
   block_size: number;
-  /** Cached pages by tier: with a device block, and only in the host tier (HiSparse). */
+  /** Those cached pages by tier, now: with a device block, and only in the host tier (HiSparse). */
   pages: { device: number; host: number };
+  /**
+   * Prompt tokens found in the prefix cache when the preheat was scheduled, by the tier of their
+   * pages then: `device` (read in place), `host` (only in HiSparse's host tier, loaded back).
+   */
+  hit_tokens: { device: number; host: number };
+  /** Prompt tokens the preheat's prefill computed: prompt_tokens - hit_tokens.device - hit_tokens.host. */
+  computed_tokens: number;
 }
 
 /**
@@ -71,10 +83,10 @@ export async function servePreheat(
   const params = makeSamplingParams({ maxTokens: 1, temperature: 0, ignoreEos: true });
   const group = ctx.submit([{ index: 0, requestId: `${id}-0`, prompt, params }]);
   const gone = onClientGone(reply.raw, () => group.abort());
+  let hits = { numCachedTokens: 0, numHostCachedTokens: 0 };
   try {
-    for await (const _ of group.outputs()) {
-      // Only its end matters.
-    }
+    // Only its end matters (the hits are those of its first scheduling, in every output).
+    for await (const { output } of group.outputs()) hits = output;
     if (gone()) return reply.hijack();
     if (!group.finished)
       throw new OpenAIError(503, "the preheat was aborted because the server is shutting down");
@@ -83,14 +95,20 @@ export async function servePreheat(
   }
   const where = kv.locateCachedPrefix(prompt.promptTokenIds);
   const numPages = where.numDevicePages + where.numHostPages;
+  const numPromptTokens = prompt.promptTokenIds.length;
   const out: PreheatResponse = {
     id,
     object: "preheat",
     model: ctx.modelName,
-    prompt_tokens: prompt.promptTokenIds.length,
+    prompt_tokens: numPromptTokens,
     cached_tokens: numPages * kv.blockSize,
     block_size: kv.blockSize,
     pages: { device: where.numDevicePages, host: where.numHostPages },
+    hit_tokens: {
+      device: hits.numCachedTokens - hits.numHostCachedTokens,
+      host: hits.numHostCachedTokens,
+    },
+    computed_tokens: numPromptTokens - hits.numCachedTokens,
   };
   return reply.send(out);
 }

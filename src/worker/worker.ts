@@ -4,7 +4,10 @@ import type { CommunicatorRendezvous, DeviceCommunicator } from "../backends/col
 import { createBackend, createCommunicator } from "../backends/registry.js";
 import type { EngineArgs } from "../config/engine_args.js";
 import { ConfigError } from "../config/engine_args.js";
-import { countParameters, loadModelConfig, type ModelConfig } from "../config/model_config.js";
+import { hisparseConfigOf } from "../config/hisparse_config.js";
+import { hisparseReasonsFor } from "../config/hisparse_dsa.js";
+import { loadModelConfig, type ModelConfig } from "../config/model_config.js";
+import { countParameters } from "../config/parameter_count.js";
 import type { ModelRunnerOutput, SchedulerOutput } from "../core/sched/output.js";
 import { loadModel, resolveModelDir } from "../models/registry.js";
 import { createKVCacheSetup } from "./kv_cache_registry.js";
@@ -69,6 +72,7 @@ export class Worker {
     onProgress?: (done: number, total: number) => void,
     rank?: RankInit,
   ): Promise<Worker> {
+    checkHiSparseSettings(args);
     const backend = await createBackend(args, rank?.rank ?? 0);
     let comm: DeviceCommunicator | null = null;
     try {
@@ -177,6 +181,21 @@ function checkCpuMemory(args: EngineArgs): void {
       `the CPU backend needs about ${gib(weights)} GiB for this model's weights (f32) plus ${gib(args.cpuKvCacheBytes)} GiB of KV cache, more than this machine's ${gib(total)} GiB allows; use --device cuda or a smaller model`,
     ]);
   }
+}
+
+/**
+ * Refuses, before anything loads, HiSparse settings that cannot work for this model, by its
+ * family's rules (config.json only: hisparseReasonsFor; DSA models refuse Quest's keys before any
+ * Quest check). The set-ups check what depends on the backend and the pools later.
+ * @throws ConfigError listing every reason; ModelConfigError when config.json cannot be read.
+ */
+function checkHiSparseSettings(args: EngineArgs): void {
+  const hs = hisparseConfigOf(args.extensions);
+  if (hs === null) return;
+  const config = loadModelConfig(resolveModelDir(args.model));
+  const ctx = { blockSize: args.blockSize, enablePrefixCaching: args.enablePrefixCaching };
+  const reasons = hisparseReasonsFor(hs, ctx, config);
+  if (reasons.length > 0) throw new ConfigError(reasons);
 }
 
 /** Share of system memory the CPU backend may plan to use for weights and KV cache. */

@@ -133,8 +133,13 @@ export class HybridKVCacheManager extends KVCacheManager {
     if (this.prefixCache === null) return { numDevicePages: 0, numHostPages: 0 };
     const hashes = extendBlockHashes(tokenIds, this.blockSize, []);
     const hits = this.prefixCache.lookup(hashes, hashes.length);
-    const numHostPages = hits.filter((b) => b instanceof HostResidentHit).length;
+    const numHostPages = this.numHostHitTokensOf(hits) / this.blockSize;
     return { numDevicePages: hits.length - numHostPages, numHostPages };
+  }
+
+  /** Tokens of the {@link HostResidentHit}s among `hits` (pages only in the host tier). */
+  override numHostHitTokensOf(hits: readonly KVCacheBlock[]): number {
+    return hits.filter((b) => b instanceof HostResidentHit).length * this.blockSize;
   }
 
   /** Hits whose host block is free (a cache entry): touching them takes them out of the free queue. */

@@ -94,6 +94,14 @@ export class KVCacheManager {
     return { numDevicePages: n, numHostPages: 0 };
   }
 
+  /**
+   * Tokens of `hits` (from {@link getComputedBlocks}) whose pages are held only by a slower tier
+   * than the device pool, which the allocation loads back (none here; HiSparse: the host tier).
+   */
+  numHostHitTokensOf(_hits: readonly KVCacheBlock[]): number {
+    return 0;
+  }
+
   /** Hashes of the request's full blocks, computed up to its current token count. */
   blockHashesOf(request: Request): readonly BlockHash[] {
     let hashes = this.reqToBlockHashes.get(request.requestId);

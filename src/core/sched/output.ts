@@ -88,4 +88,9 @@ export interface EngineCoreOutput {
   numOutputTokens: number;
   /** Number of prompt tokens served from the prefix cache (for usage.prompt_tokens_details). */
   numCachedTokens: number;
+  /**
+   * Of those, tokens whose pages were only in a slower tier than the device pool (HiSparse's host
+   * tier: loaded back for the prefill); 0 without HiSparse.
+   */
+  numHostCachedTokens: number;
 }

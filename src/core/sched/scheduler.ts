@@ -25,6 +25,7 @@ import {
   makeEngineCoreOutput,
   maxKvTokens,
   newStepState,
+  type PromptCacheHits,
   type StepState,
 } from "./step.js";
 import { appendOutputTokens } from "./stop.js";
@@ -55,7 +56,7 @@ export class Scheduler implements SchedulerView {
   /** Outputs of requests rejected at admission, reported by the next `updateFromOutput()`. */
   private pendingOutputs: EngineCoreOutput[] = [];
   /** Prompt tokens served from the prefix cache at each request's first scheduling. */
-  private readonly numCachedTokens = new Map<RequestId, number>();
+  private readonly numCachedTokens = new Map<RequestId, PromptCacheHits>();
   private prefixCacheQueries = 0;
   private prefixCacheHits = 0;
   private numPreemptions = 0;
@@ -131,7 +132,7 @@ export class Scheduler implements SchedulerView {
     if (this.admissionError(request) !== null) {
       request.status = RequestStatus.FINISHED_IGNORED;
       this.finishedReqIds.add(reqId);
-      this.pendingOutputs.push(makeEngineCoreOutput(request, [], null, 0));
+      this.pendingOutputs.push(makeEngineCoreOutput(request, [], null));
       return;
     }
     this.requests.set(reqId, request);
@@ -226,7 +227,10 @@ export class Scheduler implements SchedulerView {
       request.status = RequestStatus.RUNNING;
       request.numComputedTokens = admitted.numComputedTokens;
       if (!this.numCachedTokens.has(request.requestId))
-        this.numCachedTokens.set(request.requestId, admitted.numComputedTokens);
+        this.numCachedTokens.set(request.requestId, {
+          numCachedTokens: admitted.numComputedTokens,
+          numHostCachedTokens: admitted.numHostCachedTokens,
+        });
       if (this.kvCacheManager.enableCaching) {
         this.prefixCacheQueries += request.numTokens;
         this.prefixCacheHits += admitted.numComputedTokens;
@@ -239,21 +243,23 @@ export class Scheduler implements SchedulerView {
    * Plans and allocates a waiting request's first chunk: prefix-cache hits, then
    * min(rest, budget) tokens (the whole rest without chunked prefill). Waiting requests have
    * numComputedTokens 0 (new, or reset by preemption).
-   * @returns hits and chunk size, or null when it must keep waiting (does not fit the budget
+   * @returns hits (tokens, and those of host-only pages) and chunk size, or null when it must keep waiting (does not fit the budget
    *   unchunked, or the pool cannot take it even after the pressure handler).
    */
   private allocateForWaiting(
     request: Request,
     st: StepState,
-  ): { numComputedTokens: number; numNewTokens: number } | null {
+  ): { numComputedTokens: number; numHostCachedTokens: number; numNewTokens: number } | null {
     for (;;) {
       // Looked up again after each relief, in case the handler touched the prefix cache.
       const hits = this.kvCacheManager.getComputedBlocks(request);
       const numRest = request.numTokens - hits.numComputedTokens;
       if (!this.schedulerConfig.enableChunkedPrefill && numRest > st.tokenBudget) return null;
       const numNewTokens = Math.min(numRest, st.tokenBudget);
-      if (this.kvCacheManager.allocateSlots(request, numNewTokens, hits.blocks) !== null)
-        return { numComputedTokens: hits.numComputedTokens, numNewTokens };
+      if (this.kvCacheManager.allocateSlots(request, numNewTokens, hits.blocks) !== null) {
+        const numHostCachedTokens = this.kvCacheManager.numHostHitTokensOf(hits.blocks);
+        return { numComputedTokens: hits.numComputedTokens, numHostCachedTokens, numNewTokens };
+      }
       if (!this.relievePressure("waiting", request, numNewTokens, hits.blocks, st)) return null;
     }
   }
@@ -311,9 +317,9 @@ export class Scheduler implements SchedulerView {
         throw new Error(`the worker returned a token for request ${reqId} before its prefill completed`);
       const newTokenIds = appendOutputTokens(request, sampled, this.schedulerConfig.maxModelLen);
       const logprobs = idx === undefined ? null : (modelRunnerOutput.logprobs[idx] ?? null);
-      const numCached = this.numCachedTokens.get(reqId) ?? 0;
+      const cached = this.numCachedTokens.get(reqId);
       outputs.push(
-        makeEngineCoreOutput(request, newTokenIds, logprobs?.slice(0, newTokenIds.length) ?? null, numCached),
+        makeEngineCoreOutput(request, newTokenIds, logprobs?.slice(0, newTokenIds.length) ?? null, cached),
       );
       if (request.isFinished) {
         stopped.add(request);

@@ -77,16 +77,26 @@ export function buildSchedulerOutput(
   };
 }
 
+/** Prompt tokens a request found in the prefix cache when it was first scheduled. */
+export interface PromptCacheHits {
+  /** Tokens of the hits, every tier (whole blocks). */
+  numCachedTokens: number;
+  /** Of those, tokens whose pages were only in the host tier (HiSparse; loaded back for the prefill). */
+  numHostCachedTokens: number;
+}
+const NO_CACHE_HITS: PromptCacheHits = { numCachedTokens: 0, numHostCachedTokens: 0 };
+
 /**
  * One request's progress for the engine (vLLM EngineCoreOutput); the finish reason follows the
  * request's status.
- * @param numCachedTokens prompt tokens served from the prefix cache.
+ * @param cached prompt tokens served from the prefix cache at the request's first scheduling
+ *   ({@link PromptCacheHits}); none when omitted.
  */
 export function makeEngineCoreOutput(
   request: Request,
   newTokenIds: number[],
   newLogprobs: EngineCoreOutput["newLogprobs"],
-  numCachedTokens: number,
+  cached: PromptCacheHits = NO_CACHE_HITS,
 ): EngineCoreOutput {
   return {
     reqId: request.requestId,
@@ -96,7 +106,8 @@ export function makeEngineCoreOutput(
     stopReason: request.stopReason,
     numPromptTokens: request.numPromptTokens,
     numOutputTokens: request.numOutputTokens,
-    numCachedTokens,
+    numCachedTokens: cached.numCachedTokens,
+    numHostCachedTokens: cached.numHostCachedTokens,
   };
 }
 

@@ -130,4 +130,14 @@ describe("HiSparse refusals for MLA models", () => {
     assert.match(e.message, /sink_tokens does not apply to DSA models/);
     assert.match(e.message, /window_tokens does not apply to DSA models/);
   });
+
+  it("a DSA model given Quest's keys and an explicit topk gets the DSA refusals, not Quest's sink+window check", async (t) => {
+    const dir = refModelDir("tiny-glm5-dsa-pv");
+    if (dir === null) return t.skip("tiny-glm5-dsa-pv not found");
+    // topk = the model's index_topk (32): sinks + window (16 + 32) exceed it, which only Quest checks.
+    const e = await startError(dir, { mode: "on", topk: 32, sinkTokens: 16, windowTokens: 32 });
+    assert.match(e.message, /sink_tokens does not apply to DSA models/);
+    assert.match(e.message, /window_tokens does not apply to DSA models/);
+    assert.doesNotMatch(e.message, /must be <= topk/);
+  });
 });

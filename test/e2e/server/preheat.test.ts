@@ -3,7 +3,10 @@
  * a preheated 2K-token document is answered as cached (whole pages, all on the device), the first
  * question about it then prefills only its own tokens (prefix-cache hits in /metrics, its TTFT
  * well below that of the same question over a cold document of the same length); bad bodies get
- * OpenAI-shaped 400s, and a server without prefix caching refuses the route.
+ * OpenAI-shaped 400s, and a server without prefix caching refuses the route. On a small device
+ * pool, a document whose device copies were evicted is preheated again: the answer says which
+ * pages were found on the device, which only in the host tier (loaded back), and what was
+ * computed.
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -65,6 +68,8 @@ describe("POST /v1/preheat", () => {
         cached_tokens: 2000,
         block_size: 16,
         pages: { device: 125, host: 0 },
+        hit_tokens: { device: 0, host: 0 },
+        computed_tokens: 2000,
       },
     );
     const before = await scrapeMetrics(server.url);
@@ -125,5 +130,74 @@ describe("POST /v1/preheat without prefix caching", () => {
       "off",
     );
     assert.match(e.message, /--enable-prefix-caching/);
+  });
+});
+
+describe("POST /v1/preheat: a document partly left in the host tier", () => {
+  // 30 device blocks of 16 tokens (the host tier: 2 x 30 = 60 blocks); a small hot buffer so
+  // that a sparse request's minimum fits the pool (no request here spills: they fit).
+  let server: RunningServer;
+  before(async () => {
+    server = await startTestServer({
+      maxModelLen: 448,
+      numGpuBlocksOverride: 30,
+      enablePrefixCaching: true,
+      extensions: {
+        hisparse: resolveHiSparseConfig({
+          mode: "auto",
+          topk: 64,
+          deviceBufferTokens: 64,
+          sinkTokens: 16,
+          windowTokens: 32,
+        }),
+      },
+    });
+  });
+  after(() => server.close());
+
+  it("narrates device hits, host hits loaded back, and the computed tail", async () => {
+    const doc = ids(21, 320);
+    // Step 1: the cold document: 20 pages computed, all left cached on the device (and their
+    // host copies in the host tier).
+    let r = await postJson(`${server.url}${P}`, { prompt: doc });
+    assert.equal(r.status, 200, r.text);
+    const body = (j: unknown) => {
+      const { id: _, object: __, model: ___, ...rest } = j as Record<string, unknown>;
+      return rest;
+    };
+    assert.deepEqual(body(r.json), {
+      prompt_tokens: 320,
+      cached_tokens: 320,
+      block_size: 16,
+      pages: { device: 20, host: 0 },
+      hit_tokens: { device: 0, host: 0 },
+      computed_tokens: 320,
+    });
+    // Step 2: an unrelated 400-token request needs 25 blocks: the 10 never used, then 15 of the
+    // document's cached ones (freed tail first, so pages 19..5 lose their device copies). Its
+    // host copies stay: pages 5..19 are now only in the host tier.
+    const c = await postJson(`${server.url}/v1/completions`, {
+      prompt: ids(22, 399),
+      max_tokens: 1,
+      temperature: 0,
+    });
+    assert.equal(c.status, 200, c.text);
+    // Step 3: preheat the document again. The lookup leaves the last token to compute, so pages
+    // 0..18 are hits: 0..4 with a device copy (80 tokens), 5..18 only in the host tier (224
+    // tokens, loaded back into device blocks: device copies again), page 19 (16 tokens)
+    // computed. That new page 19 is not registered (the cache keeps the first page of a hash,
+    // here its host-only copy), so the cached run ends with one host page.
+    r = await postJson(`${server.url}${P}`, { prompt: doc });
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(body(r.json), {
+      prompt_tokens: 320,
+      cached_tokens: 320,
+      block_size: 16,
+      pages: { device: 19, host: 1 },
+      hit_tokens: { device: 80, host: 224 },
+      computed_tokens: 16,
+    });
+    const m = await scrapeMetrics(server.url);
+    assert.equal(metric(m, "vllm:prefix_cache_hits_total", 'tier="host"'), 224);
   });
 });

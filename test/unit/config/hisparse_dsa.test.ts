@@ -4,9 +4,19 @@
  * the keys refused with their reasons, all at once.
  */
 import assert from "node:assert/strict";
+import { dirname, join } from "node:path";
 import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { makeEngineArgs, validateEngineArgs } from "../../../src/config/engine_args.js";
 import { parseHiSparseConfigJson, resolveHiSparseConfig } from "../../../src/config/hisparse_config.js";
-import { type DsaHiSparseContext, dsaHiSparseConfig } from "../../../src/config/hisparse_dsa.js";
+import {
+  type DsaHiSparseContext,
+  dsaHiSparseConfig,
+  hisparseReasonsFor,
+} from "../../../src/config/hisparse_dsa.js";
+import { loadModelConfig } from "../../../src/config/model_config.js";
+
+const repoRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
 const CTX: DsaHiSparseContext = {
   indexer: { topk: 32, headDim: 32, numHeads: 4, ropeInterleave: true, layerTypes: ["full", "shared"] },
@@ -75,4 +85,31 @@ test("the shared checks still apply: whole-block hot buffer, dense layers, prefi
     "dense_layers lists every layer of the model (2); at least one must attend sparsely",
     "--enable-prefix-caching with --enable-hybrid-sparse auto is not supported for DSA models yet (GlmMoeDsaForCausalLM): their latent rows and indexer keys do not take part in the host tier's page identity; use --enable-hybrid-sparse off or leave prefix caching off",
   ]);
+});
+
+test("the checks before loading follow the model: a DSA model refuses Quest's keys before any Quest check", () => {
+  // Quest's keys with sinks + window (1024 + 2048) beyond the explicit topk (2048): for a Quest
+  // model that is Quest's sink+window reason; for GLM-5 (index_topk 2048) only the DSA refusals.
+  const hs = user("on", '{"topk":2048,"sink_tokens":1024,"window_tokens":2048,"selector":"quest"}');
+  const ctx = { blockSize: 16, enablePrefixCaching: false };
+  const glm5 = loadModelConfig(join(repoRoot, "configs", "glm-5"));
+  const refused = (key: string) =>
+    `--hisparse-config ${key} does not apply to DSA models (GlmMoeDsaForCausalLM): the model's lightning indexer selects the 2048 tokens each layer attends to; leave ${key} out`;
+  assert.deepEqual(hisparseReasonsFor(hs, ctx, glm5), [
+    refused("sink_tokens"),
+    refused("window_tokens"),
+    refused("selector"),
+  ]);
+  const sinkWindow =
+    "sink_tokens + window_tokens (1024 + 2048 = 3072) must be <= topk (2048); set sink_tokens / window_tokens in --hisparse-config";
+  const llama = loadModelConfig(join(repoRoot, "configs", "llama-3.1-8b"));
+  assert.deepEqual(hisparseReasonsFor(hs, ctx, llama), [sinkWindow]);
+  // config.json unreadable: Quest's checks (the load then reports the model's own error).
+  assert.deepEqual(hisparseReasonsFor(hs, ctx, null), [sinkWindow]);
+  // validateEngineArgs: by the model's rules when given one; without one (the engine's call) the
+  // worker checks them once it has read config.json.
+  const args = makeEngineArgs({ extensions: { hisparse: hs } });
+  assert.deepEqual(validateEngineArgs(args, glm5), hisparseReasonsFor(hs, ctx, glm5));
+  assert.deepEqual(validateEngineArgs(args, llama), [sinkWindow]);
+  assert.deepEqual(validateEngineArgs(args), []);
 });

@@ -11,13 +11,12 @@ import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { indexerSourceLayer, mlaKvCacheGeometry } from "../../../src/config/mla_config.js";
 import {
-  countActiveParameters,
-  countParameters,
   loadModelConfig,
   ModelConfigError,
   mlpKindOf,
   parseModelConfig,
 } from "../../../src/config/model_config.js";
+import { countActiveParameters, countParameters } from "../../../src/config/parameter_count.js";
 import { modelKVCacheGroups } from "../../../src/core/kv/kv_cache_interface.js";
 import { bytesPerToken } from "../../../src/core/kv/kv_memory.js";
 

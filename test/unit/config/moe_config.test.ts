@@ -10,14 +10,13 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import {
-  countActiveParameters,
-  countParameters,
   loadModelConfig,
   ModelConfigError,
   mlpKindOf,
   parseModelConfig,
 } from "../../../src/config/model_config.js";
 import { parseMoeConfig } from "../../../src/config/moe_config.js";
+import { countActiveParameters, countParameters } from "../../../src/config/parameter_count.js";
 
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 

@@ -33,6 +33,7 @@ function coreOutput(newTokenIds: number[], finishReason: EngineCoreOutput["finis
     numPromptTokens: 1,
     numOutputTokens: newTokenIds.length,
     numCachedTokens: 0,
+    numHostCachedTokens: 0,
   };
 }
 

@@ -37,6 +37,7 @@ function output(n: number, t: number, first: number, finished: boolean): Request
     ],
     finished,
     numCachedTokens: 0,
+    numHostCachedTokens: 0,
     metrics: {
       arrivalTime: 10.0,
       firstScheduledTime: 10.25,

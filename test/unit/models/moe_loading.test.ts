@@ -12,12 +12,8 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { BackendMoeOps, HostTensorData } from "../../../src/backends/backend.js";
-import {
-  countParameters,
-  loadModelConfig,
-  ModelConfigError,
-  parseModelConfig,
-} from "../../../src/config/model_config.js";
+import { loadModelConfig, ModelConfigError, parseModelConfig } from "../../../src/config/model_config.js";
+import { countParameters } from "../../../src/config/parameter_count.js";
 import { DummyWeights, llamaWeightSpecs } from "../../../src/models/dummy.js";
 import { loadModel } from "../../../src/models/registry.js";
 import { WeightLoadError } from "../../../src/models/weights.js";

@@ -5,7 +5,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { countParameters, loadModelConfig } from "../../../src/config/model_config.js";
+import { loadModelConfig } from "../../../src/config/model_config.js";
+import { countParameters } from "../../../src/config/parameter_count.js";
 import { denseLines } from "../../../src/plan/format.js";
 import { planHiSparseKnobs } from "../../../src/plan/hisparse_knobs.js";
 import {

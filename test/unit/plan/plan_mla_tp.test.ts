@@ -7,7 +7,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { countParameters, loadModelConfig, weightSplit } from "../../../src/config/model_config.js";
+import { loadModelConfig } from "../../../src/config/model_config.js";
+import { countParameters, weightSplit } from "../../../src/config/parameter_count.js";
 import {
   KV_CACHE_DTYPE_BYTES,
   kvStorageFor,

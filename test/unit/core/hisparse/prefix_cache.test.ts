@@ -84,8 +84,12 @@ test("a hit on a host-only page: the host block is shared, a fresh device block 
   // last page, freed first) is loaded from host block 2 before the forward. Page 3 is new
   // (device 7, host 9). B computes its 3 new tokens only.
   s.addRequest(req("B", [...doc, 900, 901, 902], { maxTokens: 4 }));
-  ({ plan } = hsStep(s));
+  const stepB = hsStep(s);
+  plan = stepB.plan;
   assert.equal(plan.pageTableDeltas.length, 1);
+  // B's output reports its 12 cached prompt tokens, 4 of them (page 2) from the host tier.
+  const outB = stepB.outs.find((o) => o.reqId === rid("B"))!;
+  assert.deepEqual([outB.numCachedTokens, outB.numHostCachedTokens], [12, 4]);
   assert.deepEqual(deltas(plan), {
     B: {
       pages: [

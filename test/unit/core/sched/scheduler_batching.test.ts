@@ -41,6 +41,7 @@ test("one request: prefill, two decodes, finished at maxTokens and reported to t
       numPromptTokens: 6,
       numOutputTokens: 1,
       numCachedTokens: 0,
+      numHostCachedTokens: 0,
     },
   ]);
 

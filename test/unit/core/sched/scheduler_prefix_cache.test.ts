@@ -23,6 +23,7 @@ test("prefix cache: a later request reuses the shared full blocks and computes o
   assert.equal(so.scheduledNewReqs[0]!.numComputedTokens, 8);
   assert.deepEqual(scheduled(so), { A: 1, B: 4 });
   assert.equal(outs.find((o) => o.reqId === "B")!.numCachedTokens, 8);
+  assert.equal(outs.find((o) => o.reqId === "B")!.numHostCachedTokens, 0, "one tier: no host hits");
   assert.equal(s.kvCacheManager.blockPool.blocks[0]!.refCnt, 2);
 
   // Stats count scheduled requests' tokens: A looked up 10 (0 hits), B 12 (8 hits).
