@@ -188,7 +188,9 @@ describe("CUDA Backend.moe marshalling (fake addon)", () => {
         const T = DEFAULT_SMALL_BATCH_MAX_TOKENS + 1;
         sb.forward(be.stage(new Float32Array(T * H), [T, H], "bf16"), w, rule);
       },
-      new RegExp(`T = ${DEFAULT_SMALL_BATCH_MAX_TOKENS + 1} is outside \\[1, ${DEFAULT_SMALL_BATCH_MAX_TOKENS}\\]`),
+      new RegExp(
+        `T = ${DEFAULT_SMALL_BATCH_MAX_TOKENS + 1} is outside \\[1, ${DEFAULT_SMALL_BATCH_MAX_TOKENS}\\]`,
+      ),
     );
     assert.equal(setupSmall(0).be.moe.smallBatch, undefined, "moeSmallBatchMaxTokens: 0");
   });
