@@ -117,7 +117,7 @@ describe("CUDA Backend.moe.smallBatch vs the CPU backend", { skip }, () => {
   let cpu: CpuBackend;
   const rng = new Rng(2718);
   before(() => {
-    cuda = makeBackend();
+    cuda = makeBackend({ moeSmallBatchMaxTokens: 16 }); // the kernels take up to 16 tokens; the default limit is lower
     cpu = new CpuBackend({ numThreads: 8 });
   });
   after(() => {
