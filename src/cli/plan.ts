@@ -21,6 +21,7 @@ import {
   resolveKVCacheDtype,
 } from "../core/kv/kv_cache_dtype.js";
 import { kvHeadsPerRank } from "../core/kv/kv_cache_interface.js";
+import { tensorParallelReasons } from "../core/tensor_parallel.js";
 import { resolveModelDir } from "../models/registry.js";
 import { dsaHiSparseLines, planDsaKnobs } from "../plan/dsa_plan.js";
 import {
@@ -310,8 +311,21 @@ async function runPlan(o: PlanOptions): Promise<void> {
       ? dsaHiSparseLines(input, sparse, dense, config.mla)
       : hisparseLines(input, sparse, dense)),
     ...deploymentLines(config, o.tensorParallelSize, dense, sparse),
+    ...engineSupportLines(config, o.tensorParallelSize),
   ])
     console.log(l);
+}
+
+/**
+ * A note when the engine refuses the planned split today (e.g. MLA or MoE models at TP > 1):
+ * the figures above are the memory arithmetic only.
+ */
+function engineSupportLines(config: ModelConfig, tp: number): string[] {
+  const reasons = tp > 1 ? tensorParallelReasons(config, tp) : [];
+  if (reasons.length === 0) return [];
+  return [
+    `Note: the engine refuses this split today: ${reasons.join("; ")}; the figures above are the memory arithmetic only.`,
+  ];
 }
 
 /** "8 KV heads × 128 head_dim" (GQA) or "MLA (kv_lora_rank 512 + qk_rope 64), DSA indexer keys 128". */

@@ -40,7 +40,7 @@ function parsePositiveInt(v: string): number {
 export function registerServe(program: Command): void {
   const cmd = program
     .command("serve")
-    .description("serve the OpenAI-compatible API (completions, chat completions, models, metrics)")
+    .description("serve the OpenAI-compatible API (completions, chat completions, models, metrics, preheat)")
     .option("--host <host>", "address to listen on (0.0.0.0 for every interface)", "127.0.0.1")
     .option("--port <port>", "port to listen on (0 picks a free one)", parsePort, 8000)
     .option("--api-key <key>", `key required as 'Authorization: Bearer <key>' on /v1 (or $${API_KEY_ENV})`)

@@ -66,6 +66,10 @@ describe("hisparse plan (CLI)", () => {
       /HiSparse for DSA \(selector dsa: the indexer's top 2048 rows per layer; hot buffer 4096 rows, window 64, dense layers \[\]\)/,
     );
     assert.doesNotMatch(r.stdout, /runs on the CPU backend today/, "DSA HiSparse runs on CUDA too");
+    assert.match(
+      r.stdout,
+      /Note: the engine refuses this split today: --tensor-parallel-size 8: tensor parallelism of multi-head latent attention .*; the figures above are the memory arithmetic only\./,
+    );
     // bf16 weights do not fit: 186 GB a rank.
     const bf16 = hisparse([
       ...[
