@@ -9,7 +9,7 @@
 import type { Tensor } from "../../backends/backend.js";
 import type { RequestId } from "../../core/ids.js";
 import type { HotBufferCounters } from "./hot_buffer.js";
-import { HotBufferLru } from "./hot_buffer.js";
+import { HotBufferLru, holdPage, releasePage, sameIds } from "./hot_buffer.js";
 import type { SparseBatch } from "./selector.js";
 
 /** "No entry" in a top-k row (Backend.mla.topkIndices pads with it). */
@@ -283,26 +283,12 @@ export class LruHotRowResolver {
   }
 
   private hold(buf: RequestHotRows, page: number): void {
-    const n = buf.heldPages.get(page) ?? 0;
-    if (n === 0) this.numHeld++;
-    buf.heldPages.set(page, n + 1);
+    if (holdPage(buf.heldPages, page)) this.numHeld++;
   }
 
   /** Releases the page of an evicted position (NO_ENTRY: the slot was empty). */
   private release(buf: RequestHotRows, evictedPos: number): void {
     if (evictedPos === NO_ENTRY) return;
-    const page = Math.floor(evictedPos / this.blockSize);
-    const n = buf.heldPages.get(page)!;
-    if (n > 1) buf.heldPages.set(page, n - 1);
-    else {
-      buf.heldPages.delete(page);
-      this.numHeld--;
-    }
+    if (releasePage(buf.heldPages, Math.floor(evictedPos / this.blockSize))) this.numHeld--;
   }
-}
-
-function sameIds(a: Int32Array, b: Int32Array): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
 }

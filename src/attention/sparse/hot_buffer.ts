@@ -228,24 +228,38 @@ export class LruHotBufferResolver implements HotBufferResolver {
   }
 
   private hold(buf: RequestHotBuffer, page: number): void {
-    const n = buf.heldPages.get(page) ?? 0;
-    if (n === 0) this.numHeld++;
-    buf.heldPages.set(page, n + 1);
+    if (holdPage(buf.heldPages, page)) this.numHeld++;
   }
 
   private release(buf: RequestHotBuffer, page: number): void {
-    if (page === EMPTY_SLOT) return;
-    const n = buf.heldPages.get(page)!;
-    if (n > 1) buf.heldPages.set(page, n - 1);
-    else {
-      buf.heldPages.delete(page);
-      this.numHeld--;
-    }
+    if (page !== EMPTY_SLOT && releasePage(buf.heldPages, page)) this.numHeld--;
   }
 }
 
-function sameIds(a: Int32Array, b: Int32Array): boolean {
+/** True when two id lists are equal element by element (a request's hot blocks unchanged). */
+export function sameIds(a: Int32Array, b: Int32Array): boolean {
   if (a.length !== b.length) return false;
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/**
+ * One more hold on `page` in a request's page ref counts (the page stays pinned in the host tier
+ * while a hot slot keeps a copy of it). @returns true when the page was not held before.
+ */
+export function holdPage(held: Map<number, number>, page: number): boolean {
+  const n = held.get(page) ?? 0;
+  held.set(page, n + 1);
+  return n === 0;
+}
+
+/** One hold fewer on `page` (held before). @returns true when that was its last hold. */
+export function releasePage(held: Map<number, number>, page: number): boolean {
+  const n = held.get(page)!;
+  if (n > 1) {
+    held.set(page, n - 1);
+    return false;
+  }
+  held.delete(page);
   return true;
 }

@@ -1,3 +1,4 @@
+import { sameIds } from "../../../attention/sparse/hot_buffer.js";
 import type { Tensor } from "../../../backends/backend.js";
 import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
 import type { ResolverState } from "../../../backends/cuda/hisparse_ops.js";
@@ -297,10 +298,4 @@ function runs(pages: readonly number[]): Array<[number, number]> {
     else out.push([p, 1]);
   }
   return out;
-}
-
-function sameIds(a: Int32Array, b: Int32Array): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
 }
