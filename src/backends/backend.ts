@@ -262,10 +262,11 @@ export interface Backend {
   /**
    * Optional: runs `fn` and then releases every workspace tensor it created except the one it
    * returns (which may be moved, so use the returned handle). Lets a model bound its workspace to
-   * about one layer's activations (e.g. one scope per decoder layer). Backends without a bump
-   * workspace omit it.
+   * about one layer's activations (e.g. one scope per decoder layer). `consumed`: a tensor fn reads
+   * for the last time (the previous layer's output); the backend may reclaim it with the scope.
+   * Backends without a bump workspace omit it.
    */
-  workspaceScope?<T extends Tensor>(fn: () => T): T;
+  workspaceScope?<T extends Tensor>(fn: () => T, consumed?: Tensor): T;
   /** Optional capability: CUDA graph capture and replay (absent on CPU). */
   readonly graphs?: BackendGraphs;
   /**

@@ -16,11 +16,16 @@ export type BackendName = keyof BackendKinds;
  * Creates the compute backend for `args.device`: "cpu", "cuda", or "auto" (CUDA when the addon
  * loads and a GPU is present, else CPU). The CUDA module is imported only when used. `rank`
  * (tensor parallelism): CUDA rank i runs on device i; CPU ranks run one thread each unless
- * `--cpu-threads` says otherwise (the ranks are the parallelism).
+ * `--cpu-threads` says otherwise (the ranks are the parallelism). `sizes.workspaceBytes`: the CUDA
+ * step workspace (config/activation_bytes.ts stepWorkspaceBytes; the backend's default when absent).
  * @throws ConfigError when "cuda" is asked for but unavailable (the reason says why), or when
  *   `--tensor-parallel-size` exceeds the GPUs present.
  */
-export async function createBackend(args: EngineArgs, rank = 0): Promise<Backend> {
+export async function createBackend(
+  args: EngineArgs,
+  rank = 0,
+  sizes: { workspaceBytes?: number } = {},
+): Promise<Backend> {
   const tp = args.tensorParallelSize ?? 1;
   if (args.device !== "cpu") {
     const { detectCuda } = await import("./detect.js");
@@ -31,7 +36,7 @@ export async function createBackend(args: EngineArgs, rank = 0): Promise<Backend
           `--tensor-parallel-size ${tp} needs ${tp} GPUs, but ${cuda.deviceCount} ${cuda.deviceCount === 1 ? "is" : "are"} present`,
         ]);
       const { CudaBackend } = await import("./cuda/cuda_backend.js");
-      return new CudaBackend({ device: rank });
+      return new CudaBackend({ device: rank, ...sizes });
     }
     if (args.device === "cuda") throw new ConfigError([`--device cuda is not available: ${cuda.reason}`]);
   }

@@ -191,7 +191,9 @@ export class DecoderForCausalLM {
     for (let l = 0; l < this.layers.length; l++) {
       const prev: Tensor | null = h;
       const run = (): Tensor => this.decoderLayer(l, prev, residual, positions, ctx);
-      h = scoped ? b.workspaceScope!(run) : run();
+      // The previous layer's output is consumed by this layer: reclaimed with its scope, so a
+      // prefill of T tokens holds one [T, H] output, not one per layer.
+      h = scoped ? b.workspaceScope!(run, prev ?? undefined) : run();
     }
     if (h === null) return b.rmsNorm(residual, this.norm, eps);
     b.fusedAddRmsNorm(h, residual, this.norm, eps);

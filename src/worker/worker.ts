@@ -2,6 +2,7 @@ import { totalmem } from "node:os";
 import { type Backend, DTYPE_BYTES, type DType } from "../backends/backend.js";
 import type { CommunicatorRendezvous, DeviceCommunicator } from "../backends/collectives.js";
 import { createBackend, createCommunicator } from "../backends/registry.js";
+import { stepWorkspaceBytes } from "../config/activation_bytes.js";
 import type { EngineArgs } from "../config/engine_args.js";
 import { ConfigError } from "../config/engine_args.js";
 import { hisparseConfigOf } from "../config/hisparse_config.js";
@@ -73,7 +74,12 @@ export class Worker {
     rank?: RankInit,
   ): Promise<Worker> {
     checkHiSparseSettings(args);
-    const backend = await createBackend(args, rank?.rank ?? 0);
+    // The step workspace holds one layer's activations of a step of max_num_batched_tokens.
+    const workspaceBytes = stepWorkspaceBytes(
+      loadModelConfig(resolveModelDir(args.model)),
+      args.maxNumBatchedTokens,
+    );
+    const backend = await createBackend(args, rank?.rank ?? 0, { workspaceBytes });
     let comm: DeviceCommunicator | null = null;
     try {
       if (backend.name === "cpu") checkCpuMemory(args);

@@ -205,8 +205,13 @@ export class CudaBackend implements Backend {
     this.staging.recycle();
   }
 
-  workspaceScope<T extends Tensor>(fn: () => T): T {
-    return this.workspace.scope(() => this.dev(fn(), "workspaceScope result"), this.stream) as unknown as T;
+  workspaceScope<T extends Tensor>(fn: () => T, consumed?: Tensor): T {
+    const c = consumed === undefined ? undefined : this.dev(consumed, "workspaceScope consumed");
+    return this.workspace.scope(
+      () => this.dev(fn(), "workspaceScope result"),
+      this.stream,
+      c,
+    ) as unknown as T;
   }
 
   memoryInfo(): MemoryInfo {

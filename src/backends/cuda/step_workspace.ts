@@ -111,21 +111,37 @@ export class StepWorkspace {
    * Runs fn, then releases every workspace tensor it created except its result, which is moved
    * down to where the scope started (Backend.workspaceScope). Stream-ordered device copies; the
    * moved tensor is a new handle.
+   * @param consumed a workspace tensor that fn reads for the last time (e.g. the previous decoder
+   *   layer's output): when it is the newest live tensor and ends where the scope starts, it is released with the
+   *   scope and the result moves down over it, so a chain of scopes holds one layer's output, not
+   *   one per layer (a 32-layer prefill of T tokens would otherwise keep 32 x [T, hidden]).
    */
-  scope<T extends CudaTensor>(fn: () => T, stream: number): T {
+  scope<T extends CudaTensor>(fn: () => T, stream: number, consumed?: CudaTensor): T {
     if (this.exact) return fn(); // exact mode: every tensor lives until reset()
     const mark = this.native.used;
     const first = this.tensors.length;
+    // Reclaimable only when nothing (tracked or raw scratch) lies between it and the scope's start.
+    const reclaim =
+      consumed !== undefined &&
+      first > 0 &&
+      this.tensors[first - 1] === consumed &&
+      consumed.ptr - this.native.base + consumed.bytes === mark
+        ? consumed
+        : null;
     const r = fn();
     for (const t of this.tensors.slice(first)) if (t !== r) t.released = true;
     this.tensors.length = first;
     const base = this.native.base;
-    if (this.shared.ptr >= base + mark) this.shared = { ptr: NULL_PTR, bytes: 0 }; // released with the scope
+    // The scope's floor: its start, or the start of the consumed tensor it may reclaim.
+    const floor = reclaim !== null && r !== reclaim ? reclaim.ptr - base : mark;
+    if (this.shared.ptr >= base + floor) this.shared = { ptr: NULL_PTR, bytes: 0 }; // released with the scope
     if (r.kind !== "workspace" || r.ptr < base + mark) {
-      this.native.setUsed(mark); // the result predates the scope: everything inside goes
+      if (floor < mark) this.reclaimed(reclaim!);
+      this.native.setUsed(floor); // the result predates the scope: everything inside goes
       return r;
     }
-    const dst = offsetPtr(base, Math.ceil(mark / ALIGN) * ALIGN);
+    if (floor < mark) this.reclaimed(reclaim!);
+    const dst = offsetPtr(base, Math.ceil(floor / ALIGN) * ALIGN);
     if (dst === r.ptr) {
       this.native.setUsed(r.ptr - base + r.bytes);
       this.tensors.push(r);
@@ -143,6 +159,12 @@ export class StepWorkspace {
     const moved = this.tensor(r.shape, r.dtype);
     if (moved.ptr !== dst) throw new Error("workspaceScope: internal error (misplaced result)");
     return moved as T;
+  }
+
+  /** Marks the scope's consumed tensor released and drops it from the live list (it is the newest). */
+  private reclaimed(t: CudaTensor): void {
+    t.released = true;
+    this.tensors.pop();
   }
 
   /** Fills the unused part of the buffer with a byte (tests: 0xff = NaN poison). */

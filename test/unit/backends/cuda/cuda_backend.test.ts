@@ -139,6 +139,66 @@ describe("CudaBackend step workspace (fake addon)", () => {
     assert.equal(be.memoryStats().workspaceUsed, 8000);
   });
 
+  it("workspaceScope reclaims the consumed previous result: a chain of scopes holds one output", () => {
+    const { be } = setup();
+    const layer = (prev: Tensor | null, i: number): Tensor =>
+      be.workspaceScope!(() => {
+        if (prev !== null)
+          assert.deepEqual(
+            be.toHost(prev),
+            seq(500, () => i - 1),
+            "the input is intact inside",
+          );
+        be.stage(
+          seq(3000, () => -1),
+          [3000],
+          "f32",
+        ); // an intermediate
+        return be.stage(
+          seq(500, () => i),
+          [500],
+          "f32",
+        );
+      }, prev ?? undefined);
+    let h: Tensor | null = null;
+    for (let i = 0; i < 8; i++) h = layer(h, i);
+    assert.deepEqual(
+      be.toHost(h!),
+      seq(500, () => 7),
+    );
+    assert.equal(be.memoryStats().workspaceUsed, 2000, "one layer output, not eight");
+    // A consumed tensor that is not the newest (something lies above it) is not reclaimed.
+    const a = be.stage(
+      seq(10, () => 1),
+      [10],
+      "f32",
+    );
+    const b = be.stage(
+      seq(10, () => 2),
+      [10],
+      "f32",
+    );
+    const before = be.memoryStats().workspaceUsed;
+    be.workspaceScope!(
+      () =>
+        be.stage(
+          seq(10, () => 3),
+          [10],
+          "f32",
+        ),
+      a,
+    );
+    assert.deepEqual(
+      be.toHost(a),
+      seq(10, () => 1),
+    );
+    assert.deepEqual(
+      be.toHost(b),
+      seq(10, () => 2),
+    );
+    assert.ok(be.memoryStats().workspaceUsed > before);
+  });
+
   it("an exhausted workspace throws a RangeError naming the option", () => {
     const { be } = setup();
     assert.throws(() => be.stage(new Float32Array(1 << 19), [1 << 19], "f32"), /workspaceBytes/);
