@@ -153,7 +153,10 @@ class CompletionFormat implements ReplyFormat {
       c.textOffset = appendCompletionLogprobs(logprobs, o.tokenIds, o.logprobs, this.tokenText, c.textOffset);
       extendCompletionLogprobs(c.logprobs, logprobs);
     }
-    if (o.text.length === 0 && !output.finished && logprobs === null) return [];
+    // vLLM's rule: a step that produced tokens gets a chunk even when its text is empty (partial
+    // UTF-8, a held-back stop string, or a model served without a tokenizer, whose text is always
+    // empty), so streaming clients see every token's timing; only token-less steps are skipped.
+    if (o.text.length === 0 && o.tokenIds.length === 0 && !output.finished && logprobs === null) return [];
     const continuousUsage = this.r.stream_options?.continuous_usage_stats === true;
     return [choiceChunk(this.header(), c, output.finished, { text: o.text, logprobs }, continuousUsage)];
   }
