@@ -39,6 +39,18 @@ Napi::Value AttentionWorkspaceBytes(const Napi::CallbackInfo& info) {
 #endif
 }
 
+/** pagedPrefillWorkspaceBytes(numReqs, numTokens, numHeads, numKvHeads, headDim, maxQueryLen, maxModelLen). */
+Napi::Value PrefillWorkspaceBytes(const Napi::CallbackInfo& info) {
+#if HS_HAVE_ATTENTION
+  Args a(info, 7, "pagedPrefillWorkspaceBytes");
+  const size_t n =
+      hsPagedPrefillWorkspaceBytes(a.i32(0), a.i32(1), a.i32(2), a.i32(3), a.i32(4), a.i32(5), a.i32(6));
+  return Napi::Number::New(info.Env(), static_cast<double>(n));
+#else
+  missing(info, "paged attention kernels", "attention.h");
+#endif
+}
+
 /** pagedDecodeAttention(stream, params: the fields of HsPagedAttentionParams by name; params.gen.h). */
 Napi::Value PagedDecodeAttention(const Napi::CallbackInfo& info) {
 #if HS_HAVE_ATTENTION
@@ -107,6 +119,8 @@ void initAttention(Napi::Env env, Napi::Object exports) {
               Napi::Function::New(env, AttentionWorkspaceBytes, "pagedAttentionWorkspaceBytes"));
   exports.Set("pagedDecodeAttention", Napi::Function::New(env, PagedDecodeAttention, "pagedDecodeAttention"));
   exports.Set("pagedPrefillAttention", Napi::Function::New(env, PagedPrefillAttention, "pagedPrefillAttention"));
+  exports.Set("pagedPrefillWorkspaceBytes",
+              Napi::Function::New(env, PrefillWorkspaceBytes, "pagedPrefillWorkspaceBytes"));
   exports.Set("setDecodeMinSplitTokens",
               Napi::Function::New(env, SetDecodeMinSplitTokens, "setDecodeMinSplitTokens"));
   exports.Set("sampleWorkspaceBytes", Napi::Function::New(env, SampleWorkspaceBytes, "sampleWorkspaceBytes"));

@@ -100,11 +100,22 @@ size_t hsPagedAttentionWorkspaceBytes(int maxNumReqs, int maxNumTokens, int numH
 cudaError_t hsPagedDecodeAttention(const HsPagedAttentionParams* p, cudaStream_t s);
 
 /**
+ * Workspace bytes hsPagedPrefillAttention uses for split-KV on a launch of these sizes (0: that
+ * launch does not split). A launch given less than this runs unsplit (correct, slower when few
+ * query tokens attend a long context). maxModelLen: the block-table width in tokens, as in
+ * HsPagedAttentionParams.
+ */
+size_t hsPagedPrefillWorkspaceBytes(int numReqs, int numTokens, int numHeads, int numKvHeads, int headDim,
+                                    int maxQueryLen, int maxModelLen);
+
+/**
  * General causal paged attention (chunked prefill; any mix of query lengths, decodes included).
  * maxQueryLen: host-known value >= every request's query length (sizes the grid). Output rows
  * of tokens covered by some request are all written (zeros where a row has no keys); rows not
  * covered by queryStartLoc are left untouched. Not for graph capture (grid depends on
- * maxQueryLen). Same error convention as the decode launcher.
+ * maxQueryLen). Split-KV when the grid is small and the workspace holds
+ * hsPagedPrefillWorkspaceBytes (a second kernel combines the splits); a smaller or null
+ * workspace runs one pass. Same error convention as the decode launcher.
  */
 cudaError_t hsPagedPrefillAttention(const HsPagedAttentionParams* p, int maxQueryLen, cudaStream_t s);
 

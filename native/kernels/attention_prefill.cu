@@ -9,7 +9,18 @@
 // deep, block ids prefetched ahead); each warp computes S = Q K^T for its rows, applies the
 // causal mask (key position <= query position, query j at seqLen - queryLen + j), updates its
 // online softmax and accumulates P V, all in registers. Rows with no key write zeros.
+//
+// Split-KV (FlashAttention's split-KV / flash-decoding, applied to prefill chunks): a chunk of few
+// query tokens over a long cached context (a prefix-cache hit, a preheated document, the later
+// turns of a conversation) has few row tiles, so the grid above fills a fraction of the SMs while
+// each CTA walks the whole context. When the grid would be under kPrefillCtasPerSm CTAs per SM and
+// the caller gives the workspace (hsPagedPrefillWorkspaceBytes), each (row tile, kv head, request)
+// is split over numSplits CTAs along the keys (grid z = request * numSplits + split; split sizes
+// in whole key tiles, so no tile straddles two splits), each writing fp32 normalised partial rows
+// and their log2-sum-exp; prefillMergeKernel then combines the splits in split order
+// (deterministic, and independent of how the other requests of the batch were split).
 #include "attention_launch.cuh"
+#include "attention_prefill_merge.cuh"
 
 // Tile shape knobs (keys per K/V tile, pipeline stages) per head dim. D=128: 64-key tiles with 2
 // stages spill a few registers (ATTENTION.md) yet ran 7-10% faster than 32 keys / 3 stages on the
@@ -67,6 +78,10 @@ struct PrefillArgs {
   int kvFp8;     // nonzero: kvCache holds e4m3 bytes (HsPagedAttentionParams.kvCacheFp8)
   float kScale;  // fp8 per-tensor scales
   float vScale;
+  int numSplits;      // split-KV factor (1: no split, the CTA writes `out` itself)
+  int numTokens;      // rows of out (partial row stride)
+  float* partialO;    // [numSplits, numTokens, Hq, D] fp32, normalised by the split's own sum
+  float* partialLse;  // [numSplits, numTokens, Hq] log2-sum-exp of the split (-inf: no key)
 };
 
 /** Row range of one CTA and its causal geometry. */
@@ -95,10 +110,14 @@ __device__ __forceinline__ void loadQTile(const PrefillArgs& a, const RowTile& r
   }
 }
 
-/** Writes o / l (bf16) for this thread's valid rows; rows with l == 0 (no key) get zeros. */
+/**
+ * Writes o / l (bf16) for this thread's valid rows; rows with l == 0 (no key) get zeros. Split
+ * launches write the fp32 partial row and its log2-sum-exp (m * scaleLog2 + log2 l) instead.
+ */
 template <int D, int MT>
-__device__ __forceinline__ void prefillEpilogue(const PrefillArgs& a, const RowTile& rt, int kvh, int warpRow0,
-                                                const float (&o)[MT][D / 8][4], float (&l)[MT][2]) {
+__device__ __forceinline__ void prefillEpilogue(const PrefillArgs& a, const RowTile& rt, int kvh, int split,
+                                                int warpRow0, const float (&o)[MT][D / 8][4], float (&l)[MT][2],
+                                                const float (&m)[MT][2]) {
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2;
   const int t = lane & 3;
@@ -111,8 +130,19 @@ __device__ __forceinline__ void prefillEpilogue(const PrefillArgs& a, const RowT
       if (rho >= rt.rowEnd) continue;  // padding row of the last tile
       const int j = rho / a.groupSize;
       const int head = kvh * a.groupSize + (rho - j * a.groupSize);
-      __nv_bfloat16* dst = a.out + (static_cast<size_t>(rt.qStart + j) * a.numHeads + head) * D + 2 * t;
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      if (a.numSplits > 1) {
+        const size_t prow = (static_cast<size_t>(split) * a.numTokens + rt.qStart + j) * a.numHeads + head;
+        if (t == 0) a.partialLse[prow] = sum > 0.f ? m[mt][hh] * a.scaleLog2 + __log2f(sum) : kNegInf;
+        if (sum > 0.f) {
+          float* po = a.partialO + prow * D + 2 * t;
+#pragma unroll
+          for (int dt = 0; dt < D / 8; ++dt)
+            *reinterpret_cast<float2*>(po + dt * 8) = make_float2(o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
+        }
+        continue;
+      }
+      __nv_bfloat16* dst = a.out + (static_cast<size_t>(rt.qStart + j) * a.numHeads + head) * D + 2 * t;
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt)
         *reinterpret_cast<uint32_t*>(dst + dt * 8) = packBf16x2(o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
@@ -130,7 +160,8 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads) pagedPrefillKernel(co
   constexpr int kNT = kKeys / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   const int kvh = blockIdx.y;
-  const int req = blockIdx.z;
+  const int req = blockIdx.z / a.numSplits;
+  const int split = blockIdx.z - req * a.numSplits;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -146,8 +177,16 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads) pagedPrefillKernel(co
   const int seqLen = min(max(__ldg(a.seqLens + req), 0), maxLen);
   rt.ctxLen = seqLen - qLen;
   // Keys needed by the tile: positions <= the last row's query position.
-  const int kvEnd = max(0, min(seqLen, rt.ctxLen + (rt.rowEnd - 1) / a.groupSize + 1));
-  const int numTiles = (kvEnd + kKeys - 1) / kKeys;
+  const int kvEndTile = max(0, min(seqLen, rt.ctxLen + (rt.rowEnd - 1) / a.groupSize + 1));
+  // This split's keys [kvBegin, kvEnd): whole kKeys tiles, so no tile straddles two splits.
+  int kvBegin = 0;
+  int kvEnd = kvEndTile;
+  if (a.numSplits > 1) {
+    const int per = ((kvEndTile + a.numSplits - 1) / a.numSplits + kKeys - 1) / kKeys * kKeys;
+    kvBegin = min(kvEndTile, split * per);
+    kvEnd = min(kvEndTile, kvBegin + per);
+  }
+  const int numTiles = (kvEnd - kvBegin + kKeys - 1) / kKeys;
 
   // This thread's rows: query position (or -1 for padding rows) of row g + 8hh of slab mt.
   const int warpRow0 = warp * Cfg::kRowsPerWarp;
@@ -174,12 +213,12 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads) pagedPrefillKernel(co
 
   loadQTile<D, Cfg::kRows, Cfg::kThreads>(a, rt, kvh, sQ);
   typename Cfg::Loader loader(reinterpret_cast<int*>(smem + Cfg::kIdOffset), tid);
-  loader.prologueIds(btRow, 0, kvEnd, a.log2BlockSize);
+  loader.prologueIds(btRow, kvBegin, kvEnd, a.log2BlockSize);
   __syncthreads();
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < numTiles)
-      issueKvTile(loader, a, sK0 + st * Cfg::kTileBytes, sV0 + st * Cfg::kTileBytes, kvHead, st, 0, tokenStride);
+      issueKvTile(loader, a, sK0 + st * Cfg::kTileBytes, sV0 + st * Cfg::kTileBytes, kvHead, st, kvBegin, tokenStride);
     cpAsyncCommit();
   }
 
@@ -202,13 +241,14 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads) pagedPrefillKernel(co
     const int next = it + kStages - 1;
     if (next < numTiles) {
       const int st = next % kStages;
-      issueKvTile(loader, a, sK0 + st * Cfg::kTileBytes, sV0 + st * Cfg::kTileBytes, kvHead, next, 0, tokenStride);
+      issueKvTile(loader, a, sK0 + st * Cfg::kTileBytes, sV0 + st * Cfg::kTileBytes, kvHead, next, kvBegin,
+                  tokenStride);
     }
     loader.storeIds(next + 1);
-    loader.loadIds(btRow, next + 2, 0, kvEnd, a.log2BlockSize);
+    loader.loadIds(btRow, next + 2, kvBegin, kvEnd, a.log2BlockSize);
     cpAsyncCommit();
 
-    const int tileStart = it * kKeys;
+    const int tileStart = kvBegin + it * kKeys;
     if (tileStart > warpMaxQpos) continue;  // every key of the tile is in this warp's future
     const int st = it % kStages;
     float s[kMT][kNT][4];
@@ -226,7 +266,7 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads) pagedPrefillKernel(co
     warpPV<D, kMT, kNT>(o, s, sV0 + st * Cfg::kTileBytes, 0, lane);
   }
   cpAsyncWait<0>();
-  prefillEpilogue<D, kMT>(a, rt, kvh, warpRow0, o, l);
+  prefillEpilogue<D, kMT>(a, rt, kvh, split, warpRow0, o, l, m);
 }
 
 /** Launches the prefill kernel for head dim D; sizes already validated. */
@@ -253,16 +293,43 @@ cudaError_t launchPrefill(const HsPagedAttentionParams* p, int maxQueryLen, cuda
   const long long rows = static_cast<long long>(maxQueryLen) * a.groupSize;
   const long long tiles = (rows + Cfg::kRows - 1) / Cfg::kRows;
   if (tiles > 0x7fffffffLL || p->numKvHeads > 65535) return cudaErrorInvalidValue;
+  a.numTokens = p->numTokens;
+  a.numSplits = prefillNumSplits(p->numReqs, p->numKvHeads, a.groupSize, maxQueryLen, p->maxModelLen, Cfg::kRows,
+                                 currentSmCount(132));
+  const size_t need = prefillWorkspaceBytes(a.numSplits, p->numTokens, p->numHeads, D);
+  if (a.numSplits > 1 && (p->workspace == nullptr || p->workspaceBytes < need)) a.numSplits = 1;  // no room: one pass
+  if (a.numSplits > 1) {
+    a.partialO = static_cast<float*>(p->workspace);
+    a.partialLse = reinterpret_cast<float*>(static_cast<unsigned char*>(p->workspace) +
+                                            align256(static_cast<size_t>(a.numSplits) * p->numTokens * p->numHeads * D *
+                                                     sizeof(float)));
+  }
   static std::atomic<unsigned long long> smemLimitSet{0};  // per head dim, one bit per device
   cudaError_t err = ensureSmemLimit(pagedPrefillKernel<D>, Cfg::kSmemBytes, smemLimitSet);
   if (err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>(tiles), p->numKvHeads, p->numReqs);
+  const dim3 grid(static_cast<unsigned>(tiles), p->numKvHeads, p->numReqs * a.numSplits);
   pagedPrefillKernel<D><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
+  if (a.numSplits > 1) {
+    const dim3 mgrid((p->numHeads + kPrefillMergeWarps - 1) / kPrefillMergeWarps, p->numTokens);
+    prefillMergeKernel<D><<<mgrid, kPrefillMergeWarps * 32, 0, stream>>>(a.partialO, a.partialLse, a.out,
+                                                                          a.numSplits, p->numTokens, p->numHeads);
+  }
   return cudaGetLastError();
 }
 
 }  // namespace
 }  // namespace hs_attn
+
+extern "C" size_t hsPagedPrefillWorkspaceBytes(int numReqs, int numTokens, int numHeads, int numKvHeads, int headDim,
+                                               int maxQueryLen, int maxModelLen) {
+  using namespace hs_attn;
+  if (numReqs <= 0 || numTokens <= 0 || numKvHeads <= 0 || numHeads % numKvHeads != 0 || maxQueryLen <= 0) return 0;
+  const int rowsPerCta = headDim == 128 ? PrefillCfg<128>::kRows : headDim == 64 ? PrefillCfg<64>::kRows
+                                                                                   : PrefillCfg<32>::kRows;
+  const int splits = prefillNumSplits(numReqs, numKvHeads, numHeads / numKvHeads, maxQueryLen, maxModelLen, rowsPerCta,
+                                      currentSmCount(132));
+  return prefillWorkspaceBytes(splits, numTokens, numHeads, headDim);
+}
 
 extern "C" cudaError_t hsPagedPrefillAttention(const HsPagedAttentionParams* p, int maxQueryLen, cudaStream_t s) {
   using namespace hs_attn;

@@ -30,6 +30,7 @@
 #define hsPagedDecodeNumSplits HS_ATTN_CAT(hsPagedDecodeNumSplits, HS_ATTN_SUFFIX)
 #define hsPagedAttentionWorkspaceBytes HS_ATTN_CAT(hsPagedAttentionWorkspaceBytes, HS_ATTN_SUFFIX)
 #define hsPagedPrefillAttention HS_ATTN_CAT(hsPagedPrefillAttention, HS_ATTN_SUFFIX)
+#define hsPagedPrefillWorkspaceBytes HS_ATTN_CAT(hsPagedPrefillWorkspaceBytes, HS_ATTN_SUFFIX)
 #define hsSparseDecodeAttention HS_ATTN_CAT(hsSparseDecodeAttention, HS_ATTN_SUFFIX)
 #endif
 

@@ -205,6 +205,29 @@ void benchPrefill(int T, bool quick, std::vector<Row>& rows) {
   }
 }
 
+/**
+ * A prefill chunk of qLen tokens over a ctx-token context (a prefix-cache hit, a preheated
+ * document, a later conversation turn), one request: one pass vs split-KV (the default launch).
+ */
+void benchPrefillChunk(int qLen, int ctx, bool quick, std::vector<Row>& rows) {
+  const size_t ws = hsPagedPrefillWorkspaceBytes(1, qLen, kHq, kHkv, kD, qLen, ctx);
+  BenchProblem prob(1, ctx, qLen, ws, 0.0);
+  const double flops = 4.0 * static_cast<double>(qLen) * (ctx - qLen / 2.0) * kHq * kD;
+  char shape[64];
+  std::snprintf(shape, sizeof shape, "%d on %dK", qLen, ctx / 1024);
+  for (int split = 0; split < 2; ++split) {
+    const float ms = medianMs(2, quick ? 5 : 20, [&](int) {
+      HsPagedAttentionParams p = prob.params(0, ctx);
+      if (split == 0) p.workspaceBytes = 0;
+      return hsPagedPrefillAttention(&p, qLen, 0);
+    });
+    const double tflops = flops / (ms * 1e-3) / 1e12;
+    const char* name = split == 0 ? "one pass" : (ws > 0 ? "split-KV" : "split-KV (not split)");
+    rows.push_back({"prefill", shape, name, split, ms, tflops, 100.0 * tflops / 990.0});
+    std::printf("prefill %-12s %-22s %8.3f ms %8.1f TFLOP/s\n", shape, name, ms, tflops);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -223,6 +246,8 @@ int main(int argc, char** argv) {
   benchDecode(1, 131072, quick, rows);
   benchPrefill(8192, quick, rows);
   if (!quick) benchPrefill(32768, quick, rows);
+  benchPrefillChunk(128, 32768, quick, rows);
+  benchPrefillChunk(785, 13568, quick, rows);
 
   std::printf("\n%-8s %-11s %-24s %6s %10s %12s %8s\n", "kernel", "shape", "variant", "splits", "ms", "rate",
               "%peak");

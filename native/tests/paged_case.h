@@ -148,8 +148,12 @@ inline PagedCase buildCase(const CaseSpec& spec) {
   c.dSeqLens = DeviceBuffer<int>(c.seqLens.size());
   c.dBlockTables = DeviceBuffer<int>(c.blockTables.size());
   c.uploadTables();
-  const size_t ws = hsPagedAttentionWorkspaceBytes(std::max(c.numReqs, 1), c.numTokens, spec.numHeads,
-                                                   spec.headDim, spec.maxModelLen, spec.blockSize);
+  int maxQ = 1;
+  for (int q : spec.qLens) maxQ = std::max(maxQ, q);
+  const size_t ws = std::max(hsPagedAttentionWorkspaceBytes(std::max(c.numReqs, 1), c.numTokens, spec.numHeads,
+                                                            spec.headDim, spec.maxModelLen, spec.blockSize),
+                             hsPagedPrefillWorkspaceBytes(c.numReqs, c.numTokens, spec.numHeads, spec.numKvHeads,
+                                                          spec.headDim, maxQ, c.maxBlocksPerReq * spec.blockSize));
   c.dWorkspace = DeviceBuffer<unsigned char>(ws);
   c.dWorkspace.poison();
   return c;

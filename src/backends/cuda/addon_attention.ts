@@ -31,8 +31,24 @@ export interface NativeAttentionApi {
    * maxBlocksPerReq]; maxModelLen in tokens; workspace / workspaceBytes: decode split scratch.
    */
   pagedDecodeAttention(stream: number, params: PagedAttentionParams): void;
-  /** Causal prefill / mixed batches (hsPagedPrefillAttention); maxQueryLen in tokens; no workspace. */
+  /**
+   * Causal prefill / mixed batches (hsPagedPrefillAttention); maxQueryLen in tokens. workspace /
+   * workspaceBytes: split-KV scratch of pagedPrefillWorkspaceBytes bytes (less, or none: one pass).
+   */
   pagedPrefillAttention(stream: number, params: PagedAttentionParams, maxQueryLen: number): void;
+  /**
+   * Bytes of split-KV scratch a prefill launch of these sizes uses (hsPagedPrefillWorkspaceBytes;
+   * 0: it does not split). maxModelLen: the block-table width in tokens.
+   */
+  pagedPrefillWorkspaceBytes(
+    numReqs: number,
+    numTokens: number,
+    numHeads: number,
+    numKvHeads: number,
+    headDim: number,
+    maxQueryLen: number,
+    maxModelLen: number,
+  ): number;
   sampleWorkspaceBytes(B: number, V: number): number;
   sample(
     stream: number,

@@ -94,8 +94,10 @@ export function pagedAttention(
     const ws = wsBytes > 0 ? ctx.sharedScratch(wsBytes) : NULL_PTR;
     a.pagedDecodeAttention(ctx.stream, params(ws, wsBytes));
   } else {
-    // The prefill kernel needs no workspace (attention.h).
-    a.pagedPrefillAttention(ctx.stream, params(NULL_PTR, 0), meta.maxQueryLen);
+    // Split-KV scratch when few query rows attend a long context (a prefix hit, later turns).
+    const wsBytes = a.pagedPrefillWorkspaceBytes(numReqs, T, Hq, Hkv, D, meta.maxQueryLen, maxModelLen);
+    const ws = wsBytes > 0 ? ctx.sharedScratch(wsBytes) : NULL_PTR;
+    a.pagedPrefillAttention(ctx.stream, params(ws, wsBytes), meta.maxQueryLen);
   }
   return out;
 }

@@ -452,6 +452,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
       maxNumReqs * numHeads * 4 * 2 + maxNumTokens * headDim,
     pagedDecodeAttention: recordParams("pagedDecodeAttention", PAGED_ATTENTION_PARAMS),
     pagedPrefillAttention: recordParams("pagedPrefillAttention", PAGED_ATTENTION_PARAMS),
+    pagedPrefillWorkspaceBytes: () => 0,
     sampleWorkspaceBytes: (B, V) => B * V,
     swapInPages: record("swapInPages"),
     reshapeAndCacheDigest: record("reshapeAndCacheDigest"),
