@@ -334,6 +334,7 @@ outer: for (const [mi, mode] of modes.entries()) {
       for (const b of batchesFor(ctx, mode === "off" ? offBatchSpec : batchSpec)) {
         if (performance.now() > deadline) {
           console.log("time budget reached: remaining points skipped");
+          if (e !== hsEngine) e.dispose();
           break outer;
         }
         const r = measure(e, config.vocabSize, ctx, b, label, p);
