@@ -9,6 +9,9 @@
  * Scheduler (with HiSparse scheduling: spills, offload, mirrors, admission). The model is loaded
  * once (dummy weights) and shared by every configuration.
  */
+import type { AttentionBackend } from "../src/attention/backend.js";
+import { CudaHiSparseAttention } from "../src/attention/sparse/cuda/cuda_hisparse_attention.js";
+import { CudaQuestSelector } from "../src/attention/sparse/cuda/cuda_quest.js";
 import type { Tensor } from "../src/backends/backend.js";
 import type { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import {
@@ -29,6 +32,7 @@ import type { EngineCoreOutput, SchedulerOutput } from "../src/core/sched/output
 import { Scheduler } from "../src/core/sched/scheduler.js";
 import type { LoadedModel } from "../src/models/registry.js";
 import { createKVCacheSetup } from "../src/worker/kv_cache_registry.js";
+import type { KVCacheSetup } from "../src/worker/kv_cache_setup.js";
 import { ModelRunner } from "../src/worker/model_runner.js";
 
 /** One engine configuration over the shared model. */
@@ -40,6 +44,8 @@ export interface BenchEngine {
   numGpuBlocks: number;
   numHostBlocks: number;
   kvCaches: readonly Tensor[];
+  /** The KV set-up's attention backend (the device selector of HiSparse on CUDA). */
+  attention: AttentionBackend;
   /** Frees the KV cache, the HiSparse tables and pinned memory, the graphs. */
   dispose(): void;
 }
@@ -56,6 +62,61 @@ export interface BenchEngineOptions {
   hisparse: HiSparseConfig | null;
 }
 
+/** The engine arguments of a configuration. */
+function benchArgs(o: BenchEngineOptions): EngineArgs {
+  return makeEngineArgs({
+    device: "cuda",
+    loadFormat: "dummy",
+    blockSize: o.blockSize,
+    maxModelLen: o.maxModelLen,
+    maxNumSeqs: o.maxNumSeqs,
+    maxNumBatchedTokens: o.maxNumBatchedTokens,
+    extensions: o.hisparse === null ? {} : { hisparse: o.hisparse },
+  });
+}
+
+/** The device side of a configuration: its KV set-up and the runner that owns it. */
+interface BenchDevice {
+  kv: KVCacheSetup;
+  runner: ModelRunner;
+}
+
+/** A scheduler (with HiSparse scheduling when `args` enable it) over a device side. */
+function scheduledEngine(
+  dev: BenchDevice,
+  args: EngineArgs,
+  maxModelLen: number,
+  blockSize: number,
+): BenchEngine {
+  const { kv, runner } = dev;
+  const { numGpuBlocks } = kv;
+  const numHostBlocks = kv.info.hisparse?.numHostBlocks ?? 0;
+  // The settings in effect (DSA models derive theirs: KVCacheSetup info.hisparse.config).
+  const user = hisparseConfigOf(args.extensions);
+  const hs =
+    user === null
+      ? null
+      : { ...(kv.info.hisparse?.config ?? user), mode: user.mode, residency: user.residency };
+  const hisparse =
+    hs === null ? null : createHiSparseScheduling(hs, { blockSize, numGpuBlocks, numHostBlocks });
+  const scheduler = new Scheduler(
+    schedulerConfigOf(args, maxModelLen),
+    cacheConfigOf(args, numGpuBlocks),
+    hisparse?.schedulerOptions ?? {},
+  );
+  return {
+    args,
+    runner,
+    scheduler,
+    hisparse,
+    numGpuBlocks,
+    numHostBlocks,
+    kvCaches: kv.kvCaches,
+    attention: kv.attention,
+    dispose: () => runner.dispose(),
+  };
+}
+
 /**
  * Allocates one configuration's KV state, runner and scheduler over `model`.
  * @throws ConfigError when the configuration does not fit (the message says why).
@@ -65,15 +126,7 @@ export function createBenchEngine(
   model: LoadedModel["model"],
   o: BenchEngineOptions,
 ): BenchEngine {
-  const args = makeEngineArgs({
-    device: "cuda",
-    loadFormat: "dummy",
-    blockSize: o.blockSize,
-    maxModelLen: o.maxModelLen,
-    maxNumSeqs: o.maxNumSeqs,
-    maxNumBatchedTokens: o.maxNumBatchedTokens,
-    extensions: o.hisparse === null ? {} : { hisparse: o.hisparse },
-  });
+  const args = benchArgs(o);
   const kv = createKVCacheSetup(backend, {
     model,
     args,
@@ -88,30 +141,51 @@ export function createBenchEngine(
     maxNumSeqs: o.maxNumSeqs,
     fastPrefill: true,
   });
-  const { numGpuBlocks } = kv;
-  const numHostBlocks = kv.info.hisparse?.numHostBlocks ?? 0;
-  // The settings in effect (DSA models derive theirs: KVCacheSetup info.hisparse.config).
-  const user = hisparseConfigOf(args.extensions);
-  const hs = user === null ? null : (kv.info.hisparse?.config ?? user);
-  const hisparse =
-    hs === null
-      ? null
-      : createHiSparseScheduling(hs, { blockSize: o.blockSize, numGpuBlocks, numHostBlocks });
-  const scheduler = new Scheduler(
-    schedulerConfigOf(args, o.maxModelLen),
-    cacheConfigOf(args, numGpuBlocks),
-    hisparse?.schedulerOptions ?? {},
-  );
-  return {
-    args,
-    runner,
-    scheduler,
-    hisparse,
-    numGpuBlocks,
-    numHostBlocks,
-    kvCaches: kv.kvCaches,
-    dispose: () => runner.dispose(),
+  const e = scheduledEngine({ kv, runner }, args, o.maxModelLen, o.blockSize);
+  devices.set(e, { kv, runner, options: o });
+  return e;
+}
+
+/** The device side and options of each engine createBenchEngine or rescheduleBenchEngine made. */
+const devices = new WeakMap<BenchEngine, BenchDevice & { options: BenchEngineOptions }>();
+
+/**
+ * Another HiSparse mode (`auto`, `on` with either residency) over e's device side: the same KV
+ * caches, pinned host tier, slot tables, runner and graphs, with a fresh Scheduler and HiSparse
+ * scheduling for `hisparse`. The device set-up depends on neither the mode nor the residency
+ * (worker/hisparse/layout.ts), so one pinned host tier (the slowest part of a configuration to
+ * allocate) serves every HiSparse mode of a benchmark. Only the mode and residency of `hisparse`
+ * are taken; the rest must be e's. After this, e must not step again: dispose the new engine
+ * (it frees the shared device side), not e.
+ * @throws Error when e is not a HiSparse engine of this harness, or still holds requests.
+ */
+export function rescheduleBenchEngine(e: BenchEngine, hisparse: HiSparseConfig): BenchEngine {
+  const dev = devices.get(e);
+  if (dev === undefined || e.hisparse === null || dev.options.hisparse === null)
+    throw new Error("rescheduleBenchEngine takes a HiSparse engine made by createBenchEngine");
+  if (e.scheduler.hasUnfinishedRequests() || e.scheduler.hasFinishedRequests())
+    throw new Error("rescheduleBenchEngine: the engine still holds requests (abortAll first)");
+  const options = {
+    ...dev.options,
+    hisparse: { ...dev.options.hisparse, mode: hisparse.mode, residency: hisparse.residency },
   };
+  const next = scheduledEngine(dev, benchArgs(options), options.maxModelLen, options.blockSize);
+  devices.set(next, { kv: dev.kv, runner: dev.runner, options });
+  return next;
+}
+
+/**
+ * Benchmarks only: the selection overlap p of e's CUDA Quest selector for later steps
+ * (CudaQuestSelector.setBenchSelectionOverlap), and drops the captured decode graphs, which hold
+ * the previous p as a kernel argument (they are captured again on the next decode steps).
+ * @throws Error when e's attention is not CUDA Quest HiSparse built with benchSelectionOverlap.
+ */
+export function setSelectionOverlap(e: BenchEngine, p: number): void {
+  const a = e.attention;
+  if (!(a instanceof CudaHiSparseAttention) || !(a.selector instanceof CudaQuestSelector))
+    throw new Error("setSelectionOverlap needs CUDA Quest HiSparse (the DSA overlap is set at start-up)");
+  a.selector.setBenchSelectionOverlap(p);
+  e.runner.dropGraphs();
 }
 
 let nextId = 0;

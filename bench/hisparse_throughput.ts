@@ -1,9 +1,9 @@
 /**
  * HiSparse decode throughput vs concurrency (issue 6), GPU machine:
  *   node dist/bench/hisparse_throughput.js [--config configs/llama-3.1-8b] [--contexts 32768,131072]
- *     [--batches 32768:1,4,8,16;131072:1,2,4] [--modes off,on,auto] [--steps 16]
+ *     [--batches 32768:1,4,8,16;131072:1,2,4] [--off-batches SPEC] [--modes off,on,auto] [--steps 16]
  *     [--kv-budget-gib 32] [--host-pool-gib 64] [--topk 2048] [--buffer 4096] [--dense-layers 0,1]
- *     [--json FILE] [--budget-s 420] [--overlap P] [--num-layers N --num-experts E]
+ *     [--json FILE] [--budget-s 420] [--overlap P[,P2...]] [--num-layers N --num-experts E]
  *     [--host-kv-cache-dtype auto|fp8]
  * Llama-3.1-8B shape with seeded dummy weights (bf16), block size 16, CUDA graphs. Modes: `off`,
  * `auto`, `on` (residency host: long requests go host-resident after prefill) and `on-hybrid`
@@ -32,7 +32,13 @@
  * overlap: P = 0 is the engine's own selection over random keys (dummy weights: 14-33% hits);
  * the reference models re-select 96-99% of pages in long decodes (issue 18), so P = 0.97 stands for
  * them. Every printed line, the table header and the JSON carry the P used; figures without it
- * are the engine's own selection.
+ * are the engine's own selection. Several values (`--overlap 0,0.97`, Quest models) run every
+ * HiSparse mode's points once per P on the same engine (columns `auto p=0.97`; the captured
+ * graphs are dropped between values, as they hold P), `off` once.
+ * The HiSparse modes share one device side (KV caches, pinned host tier, slot tables, graphs:
+ * bench/hisparse_harness.ts rescheduleBenchEngine), each with its own scheduler, so the host
+ * tier is pinned once per run. After the point table comes the peak table: each column's best
+ * pure-decode tok/s over B against off's best, and batch 1 against off's batch 1.
  *
  * Filling contexts: prefills do not run the model (ModelRunner.fastPrefill): each prefill chunk
  * writes every layer's K/V and Quest digests from fixed random qkv rows, through the same kernels
@@ -78,8 +84,11 @@ import {
   type BenchEngine,
   createBenchEngine,
   isDecodeStep,
+  rescheduleBenchEngine,
+  setSelectionOverlap,
   step,
 } from "./hisparse_harness.js";
+import { printThroughputTables, type Row } from "./hisparse_throughput_report.js";
 import { cutGlm5 } from "./mla_bench_setup.js";
 
 const arg = (name: string, d: string) => {
@@ -96,6 +105,8 @@ const maxPositions = derivedMaxModelLen(
 const capContext = (c: string) => Math.min(Number(c), maxPositions - 1024);
 const contexts = arg("contexts", "32768,131072").split(",").map(capContext);
 const batchSpec = arg("batches", "32768:1,4,8,16;131072:1,2,4");
+/** `--off-batches`: off's batch sizes in the same form (default: --batches); off saturates early. */
+const offBatchSpec = arg("off-batches", batchSpec);
 type BenchMode = "off" | "on" | "auto" | "on-hybrid";
 const BENCH_MODES: readonly BenchMode[] = ["off", "on", "auto", "on-hybrid"];
 const modes = arg("modes", "off,on,auto").split(",") as BenchMode[];
@@ -105,12 +116,16 @@ const STEPS = Number(arg("steps", "16"));
 const budgetBytes = Math.floor(Number(arg("kv-budget-gib", "32")) * GiB);
 const hostPoolBytes = Math.floor(Number(arg("host-pool-gib", "64")) * GiB);
 const deadline = performance.now() + Number(arg("budget-s", "420")) * 1000;
-/** `--overlap P`: the benchmark's selection-overlap knob, or null (the engine's own selection). */
+/**
+ * `--overlap P` or `--overlap P1,P2,...`: the benchmark's selection-overlap knob per round of the
+ * HiSparse modes, or [null] (the engine's own selection, no knob).
+ */
 const overlapArg = arg("overlap", "");
-const overlap = overlapArg === "" ? null : Number(overlapArg);
-if (overlap !== null && !(overlap >= 0 && overlap <= 1))
-  throw new Error(`--overlap must be a probability in [0, 1], got ${overlapArg}`);
-const overlapTag = overlap === null ? "" : `, selection overlap p=${overlap} (benchmark knob)`;
+const overlaps: (number | null)[] = overlapArg === "" ? [null] : overlapArg.split(",").map(Number);
+for (const p of overlaps)
+  if (p !== null && !(p >= 0 && p <= 1))
+    throw new Error(`--overlap must be probabilities in [0, 1], got ${overlapArg}`);
+const overlapTag = overlapArg === "" ? "" : `, selection overlap p=${overlapArg} (benchmark knob)`;
 /** `--host-kv-cache-dtype auto|fp8`: host-tier pages as the device pool's, or fp8 (half the bytes per miss). */
 const hostKvCacheDtype = arg("host-kv-cache-dtype", "auto");
 if (!HOST_KV_CACHE_DTYPES.includes(hostKvCacheDtype as HostKvCacheDtype))
@@ -122,31 +137,17 @@ const denseLayers = arg("dense-layers", "0,1")
   .filter((x) => x !== "")
   .map(Number);
 
-/** Batch sizes per context: "C:b1,b2;C2:..." or one list for every context. */
-function batchesFor(ctx: number): number[] {
-  for (const part of batchSpec.split(";")) {
+/** Batch sizes per context: "C:b1,b2;C2:..." or one list for every context (`spec`: off's or the rest's). */
+function batchesFor(ctx: number, spec = batchSpec): number[] {
+  for (const part of spec.split(";")) {
     const [c, list] = part.includes(":") ? part.split(":") : [String(ctx), part];
     if (capContext(c!) === ctx) return list!.split(",").map(Number);
   }
   return [1];
 }
-
-interface Row {
-  context: number;
-  /** The column label: the mode, or `mode#k` for its k-th round. */
-  mode: string;
-  batch: number;
-  tokPerS: number;
-  stepMs: number;
-  running: number;
-  waiting: number;
-  preemptions: number;
-  hitRate: number | null;
-  h2dGBps: number | null;
-  /** Request decode steps that attended sparsely, over the counted steps. */
-  sparseDecodes: number;
-  note: string;
-}
+/** Every batch size run at a context, ascending (the table's rows). */
+const allBatchesFor = (ctx: number) =>
+  [...new Set([...batchesFor(ctx), ...batchesFor(ctx, offBatchSpec)])].sort((a, b) => a - b);
 
 function hisparseConfig(mode: Exclude<BenchMode, "off">, dsa: boolean): HiSparseConfig {
   // DSA models derive topk (index_topk), the hot buffer and dense layers (config/hisparse_dsa.ts).
@@ -161,7 +162,8 @@ function hisparseConfig(mode: Exclude<BenchMode, "off">, dsa: boolean): HiSparse
     minSparseTokens: 0,
     hostKvCacheDtype: hostKvCacheDtype as HostKvCacheDtype,
   });
-  return overlap === null ? cfg : { ...cfg, benchSelectionOverlap: overlap };
+  const p = overlaps[0] ?? null;
+  return p === null ? cfg : { ...cfg, benchSelectionOverlap: p };
 }
 
 /** Steps until every running request decodes and nothing more gets admitted (or a step cap). */
@@ -173,7 +175,14 @@ function rampUp(e: BenchEngine, cap: number): void {
   }
 }
 
-function measure(e: BenchEngine, vocab: number, ctx: number, batch: number, mode: string): Row {
+function measure(
+  e: BenchEngine,
+  vocab: number,
+  ctx: number,
+  batch: number,
+  mode: string,
+  overlap: number | null,
+): Row {
   const ids = addRequests(e, vocab, batch, ctx, 100_000);
   const fillSteps = Math.ceil(ctx / e.args.maxNumBatchedTokens) * batch + 50;
   rampUp(e, fillSteps);
@@ -214,6 +223,7 @@ function measure(e: BenchEngine, vocab: number, ctx: number, batch: number, mode
   const row: Row = {
     context: ctx,
     mode,
+    overlap,
     batch,
     tokPerS: counted > 0 ? tokens / secs : 0,
     stepMs: counted > 0 ? ms / counted : 0,
@@ -275,82 +285,89 @@ console.log(
 );
 const rows: Row[] = [];
 /** Column label of each listed mode: the mode, or `mode#k` for its k-th round when listed again. */
-const labels = modes.map((m, i) => {
+const roundLabels = modes.map((m, i) => {
   const k = modes.slice(0, i + 1).filter((x) => x === m).length;
   return modes.filter((x) => x === m).length > 1 ? `${m}#${k}` : m;
 });
-// One configuration per mode, sized for the longest context, serves every context (fewer
-// pinned allocations; graph buckets depend only on the batch size).
+/** The overlaps a mode runs at: off one round (no selection), the HiSparse modes each p. */
+const overlapsOf = (mode: BenchMode): (number | null)[] => (mode === "off" ? [null] : overlaps);
+const labelOf = (round: string, p: number | null) =>
+  overlaps.length > 1 && p !== null ? `${round} p=${p}` : round;
+const labels = modes.flatMap((m, i) => overlapsOf(m).map((p) => labelOf(roundLabels[i]!, p)));
+if (isDsa && overlaps.length > 1)
+  throw new Error("--overlap with several values is for Quest models (the DSA overlap is set at start-up)");
+/**
+ * One configuration per mode, sized for the longest context, serves every context (fewer pinned
+ * allocations; graph buckets depend only on the batch size); the HiSparse modes share one device
+ * side (rescheduleBenchEngine: one pinned host tier, the slowest part to allocate).
+ */
+let hsEngine: BenchEngine | null = null;
+function engineFor(mode: BenchMode): BenchEngine {
+  const opts = {
+    blockSize: BLOCK,
+    maxModelLen: maxCtx + 1024,
+    maxNumSeqs: Math.max(...contexts.flatMap(allBatchesFor)),
+    maxNumBatchedTokens: 8192,
+    kvBudgetBytes: budgetBytes,
+  };
+  if (mode === "off") return createBenchEngine(backend, model, { ...opts, hisparse: null });
+  const hs = hisparseConfig(mode, isDsa);
+  hsEngine =
+    hsEngine === null
+      ? createBenchEngine(backend, model, { ...opts, hisparse: hs })
+      : rescheduleBenchEngine(hsEngine, hs);
+  return hsEngine;
+}
 outer: for (const [mi, mode] of modes.entries()) {
-  const label = labels[mi]!;
   let e: BenchEngine;
   try {
-    e = createBenchEngine(backend, model, {
-      blockSize: BLOCK,
-      maxModelLen: maxCtx + 1024,
-      maxNumSeqs: Math.max(...contexts.flatMap(batchesFor)),
-      maxNumBatchedTokens: 8192,
-      kvBudgetBytes: budgetBytes,
-      hisparse: mode === "off" ? null : hisparseConfig(mode, isDsa),
-    });
+    e = engineFor(mode);
   } catch (err) {
     console.log(`${mode}: does not start: ${(err as Error).message}`);
     continue;
   }
   console.log(`${mode}: ${e.numGpuBlocks} device blocks, ${e.numHostBlocks} host blocks`);
-  for (const ctx of contexts)
-    for (const b of batchesFor(ctx)) {
-      if (performance.now() > deadline) {
-        console.log("time budget reached: remaining points skipped");
-        e.dispose();
-        break outer;
+  for (const p of overlapsOf(mode)) {
+    const label = labelOf(roundLabels[mi]!, p);
+    if (p !== null && !isDsa) setSelectionOverlap(e, p);
+    for (const ctx of contexts)
+      for (const b of batchesFor(ctx, mode === "off" ? offBatchSpec : batchSpec)) {
+        if (performance.now() > deadline) {
+          console.log("time budget reached: remaining points skipped");
+          if (e !== hsEngine) e.dispose();
+          break outer;
+        }
+        const r = measure(e, config.vocabSize, ctx, b, label, p);
+        rows.push(r);
+        console.log(
+          `  ${label} context ${ctx} B=${b}: ${r.tokPerS.toFixed(0)} tok/s, step ${r.stepMs.toFixed(2)} ms, running ${r.running}, waiting ${r.waiting}, preemptions ${r.preemptions}` +
+            (r.hitRate === null
+              ? ""
+              : `, hit rate ${(100 * r.hitRate).toFixed(1)}%${p === null ? "" : ` (overlap p=${p})`}, H2D ${r.h2dGBps!.toFixed(1)} GB/s`) +
+            (r.sparseDecodes > 0 ? `, sparse decodes ${r.sparseDecodes}` : "") +
+            (r.note === "" ? "" : ` (${r.note})`),
+        );
       }
-      const r = measure(e, config.vocabSize, ctx, b, label);
-      rows.push(r);
-      console.log(
-        `  ${label} context ${ctx} B=${b}: ${r.tokPerS.toFixed(0)} tok/s, step ${r.stepMs.toFixed(2)} ms, running ${r.running}, waiting ${r.waiting}, preemptions ${r.preemptions}` +
-          (r.hitRate === null
-            ? ""
-            : `, hit rate ${(100 * r.hitRate).toFixed(1)}%${overlap === null ? "" : ` (overlap p=${overlap})`}, H2D ${r.h2dGBps!.toFixed(1)} GB/s`) +
-          (r.sparseDecodes > 0 ? `, sparse decodes ${r.sparseDecodes}` : "") +
-          (r.note === "" ? "" : ` (${r.note})`),
-      );
-    }
-  e.dispose();
+  }
+  if (e !== hsEngine) e.dispose();
   backend.resetWorkspace();
 }
+(hsEngine as BenchEngine | null)?.dispose();
 
 /** The off column a label is compared with: off's round of the same number, else its first. */
 const offOf = (label: string): string => {
-  const k = label.includes("#") ? label.split("#")[1] : "1";
+  const k = label.includes("#") ? label.split("#")[1]!.split(" ")[0] : "1";
   const offs = labels.filter((l) => l === "off" || l.startsWith("off#"));
   return offs.find((l) => l === `off#${k}`) ?? offs[0] ?? "off";
 };
 const ratioLabels = labels.filter((l) => l !== "off" && !l.startsWith("off#"));
-if (overlap !== null) console.log(`\nHiSparse columns use the benchmark's selection overlap p = ${overlap}`);
-console.log(
-  `\n| context | B | ${labels.map((m) => `${m} tok/s (running)`).join(" | ")} | ${ratioLabels.map((m) => `${m}/${offOf(m)}`).join(" | ")} |`,
-);
-console.log(`|---|---|${labels.map(() => "---|").join("")}${ratioLabels.map(() => "---|").join("")}`);
-for (const ctx of contexts)
-  for (const b of batchesFor(ctx)) {
-    const get = (m: string) => rows.find((r) => r.context === ctx && r.batch === b && r.mode === m);
-    if (!labels.some((m) => get(m) !== undefined)) continue;
-    const cells = labels.map((m) => {
-      const r = get(m);
-      // *: some timed steps also prefilled and were not counted (see the point's note)
-      return r === undefined ? "-" : `${r.tokPerS.toFixed(0)} (${r.running})${r.note === "" ? "" : "*"}`;
-    });
-    const ratio = (m: string) => {
-      const [a, o] = [get(m), get(offOf(m))];
-      return a && o ? `${(a.tokPerS / o.tokPerS).toFixed(2)}x` : "-";
-    };
-    console.log(`| ${ctx} | ${b} | ${cells.join(" | ")} | ${ratioLabels.map(ratio).join(" | ")} |`);
-  }
+if (overlapArg !== "")
+  console.log(`\nHiSparse columns use the benchmark's selection overlap p = ${overlapArg}`);
+printThroughputTables(rows, { contexts, batchesFor: allBatchesFor, labels, ratioLabels, offOf });
 const json = arg("json", "");
 if (json !== "")
   writeFileSync(
     json,
-    JSON.stringify({ budgetBytes, hostPoolBytes, denseLayers, selectionOverlap: overlap, rows }, null, 2),
+    JSON.stringify({ budgetBytes, hostPoolBytes, denseLayers, selectionOverlap: overlaps, rows }, null, 2),
   );
 backend.dispose();

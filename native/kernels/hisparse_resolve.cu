@@ -7,7 +7,9 @@
 // inserts misses one at a time, each taking the least recently used slot not yet used in the round
 // (ties: lowest slot); since an insert marks its slot used, the victims are exactly the free slots
 // in (lastUse, slot) order, which this kernel ranks all at once (O(numHot^2 / threads)
-// comparisons, numHot ~ 256). Split or fused, the hot buffer's contents are the same.
+// comparisons, numHot ~ 256). Split or fused, the hot buffer's contents are the same. A selection
+// of at most kMaxStagedSel pages is staged in shared memory with each page's own and host block
+// first (one round trip), so the passes after it make no dependent global loads on it.
 #include <cuda_bf16.h>
 
 #include "hisparse.h"
@@ -21,8 +23,22 @@ namespace {
 constexpr int kCopyUnroll = 4;
 /** Largest hot buffer (slots) one CTA handles. */
 constexpr int kMaxHot = 4096;
+/**
+ * Most selected pages a CTA stages in shared memory with their own and host blocks (12 bytes
+ * each): a selection up to this long is read from global memory once, in one parallel round
+ * trip, instead of in dependent loads in every pass (the binary searches of the hits, the miss
+ * scan, the victims, the miss list): at batch 1 the plan's latency is what the swap-in waits on.
+ */
+constexpr int kMaxStagedSel = 2048;
 
-/** Shared-memory layout of one CTA (ints): per slot page / lastUse / victim, per miss its j, hit bits. */
+/** Selected pages a CTA stages for a selection stride (the shared memory is sized by it). */
+__host__ __device__ inline int stagedSelCap(int selStride) { return selStride < kMaxStagedSel ? selStride : kMaxStagedSel; }
+
+/**
+ * Shared-memory layout of one CTA (ints): per slot page / lastUse / victim, per miss its j, hit
+ * bits, scan words; then the staged selection: per selected page j its page, own block (-1:
+ * INACTIVE) and host block, stagedSelCap(selStride) entries each.
+ */
 struct ResolveSmem {
   int* page;
   int* lastUse;
@@ -31,6 +47,9 @@ struct ResolveSmem {
   unsigned* hitBits;
   int* warpSums;
   int* bc;
+  int* selPage;
+  int* selOwn;
+  int* selHost;
   __device__ ResolveSmem(unsigned char* smem, int numHot, int selStride) {
     page = reinterpret_cast<int*>(smem);
     lastUse = page + numHot;
@@ -39,12 +58,41 @@ struct ResolveSmem {
     hitBits = reinterpret_cast<unsigned*>(missJ + numHot);
     warpSums = reinterpret_cast<int*>(hitBits + (selStride + 31) / 32);
     bc = warpSums + 32;
+    const int cap = stagedSelCap(selStride);
+    selPage = bc + 8;
+    selOwn = selPage + cap;
+    selHost = selOwn + cap;
   }
 };
 
 size_t resolveSmemBytes(int numHot, int selStride) {
-  return (4 * static_cast<size_t>(numHot) + (selStride + 31) / 32 + 32 + 8) * sizeof(int);
+  return (4 * static_cast<size_t>(numHot) + (selStride + 31) / 32 + 32 + 8 + 3 * static_cast<size_t>(stagedSelCap(selStride))) *
+         sizeof(int);
 }
+
+/**
+ * A (row, kv head)'s selection as the plan reads it: from the staged copy in shared memory when
+ * the selection fits it, else from global memory (the page's own and host blocks looked up).
+ */
+struct SelView {
+  const int32_t* sel;       // global [n] ascending pages
+  const int32_t* blockRow;  // global [tableStride] own block per page
+  const int32_t* hostRow;   // global [tableStride] host block per page
+  const ResolveSmem* s;
+  int tableStride;
+  bool staged;
+  __device__ int page(int j) const { return staged ? s->selPage[j] : sel[j]; }
+  /** The page's own block (>= 0: ACTIVE), 0 for a page outside the table (never resolved). */
+  __device__ int own(int j) const {
+    if (staged) return s->selOwn[j];
+    const int pg = sel[j];
+    return pg >= 0 && pg < tableStride ? blockRow[pg] : 0;
+  }
+  /** The page's host block (only read for misses: pages inside the table). */
+  __device__ int host(int j) const { return staged ? s->selHost[j] : hostRow[sel[j]]; }
+  /** Index of the first selected page >= pg. */
+  __device__ int lowerBoundOf(int n, int pg) const { return lowerBound(staged ? s->selPage : sel, n, pg); }
+};
 
 /** Ranks the slots not used in this round by (lastUse, slot): victim[rank] = slot. Returns their count. */
 __device__ int rankFreeSlots(const ResolveSmem& s, int numHot, int tick) {
@@ -110,6 +158,7 @@ __global__ void __launch_bounds__(kThreads) resolveKernel(const HsResolveParams 
     return;
   }
   const ResolveSmem s(smem, p.numHot, p.selStride);
+  const int seqLen = max(p.seqLens[r], 0);  // read now: its load overlaps the passes below
   const int n = min(max(p.selCount[item], 0), p.selStride);
   const int32_t* sel = p.selPages + item * p.selStride;
   int32_t* outRow = p.headBlockTables + item * p.selStride;
@@ -129,14 +178,23 @@ __global__ void __launch_bounds__(kThreads) resolveKernel(const HsResolveParams 
     s.lastUse[i] = lastG[i];
   }
   for (int i = threadIdx.x; i < (p.selStride + 31) / 32; i += blockDim.x) s.hitBits[i] = 0;
+  const SelView sv{sel, blockRow, hostRow, &s, p.tableStride, n <= stagedSelCap(p.selStride)};
+  if (sv.staged)
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+      const int pg = sel[j];
+      const bool inTable = pg >= 0 && pg < p.tableStride;
+      s.selPage[j] = pg;
+      s.selOwn[j] = inTable ? blockRow[pg] : 0;
+      s.selHost[j] = inTable ? hostRow[pg] : -1;
+    }
   __syncthreads();
   const int tick = s.bc[0];
   // Hits: each slot looks its page up in the selection (pageToSlot of the oracle, inverted).
   for (int i = threadIdx.x; i < p.numHot; i += blockDim.x) {
     const int page = s.page[i];
     if (page < 0 || page >= p.tableStride) continue;
-    const int j = lowerBound(sel, n, page);
-    if (j < n && sel[j] == page && blockRow[page] < 0) {
+    const int j = sv.lowerBoundOf(n, page);
+    if (j < n && sv.page(j) == page && sv.own(j) < 0) {
       s.lastUse[i] = tick;
       outRow[j] = hotRow[i];
       atomicOr(&s.hitBits[j >> 5], 1u << (j & 31));
@@ -152,8 +210,7 @@ __global__ void __launch_bounds__(kThreads) resolveKernel(const HsResolveParams 
     const int j = base + threadIdx.x;
     bool miss = false;
     if (j < n) {
-      const int page = sel[j];
-      const int own = page >= 0 && page < p.tableStride ? blockRow[page] : 0;
+      const int own = sv.own(j);
       if (own >= 0)
         outRow[j] = own;
       else if (s.hitBits[j >> 5] & (1u << (j & 31)))
@@ -180,7 +237,7 @@ __global__ void __launch_bounds__(kThreads) resolveKernel(const HsResolveParams 
   for (int m = threadIdx.x; m < numMisses; m += blockDim.x) {
     const int i = s.victim[m];
     const int j = s.missJ[m];
-    const int page = sel[j];
+    const int page = sv.page(j);
     const int evicted = s.page[i];
     s.page[i] = page;
     s.lastUse[i] = tick;
@@ -188,7 +245,7 @@ __global__ void __launch_bounds__(kThreads) resolveKernel(const HsResolveParams 
     int32_t* held = p.heldCount + static_cast<size_t>(slot) * p.tableStride;
     if (evicted >= 0 && evicted < p.tableStride && atomicSub(&held[evicted], 1) == 1) atomicSub(&p.heldPages[slot], 1);
     if (atomicAdd(&held[page], 1) == 0) atomicAdd(&p.heldPages[slot], 1);
-    const int hb = hostRow[page];
+    const int hb = sv.host(j);
     if (hb < 0 || hb >= p.numHostBlocks || outRow[j] < 0 || outRow[j] >= p.numBlocks) ++errors;  // not copied
   }
   __syncthreads();
@@ -198,7 +255,7 @@ __global__ void __launch_bounds__(kThreads) resolveKernel(const HsResolveParams 
     int32_t* src = p.missSrc + item * stride;
     int32_t* dst = p.missDst + item * stride;
     for (int m = threadIdx.x; m < numMisses; m += blockDim.x) {
-      const int hb = hostRow[sel[s.missJ[m]]];
+      const int hb = sv.host(s.missJ[m]);
       src[m] = hb >= 0 && hb < p.numHostBlocks ? hb : -1;
       dst[m] = hotRow[s.victim[m]];
     }
@@ -210,12 +267,11 @@ __global__ void __launch_bounds__(kThreads) resolveKernel(const HsResolveParams 
     pageG[i] = s.page[i];
     lastG[i] = s.lastUse[i];
   }
-  const int seqLen = max(p.seqLens[r], 0);
   const int numPages = (seqLen + p.blockSize - 1) / p.blockSize;
   const int totalHits = blockSum(hits, s.warpSums);
   const int totalErrors = blockSum(errors, s.warpSums);
   if (threadIdx.x == 0) {
-    const bool tailOk = n > 0 && sel[n - 1] == numPages - 1;
+    const bool tailOk = n > 0 && sv.page(n - 1) == numPages - 1;
     p.headSeqLens[item] = tailOk ? (n - 1) * p.blockSize + (seqLen - (numPages - 1) * p.blockSize) : 0;
     atomicAdd(&p.counters[0], static_cast<unsigned long long>(totalHits));
     atomicAdd(&p.counters[1], static_cast<unsigned long long>(numMisses));

@@ -106,6 +106,15 @@ export class ModelRunner {
           );
   }
 
+  /**
+   * Frees the captured decode graphs; the next decode steps capture them again. For benchmarks
+   * that change a setting a graph holds as a kernel argument (bench/hisparse_throughput.ts
+   * `--overlap`: CudaQuestSelector.setBenchSelectionOverlap).
+   */
+  dropGraphs(): void {
+    this.graphRunner?.dispose();
+  }
+
   /** Frees graph resources, then the KV set-up (what the extensions hold, the caches). */
   dispose(): void {
     this.graphRunner?.dispose();

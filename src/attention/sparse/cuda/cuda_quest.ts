@@ -43,7 +43,7 @@ export class CudaQuestSelector implements DeviceSelector {
     private readonly backend: CudaBackend,
     readonly config: QuestSelectorConfig,
     private readonly tables: DeviceSelectorTables,
-    private readonly benchSelectionOverlap: number | null = null,
+    private benchSelectionOverlap: number | null = null,
   ) {
     this.budget = questPageBudget(config);
     const { numKvHeads: Hkv, headDim: D } = config.layout;
@@ -95,6 +95,20 @@ export class CudaQuestSelector implements DeviceSelector {
         ? {}
         : { overlap: { prevSelected: this.prevSelected[sparseLayer]!, p: this.benchSelectionOverlap } }),
     });
+  }
+
+  /**
+   * Benchmarks only: the selection overlap of later selections (bench/hisparse_throughput.ts
+   * `--overlap P1,P2`: one engine measured at several p). A captured decode graph holds the p it
+   * was captured with (a kernel argument): drop the graphs afterwards (ModelRunner.dropGraphs).
+   * @throws Error when the selector was built without the overlap state (benchSelectionOverlap
+   *   null: no previous-selection flags) or p is not in [0, 1].
+   */
+  setBenchSelectionOverlap(p: number): void {
+    if (this.prevSelected.length === 0 && this.config.numSparseLayers > 0)
+      throw new Error("the selector was built without benchSelectionOverlap: no previous selections to keep");
+    if (!(p >= 0 && p <= 1)) throw new Error(`selection overlap p must be in [0, 1], got ${p}`);
+    this.benchSelectionOverlap = p;
   }
 
   /** Frees the digests (and the benchmark's selection flags). */

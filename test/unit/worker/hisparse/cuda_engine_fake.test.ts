@@ -15,6 +15,8 @@ import {
   addRequests,
   createBenchEngine,
   isDecodeStep,
+  rescheduleBenchEngine,
+  setSelectionOverlap,
   step,
 } from "../../../../bench/hisparse_harness.js";
 import type { HostTensorData } from "../../../../src/backends/backend.js";
@@ -309,6 +311,74 @@ describe("benchmark harness on the fake addon (bench/hisparse_harness.ts)", () =
     assert.equal(e.scheduler.kvCacheManager.numFreeBlocks, e.numGpuBlocks);
     assert.equal(e.hisparse!.stats().hostPoolUsedBlocks, 0);
     e.dispose();
+    be.dispose();
+  });
+});
+
+describe("throughput benchmark knobs on the fake addon (rescheduleBenchEngine, setSelectionOverlap)", () => {
+  it("one device side serves on then auto; a new overlap p drops the graphs and reaches questSelect", () => {
+    const fake = createFakeAddon();
+    const be = new CudaBackend({ addon: fake, workspaceBytes: 16 << 20, stagingBytes: 1 << 16 });
+    const model = LlamaForCausalLM.load(config, weights(), be, MAX_MODEL_LEN);
+    const hs = resolveHiSparseConfig({
+      mode: "on",
+      topk: 8,
+      deviceBufferTokens: 8,
+      sinkTokens: 4,
+      windowTokens: 4,
+      denseLayers: [0],
+      minSparseTokens: 0,
+      hostPoolBytes: 1 << 20,
+    });
+    const on = createBenchEngine(be, model, {
+      blockSize: BS,
+      maxModelLen: MAX_MODEL_LEN,
+      maxNumSeqs: 4,
+      maxNumBatchedTokens: 32,
+      kvBudgetBytes: 1 << 20,
+      hisparse: { ...hs, benchSelectionOverlap: 0 },
+    });
+    /** Steps 3 requests of 60 tokens through 30 steps; @returns the overlapP of each questSelect launch. */
+    const runRequests = (e: typeof on): number[] => {
+      const ids = addRequests(e, config.vocabSize, 3, 60, 1000);
+      const mark = fake.calls.length;
+      for (let i = 0; i < 30; i++) step(e);
+      abortAll(e, ids);
+      return fake.calls
+        .slice(mark)
+        .filter((c) => c.fn === "questSelect")
+        .map((c) => c.params!.overlapP!);
+    };
+    // step 1: `on` at p = 0: every selection (captured or eager) carries p = 0.
+    const graphsBefore = be.graphs.size;
+    const p0 = runRequests(on);
+    assert.ok(p0.length > 0 && p0.every((p) => p === 0), JSON.stringify(p0));
+    assert.ok(be.graphs.size > graphsBefore, "decode steps were captured");
+    // step 2: p = 0.97 on the same engine: the old graphs are freed, the new capture carries 0.97.
+    const captured = be.graphs.size;
+    setSelectionOverlap(on, 0.97);
+    assert.ok(be.graphs.size < captured, "setSelectionOverlap drops the captured graphs");
+    const p97 = runRequests(on);
+    assert.ok(p97.length > 0 && p97.every((p) => Math.abs(p - 0.97) < 1e-6), JSON.stringify(p97));
+    // step 3: `auto` over the same device side: a fresh scheduler, the same pools and host tier.
+    const auto = rescheduleBenchEngine(on, { ...hs, mode: "auto", residency: "hybrid" });
+    assert.equal(auto.runner, on.runner);
+    assert.equal(auto.hisparse!.policy !== on.hisparse!.policy, true);
+    assert.equal(auto.numHostBlocks, on.numHostBlocks);
+    const ids = addRequests(auto, config.vocabSize, 2, 20, 4);
+    for (let i = 0; i < 20 && auto.scheduler.hasUnfinishedRequests(); i++) step(auto);
+    assert.equal(
+      auto.scheduler.hasUnfinishedRequests(),
+      false,
+      "auto requests finish on the shared device side",
+    );
+    abortAll(auto, ids);
+    assert.equal(auto.scheduler.kvCacheManager.numFreeBlocks, auto.numGpuBlocks);
+    // A p outside [0, 1] is refused; an engine with requests cannot be rescheduled.
+    assert.throws(() => setSelectionOverlap(auto, 1.5), /\[0, 1\]/);
+    addRequests(auto, config.vocabSize, 1, 20, 4);
+    assert.throws(() => rescheduleBenchEngine(auto, hs), /still holds requests/);
+    auto.dispose();
     be.dispose();
   });
 });
