@@ -48,9 +48,14 @@ export function defaultSinkTokens(topk: number, windowTokens: number, bs: number
   return Math.max(0, Math.min(s, Math.floor((topk - windowTokens) / bs) * bs));
 }
 /**
- * Default tokens per Quest digest: 4 (sub-page min/max, the digest of a 4-token page), or the
- * block size when smaller. A 16-token page's min/max box is loose, 4-token boxes rank pages as
- * well as 4-token pages do (bench/results/hisparse_quest_quality_cpu.md); the price is device
- * memory: blockSize / digestTokens digests per page (at bs 16, 1/2 of K's bytes instead of 1/8).
+ * Tokens per Quest digest when digest_tokens is not given: the block size (one min/max digest per
+ * page, 2 / blockSize of K's bytes in bf16). `digest_tokens` 4 at 16-token pages keeps four
+ * sub-page digests per page and scores a page as its best one: a tighter bound that ranks pages
+ * nearly as 4-token pages do (ref-small, sink 64 / window 128: perplexity +15.7% vs +30.1% of
+ * dense, bench/results/hisparse_quest_quality_cpu.md), at 4x the digest memory (1/2 of K's bytes in
+ * bf16), which costs HiSparse capacity; so it is opt-in until digests are stored in fp8.
+ * @param blockSize tokens per page
  */
-export const DEFAULT_DIGEST_TOKENS = 4;
+export function defaultDigestTokens(blockSize: number): number {
+  return blockSize;
+}

@@ -6,17 +6,17 @@
  * (a list of reasons, reported all at once at start-up).
  */
 import {
-  DEFAULT_DIGEST_TOKENS,
   DEFAULT_SINK_TOKENS,
   DEFAULT_WINDOW_TOKENS,
+  defaultDigestTokens,
   defaultSinkTokens,
   defaultWindowTokens,
 } from "./hisparse_budget.js";
 
 export {
-  DEFAULT_DIGEST_TOKENS,
   DEFAULT_SINK_TOKENS,
   DEFAULT_WINDOW_TOKENS,
+  defaultDigestTokens,
   defaultSinkTokens,
   defaultWindowTokens,
 } from "./hisparse_budget.js";
@@ -233,7 +233,7 @@ export function resolveHiSparseConfig(
   const deviceBufferTokens = o.deviceBufferTokens ?? DEFAULT_BUFFER_FACTOR * topk;
   const windowTokens = o.windowTokens ?? defaultWindowTokens(topk, blockSize);
   const sinkTokens = o.sinkTokens ?? defaultSinkTokens(topk, windowTokens, blockSize);
-  const digestTokens = o.digestTokens ?? Math.min(blockSize, DEFAULT_DIGEST_TOKENS);
+  const digestTokens = o.digestTokens ?? defaultDigestTokens(blockSize);
   return {
     mode,
     topk,

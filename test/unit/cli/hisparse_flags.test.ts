@@ -44,7 +44,7 @@ test("every flag lands in extensions.hisparse; the whitelist file is read", () =
     deviceBufferTokens: 1024,
     sinkTokens: 32,
     windowTokens: 64,
-    digestTokens: 4,
+    digestTokens: 16,
     denseLayers: [0],
     minSparseTokens: 100,
     selector: "quest",

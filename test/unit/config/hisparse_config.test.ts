@@ -9,7 +9,7 @@ import {
   validateHiSparseConfig,
 } from "../../../src/config/hisparse_config.js";
 
-test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, 4-token digests, dense layers 0 and 1, quest", () => {
+test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, a digest per page, dense layers 0 and 1, quest", () => {
   const c = resolveHiSparseConfig({ mode: "auto" });
   assert.deepEqual(c, {
     mode: "auto",
@@ -17,7 +17,7 @@ test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, 4-token digests
     deviceBufferTokens: 4096,
     sinkTokens: 64,
     windowTokens: 256,
-    digestTokens: 4,
+    digestTokens: 16,
     denseLayers: [0, 1],
     minSparseTokens: 64 + 256 + 4096,
     selector: "quest",
@@ -232,17 +232,16 @@ test("sink and window derive from topk and the block size; given values are hono
     const c = resolveHiSparseConfig({ mode: "on", topk, ...o }, bs);
     return [c.sinkTokens, c.windowTokens, c.digestTokens];
   };
-  assert.deepEqual(at(256), [16, 32, 4]); // 13 of 16 pages left to Quest (was 4 with 64 + 128)
-  assert.deepEqual(at(512), [32, 64, 4]);
-  assert.deepEqual(at(1024), [64, 128, 4]);
-  assert.deepEqual(at(2048), [64, 256, 4]);
-  assert.deepEqual(at(8192), [64, 256, 4]);
-  assert.deepEqual(at(16), [0, 16, 4]); // one page: the tail page's window only
-  assert.deepEqual(at(32), [16, 16, 4]);
-  assert.deepEqual(at(256, 32), [32, 32, 4]); // whole pages of 32
-  assert.deepEqual(at(256, 2), [16, 32, 2]); // digests never span more than a page
-  assert.deepEqual(at(256, 16, { sinkTokens: 64, windowTokens: 128, digestTokens: 16 }), [64, 128, 16]);
-  assert.deepEqual(at(256, 16, { windowTokens: 240 }), [16, 240, 4]);
+  assert.deepEqual(at(256), [16, 32, 16]); // 13 of 16 pages left to Quest (was 4 with 64 + 128)
+  assert.deepEqual(at(512), [32, 64, 16]);
+  assert.deepEqual(at(1024), [64, 128, 16]);
+  assert.deepEqual(at(2048), [64, 256, 16]);
+  assert.deepEqual(at(8192), [64, 256, 16]);
+  assert.deepEqual(at(16), [0, 16, 16]); // one page: the tail page's window only
+  assert.deepEqual(at(32), [16, 16, 16]);
+  assert.deepEqual(at(256, 32), [32, 32, 32]); // whole pages of 32
+  assert.deepEqual(at(256, 16, { sinkTokens: 64, windowTokens: 128, digestTokens: 4 }), [64, 128, 4]);
+  assert.deepEqual(at(256, 16, { windowTokens: 240 }), [16, 240, 16]);
   const bad = resolveHiSparseConfig({ mode: "on", topk: 256, digestTokens: 3 });
   assert.deepEqual(validateHiSparseConfig(bad, { blockSize: 16, enablePrefixCaching: false }), [
     "digest_tokens must be a divisor of the block size (16), got 3",
