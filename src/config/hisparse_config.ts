@@ -5,13 +5,7 @@
  * `--hisparse-config`). Token counts, not pages; validated by {@link validateHiSparseConfig}
  * (a list of reasons, reported all at once at start-up).
  */
-import {
-  DEFAULT_SINK_TOKENS,
-  DEFAULT_WINDOW_TOKENS,
-  defaultDigestTokens,
-  defaultSinkTokens,
-  defaultWindowTokens,
-} from "./hisparse_budget.js";
+import { defaultDigestTokens, defaultSinkTokens, defaultWindowTokens } from "./hisparse_budget.js";
 
 export {
   DEFAULT_SINK_TOKENS,
