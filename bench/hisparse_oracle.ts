@@ -8,16 +8,14 @@
  * classes of this thread); a full page's keys are in the host tier once mirrored, which precedes
  * any sparse step.
  */
-import { QuestSelector } from "../src/attention/sparse/quest.js";
+import { type QuestPageBudget, QuestSelector } from "../src/attention/sparse/quest.js";
 import type { SparseBatch } from "../src/attention/sparse/selector.js";
 import { CpuHostKvCache } from "../src/worker/hisparse/host_kv_cache.js";
 
 /** The private members of QuestSelector that the oracle (and bench/hisparse_scorers.ts) replace or read. */
 export interface QuestInternals {
   config: QuestSelector["config"];
-  budgetPages: number;
-  sinkPages: number;
-  windowPages: number;
+  budget: QuestPageBudget;
   selectOne(
     li: number,
     x: Float32Array,
@@ -62,12 +60,13 @@ export function installExactMassSelection(): void {
     const G = Hq / Hkv;
     const numPages = Math.ceil(batch.numTokens[s]! / bs);
     const all = Array.from({ length: numPages }, (_, p) => p);
-    if (numPages <= this.budgetPages) return all;
+    if (numPages <= this.budget.budgetPages) return all;
     const p0 = batch.pageStart[s]!;
     const keep = new Uint8Array(numPages);
     for (const p of all)
-      if (p < this.sinkPages || p >= numPages - this.windowPages || batch.pinned[p0 + p] === 1) keep[p] = 1;
-    const k = this.budgetPages - keep.reduce((a, b) => a + b, 0);
+      if (p < this.budget.sinkPages || p >= numPages - this.budget.windowPages || batch.pinned[p0 + p] === 1)
+        keep[p] = 1;
+    const k = this.budget.budgetPages - keep.reduce((a, b) => a + b, 0);
     if (k <= 0) return all.filter((p) => keep[p] === 1);
     const keys = tier!.layers[li]!;
     const row = (Hq + 2 * Hkv) * D;

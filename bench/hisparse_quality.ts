@@ -1,7 +1,8 @@
 /**
  * HiSparse quality on real data, dense vs sparse, on the CPU backend
  * (run: `npx tsx bench/hisparse_quality.ts [--trials N] [--segments N] [--quick] [--block-size B]
- *   [--sink S] [--window W] [--passkey-only | --ppl-only] [--no-oracle] [--out FILE]`):
+ *   [--sink S] [--window W] [--digest-tokens T] [--quest sink=S,window=W,digest=T]...
+ *   [--names heldout] [--passkey-only | --ppl-only] [--no-oracle] [--out FILE]`):
  *
  * - passkey retrieval at ~2K tokens (ref-small's trained length), in the format the reference
  *   models learned (/work/shared/models/README.md): real filler text with 1-4 needle sentences
@@ -11,8 +12,13 @@
  *   sparse attention included) on long real texts: the last 512 tokens of 2048-token windows,
  *   the first 1536 prefilled, so the sparse steps attend to topk of 1536-2047 tokens (~1/7).
  *
- * Dense is `--enable-hybrid-sparse off`; sparse is `on` with topk 256 (1/8 of 2K), sinks 64,
- * window 128, min_sparse_tokens 0 (every request goes host-resident after its prefill). The
+ * Dense is `--enable-hybrid-sparse off`; sparse is `on` with topk 256 (1/8 of 2K), sinks,
+ * window and digest granularity as given (`--sink`, `--window`, `--digest-tokens`; absent: the
+ * engine's defaults, config/hisparse_budget.ts), min_sparse_tokens 0 (every request goes
+ * host-resident after its prefill); each `--quest k=v,..` adds one more Quest variant with its own
+ * sink / window / digest tokens (passkey and topk-256 perplexity rows). `--names heldout` draws
+ * the passkey names from colours and nouns that neither the eval set nor this bench's default
+ * list uses (a held-out set; 20 trials by default, seed 7). The
  * perplexity runs also sweep topk 512 and 1024, and (`--oracle`, on by default) rank pages by
  * their exact attention mass instead of Quest's bound (bench/hisparse_oracle.ts, evaluation
  * only). Writes bench/results/hisparse_quality_cpu.md.
@@ -35,19 +41,24 @@ const flag = (name: string, dflt: number) => {
   return i < 0 ? dflt : Number(argv[i + 1]);
 };
 const quick = argv.includes("--quick");
-const TRIALS = flag("--trials", quick ? 4 : 40);
+const TRIALS = flag("--trials", quick ? 4 : argv.includes("--names") ? 20 : 40);
 const SEGMENTS = flag("--segments", quick ? 1 : 4);
 const root = join(fileURLToPath(new URL(".", import.meta.url)), "..");
 const MODEL = join(root, "models", "ref-small");
 const CONTEXT = 2048;
 const PPL_PREFIX = 1536;
-/** Sinks and recent window inside the budget: `--sink`, `--window` (tokens; default 64 and 128, the passkey setting of issue 5). */
+/** An optional token count: `--name N`, absent: undefined (the engine's default). */
+const optFlag = (name: string): number | undefined =>
+  argv.includes(name) ? Number(argv[argv.indexOf(name) + 1]) : undefined;
+/** Sinks, recent window and digest granularity: `--sink`, `--window`, `--digest-tokens` (absent: the engine's defaults). */
 const SPARSE = {
   topk: 256,
-  sinkTokens: flag("--sink", 64),
-  windowTokens: flag("--window", 128),
+  sinkTokens: optFlag("--sink"),
+  windowTokens: optFlag("--window"),
+  digestTokens: optFlag("--digest-tokens"),
   minSparseTokens: 0,
 };
+const HELDOUT = argv.includes("--names") && argv[argv.indexOf("--names") + 1] === "heldout";
 /** Perplexity also runs at these budgets (tokens). */
 const SWEEP = quick ? [] : [512, 1024];
 const ORACLE = !argv.includes("--no-oracle");
@@ -58,14 +69,28 @@ const PPL_ONLY = argv.includes("--ppl-only");
 /** Where the report goes (default bench/results/hisparse_quality_cpu.md). */
 const OUT_NAME = argv.includes("--out") ? argv[argv.indexOf("--out") + 1]! : "hisparse_quality_cpu.md";
 
+/** Quest's knobs a variant may override (absent: SPARSE's). */
+type QuestKnobs = { sinkTokens?: number; windowTokens?: number; digestTokens?: number };
 /** An engine setting compared: dense, or sparse at a budget (oracle: exact-mass page ranking). */
 interface Variant {
   name: string;
   topk: number | null;
   oracle: boolean;
+  knobs?: QuestKnobs;
 }
 const DENSE: Variant = { name: "dense", topk: null, oracle: false };
 const quest = (topk: number): Variant => ({ name: `Quest, topk ${topk}`, topk, oracle: false });
+/** `--quest sink=S,window=W,digest=T` (repeatable): more Quest variants at topk 256. */
+const EXTRA: Variant[] = argv.flatMap((a, i) => {
+  if (a !== "--quest") return [];
+  const kv = Object.fromEntries(argv[i + 1]!.split(",").map((x) => x.split("=") as [string, string]));
+  const knobs: QuestKnobs = {
+    sinkTokens: kv["sink"] === undefined ? undefined : Number(kv["sink"]),
+    windowTokens: kv["window"] === undefined ? undefined : Number(kv["window"]),
+    digestTokens: kv["digest"] === undefined ? undefined : Number(kv["digest"]),
+  };
+  return [{ name: `Quest, topk ${SPARSE.topk}, ${argv[i + 1]}`, topk: SPARSE.topk, oracle: false, knobs }];
+});
 
 /** Mulberry32 (deterministic trials). */
 function makeRand(seed: number): () => number {
@@ -95,6 +120,31 @@ function manPageText(): string {
   return r.stdout;
 }
 
+/** Held-out names (`--names heldout`): in neither this list nor src/eval/passkey.ts's. */
+const HELDOUT_COLOURS = [
+  "plum",
+  "russet",
+  "khaki",
+  "mauve",
+  "umber",
+  "lilac",
+  "tawny",
+  "sepia",
+  "fawn",
+  "beige",
+];
+const HELDOUT_NOUNS = [
+  "walrus",
+  "kettle",
+  "marble",
+  "tundra",
+  "pelican",
+  "acorn",
+  "trumpet",
+  "lagoon",
+  "bramble",
+  "turnip",
+];
 const COLOURS = [
   "amber",
   "crimson",
@@ -131,7 +181,9 @@ function passkeyTrial(tok: Tokenizer, fillerLines: string[], rand: () => number)
   const numNeedles = 1 + Math.floor(rand() * 4);
   const needles: { name: string; code: string }[] = [];
   while (needles.length < numNeedles) {
-    const name = `${pick(COLOURS)} ${pick(NOUNS)}`;
+    const name = HELDOUT
+      ? `${pick(HELDOUT_COLOURS)} ${pick(HELDOUT_NOUNS)}`
+      : `${pick(COLOURS)} ${pick(NOUNS)}`;
     if (needles.some((n) => n.name === name)) continue;
     needles.push({ name, code: String(10000 + Math.floor(rand() * 90000)) });
   }
@@ -168,7 +220,11 @@ async function runBatch(
   params: (i: number) => Record<string, unknown>,
 ): Promise<{ outs: { ids: number[]; text: string; logprobs: number[] }[]; stats: RunStats }> {
   const extensions =
-    v.topk === null ? {} : { hisparse: resolveHiSparseConfig({ mode: "on", ...SPARSE, topk: v.topk }) };
+    v.topk === null
+      ? {}
+      : {
+          hisparse: resolveHiSparseConfig({ mode: "on", ...SPARSE, ...v.knobs, topk: v.topk }, BLOCK_SIZE),
+        };
   if (v.oracle) installExactMassSelection();
   const llm = new LLM({
     model: MODEL,
@@ -254,13 +310,15 @@ async function passkeySection(tok: Tokenizer, variants: readonly Variant[]): Pro
   const filler = readFileSync(SOURCES.filler, "utf8")
     .split("\n")
     .filter((l) => l.trim().length > 0 && !l.includes("access code"));
-  const rand = makeRand(2026);
+  const rand = makeRand(HELDOUT ? 7 : 2026);
   const trials = Array.from({ length: TRIALS }, () => passkeyTrial(tok, filler, rand));
   const prompts = trials.map((t) => t.prompt);
   const runs = [];
   for (const v of variants)
     runs.push({ v, r: await runBatch(v, prompts, () => ({ temperature: 0, maxTokens: 8 })) });
-  out(`## Passkey at ${CONTEXT - 16} tokens (${TRIALS} trials, 1-4 needles each)`);
+  out(
+    `## Passkey at ${CONTEXT - 16} tokens (${TRIALS} trials, 1-4 needles each${HELDOUT ? ", held-out names" : ""})`,
+  );
   out();
   out(
     `Filler: ${SOURCES.filler}; needles and question in the models' learned format; a hit when the greedy continuation starts with the code. The first answer token comes from the (dense) prefill, the next ones from sparse decode steps.`,
@@ -324,19 +382,22 @@ async function perplexitySection(
 async function main(): Promise<void> {
   const tok = Tokenizer.fromDir(MODEL);
   const cmd = `npx tsx bench/hisparse_quality.ts${argv.length > 0 ? ` ${argv.join(" ")}` : ""}`;
+  const eff = resolveHiSparseConfig({ mode: "on", ...SPARSE }, BLOCK_SIZE);
   out("# HiSparse quality on the CPU backend: dense vs sparse (ref-small)");
   out();
   out(`Command: \`${cmd}\` (load average ${loadavg()[0]!.toFixed(2)}, ${cpus().length} cores).`);
   out(
-    `Model: models/ref-small (trained at 2048 tokens). Dense = \`--enable-hybrid-sparse off\`; sparse = \`--enable-hybrid-sparse on\` with topk ${SPARSE.topk} (1/8 of 2K) unless stated, sink_tokens ${SPARSE.sinkTokens}, window_tokens ${SPARSE.windowTokens}, device_buffer_tokens 2x topk, dense_layers [0, 1], min_sparse_tokens 0, block size ${BLOCK_SIZE}, greedy. The exact-mass oracle (bench/hisparse_oracle.ts, evaluation only) keeps the same sinks, window and budget but ranks pages by the attention mass they would receive, to separate the cost of the budget from the cost of Quest's bound.`,
+    `Model: models/ref-small (trained at 2048 tokens). Dense = \`--enable-hybrid-sparse off\`; sparse = \`--enable-hybrid-sparse on\` with topk ${SPARSE.topk} (1/8 of 2K) unless stated, sink_tokens ${eff.sinkTokens}, window_tokens ${eff.windowTokens}, digest_tokens ${eff.digestTokens}${argv.includes("--sink") || argv.includes("--window") || argv.includes("--digest-tokens") ? "" : " (the engine's defaults at this topk and block size)"}, device_buffer_tokens 2x topk, dense_layers [0, 1], min_sparse_tokens 0, block size ${BLOCK_SIZE}, greedy. The exact-mass oracle (bench/hisparse_oracle.ts, evaluation only) keeps the same sinks, window and budget but ranks pages by the attention mass they would receive, to separate the cost of the budget from the cost of Quest's bound.`,
   );
   out();
   // Oracle runs patch this thread's selector, so they go last in each section.
-  if (!PPL_ONLY) await passkeySection(tok, [DENSE, quest(SPARSE.topk), ...(ORACLE ? [oracle] : [])]);
+  if (!PPL_ONLY)
+    await passkeySection(tok, [DENSE, quest(SPARSE.topk), ...EXTRA, ...(ORACLE ? [oracle] : [])]);
   if (!PASSKEY_ONLY)
     await perplexitySection(tok, [
       DENSE,
       quest(SPARSE.topk),
+      ...EXTRA,
       ...SWEEP.map(quest),
       ...(ORACLE ? [oracle] : []),
     ]);

@@ -9,6 +9,7 @@
  * Scorers, per page p and GQA group (q heads h, D head dim, c = 1/sqrt(D)):
  *   quest-sum   sum_h bound_h(p), bound_h = sum_i max(q_hi min_i, q_hi max_i) (the engine's former rule)
  *   quest-max   max_h bound_h(p) (the engine's rule since this study: quest.ts questScore)
+ *   quest-subN  max_h max over the page's sub-pages of N tokens of bound_h(sub-page) (sub-page digests)
  *   quest-lse   sum_h exp(c (bound_h(p) - M_h)), M_h = max over candidate pages of bound_h
  *   mean-lse    sum_h exp(c (q_h . mean(p) - M_h))
  *   oracle      sum_h sum_t exp(c q_h . k_t) (exact mass, not normalized per head)
@@ -74,11 +75,11 @@ function channels(li: number, g: number): number[] {
   const c = 1 / Math.sqrt(D);
   const numPages = Math.ceil(batch.numTokens[s]! / bs);
   const all = Array.from({ length: numPages }, (_, p) => p);
-  if (numPages <= this.budgetPages) return all;
+  if (numPages <= this.budget.budgetPages) return all;
   const p0 = batch.pageStart[s]!;
   const keep = new Uint8Array(numPages);
-  for (const p of all) if (p < this.sinkPages || p >= numPages - this.windowPages) keep[p] = 1;
-  const k = this.budgetPages - keep.reduce((a, b) => a + b, 0);
+  for (const p of all) if (p < this.budget.sinkPages || p >= numPages - this.budget.windowPages) keep[p] = 1;
+  const k = this.budget.budgetPages - keep.reduce((a, b) => a + b, 0);
   if (k <= 0) return all.filter((p) => keep[p] === 1);
   const keys = hostTier()!.layers[li]! as Float32Array; // f32 pages: the study keeps host_kv_cache_dtype auto
   const row = (Hq + 2 * Hkv) * D;
@@ -106,6 +107,28 @@ function channels(li: number, g: number): number[] {
         per[hh]![j] = m + Math.log(dots.reduce((a, d) => a + Math.exp(c * (d - m)), 0)) / c; // logsumexp / c
         continue;
       }
+      if (scorer.startsWith("quest-sub")) {
+        // Sub-page digests: the page's bound is the largest of its sub-pages' bounds.
+        const sub = Number(scorer.slice("quest-sub".length));
+        let best = -Infinity;
+        for (let o0 = 0; o0 < bs; o0 += sub) {
+          let v = 0;
+          for (let i = 0; i < D; i++) {
+            let mn = Infinity;
+            let mx = -Infinity;
+            for (let o = o0; o < Math.min(o0 + sub, bs); o++) {
+              const kv = keys[ko(o) + i]!;
+              if (kv < mn) mn = kv;
+              if (kv > mx) mx = kv;
+            }
+            const qi = x[q + i]!;
+            v += Math.max(qi * mn, qi * mx);
+          }
+          if (v > best) best = v;
+        }
+        per[hh]![j] = best;
+        continue;
+      }
       let v = 0;
       for (let i = 0; i < D; i++) {
         let mn = Infinity;
@@ -129,7 +152,8 @@ function channels(li: number, g: number): number[] {
     for (let j = 0; j < cand.length; j++) {
       const b = per[hh]![j]!;
       if (scorer === "quest-sum") score[j]! += b;
-      else if (scorer === "quest-max") score[j] = hh === 0 ? b : Math.max(score[j]!, b);
+      else if (scorer === "quest-max" || scorer.startsWith("quest-sub"))
+        score[j] = hh === 0 ? b : Math.max(score[j]!, b);
       else if (scorer === "oracle" || scorer.startsWith("label-raw")) score[j]! += Math.exp(c * b);
       else score[j]! += Math.exp(c * (b - M)); // quest-lse, mean-lse, oracle-norm
     }

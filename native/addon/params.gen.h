@@ -75,6 +75,7 @@ inline void readParams(const ParamObject& o, HsQuestSelectParams& p) {
   p.budgetPages = o.i32("budgetPages");
   p.sinkPages = o.i32("sinkPages");
   p.windowPages = o.i32("windowPages");
+  p.digestsPerPage = o.i32("digestsPerPage");
   p.prevSelected = o.ptr("prevSelected");
   p.overlapP = o.f32("overlapP");
 }

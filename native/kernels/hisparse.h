@@ -7,7 +7,8 @@
 //
 // Layouts (bf16 unless named otherwise; Hkv kv heads, D head dim, bs block size):
 //   KV cache of a layer      [numBlocks, 2, bs, Hkv, D]            (DESIGN.md §3)
-//   digests of a sparse layer [numHostBlocks, 2, Hkv, D]: min then max of the page's keys
+//   digests of a sparse layer [numHostBlocks, S, 2, Hkv, D]: min then max of the keys of each
+//   of the page's S = blockSize / digestTokens sub-pages (S = 1: the page's)
 //   host tier of a layer     [numHostBlocks, Hkv, 2, bs, D]: head-major, so the K and V of one
 //                            (page, kv head) are one contiguous 2*bs*D slice (one UVA read burst)
 //   per-request tables       [numSlots, tableStride] i32, row = the request's slot (reqSlot[r])
@@ -43,22 +44,24 @@ cudaError_t hsSwapInPages(void* dst, const void* src, const int64_t* srcOffsets,
  * vLLM reshape_and_cache fused with the Quest digest update (bf16 only). For each token t:
  * - K and V of qkv row t go to kvCache at slotMapping[t] (skipped when < 0 or out of range), as
  *   hsReshapeAndCache does;
- * - its key (all kv heads) is folded into the digest of host block hostSlotMapping[t] / bs:
- *   offset 0 starts the digest over (min = max = key: the host block may be reused), a later
- *   offset updates min / max element-wise with `v < min` / `v > max` (the CPU oracle's
- *   comparisons, so even signed zeros match). Tokens of one page in one step (a prefill) are
- *   folded in token order by the CTA of the run's first token, so no two CTAs touch one digest.
+ * - its key (all kv heads) is folded into digest hostSlotMapping[t] / digestTokens (host block
+ *   * S + sub-page, S = bs / digestTokens): offset 0 of the sub-page starts the digest over
+ *   (min = max = key: the host block may be reused), a later offset updates min / max
+ *   element-wise with `v < min` / `v > max` (the CPU oracle's comparisons, so even signed zeros
+ *   match). Tokens of one sub-page in one step (a prefill) are folded in token order by the CTA
+ *   of the run's first token, so no two CTAs touch one digest.
  *   Skipped when hostSlotMapping[t] < 0 or out of range.
  * bf16 digests are exact here: the keys are bf16, and min / max of bf16 values are bf16 values.
  * qkv: [numTokens, rowStride] (k at column numHeads*D, v after it); kvCache: [numBlocks, 2, bs,
- * Hkv, D]; slotMapping, hostSlotMapping: i32 [numTokens]; digests: [numHostBlocks, 2, Hkv, D].
+ * Hkv, D]; slotMapping, hostSlotMapping: i32 [numTokens]; digests: [numHostBlocks, S, 2, Hkv, D];
+ * digestTokens a divisor of bs (bs: one digest per page).
  * Requirements: Hkv*D and rowStride multiples of 8, numHeads*D a multiple of 8, pointers 16-byte
  * aligned. Grid: numTokens CTAs.
  */
 cudaError_t hsReshapeAndCacheDigest(const void* qkv, void* kvCache, const int32_t* slotMapping, void* digests,
                                     const int32_t* hostSlotMapping, int numTokens, int rowStride, int numHeads,
-                                    int numKvHeads, int headDim, int blockSize, int numBlocks, int numHostBlocks,
-                                    cudaStream_t stream);
+                                    int numKvHeads, int headDim, int blockSize, int digestTokens, int numBlocks,
+                                    int numHostBlocks, cudaStream_t stream);
 
 /** Arguments of hsQuestSelect (device pointers; see the file comment for the tables). */
 typedef struct HsQuestSelectParams {
@@ -67,7 +70,7 @@ typedef struct HsQuestSelectParams {
   int qkvRowStride;
   /** i32 [numReqs] qkv row of request r's query token; NULL: row r. */
   const int32_t* tokenRow;
-  /** bf16 [numHostBlocks, 2, Hkv, D] this sparse layer's digests. */
+  /** bf16 [numHostBlocks, digestsPerPage, 2, Hkv, D] this sparse layer's digests. */
   const void* digests;
   int numHostBlocks;
   /** i32 [numReqs] context length after this step (tokens, this step's included). */
@@ -98,6 +101,8 @@ typedef struct HsQuestSelectParams {
   int budgetPages;
   int sinkPages;
   int windowPages;
+  /** Sub-page digests per page (blockSize / digestTokens, >= 1): a page scores as its best one. */
+  int digestsPerPage;
   /**
    * Benchmark only (bench/hisparse_throughput.ts --overlap; NULL in the engine): uint8
    * [numSlots, Hkv, tableStride], nonzero where the slot's previous selection (this layer) took
@@ -121,7 +126,8 @@ size_t hsQuestSelectScratchBytes(int numReqs, int numKvHeads, int tableStride);
  * k <= 0). Score (Quest, arXiv 2406.10774, the largest per-head bound of the GQA group, as
  * quest.ts questScore): for each q head h of the group, with qPos = max(q[h, i], 0) and
  * qNeg = min(q[h, i], 0) (q > 0 ? q : 0 and q > 0 ? 0 : q),
- *   s_h = sum over i of (qPos * max[i] + qNeg * min[i]);  score = max over h in order of s_h,
+ *   s_h = sum over i of (qPos * max[i] + qNeg * min[i]);  score = max over h in order of s_h
+ * (with digestsPerPage S > 1, the largest such score of the page's S sub-page digests, in order),
  * in float32 with the oracle's operation order (lanes of 8 dims summed in order, then a butterfly
  * over the lanes; no fused multiply-add), so the scores, and so the selections, are the oracle's
  * bit for bit. Selection is a radix select over order-preserving 64-bit keys of the scores (-0

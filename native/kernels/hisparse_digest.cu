@@ -1,9 +1,9 @@
 // reshape_and_cache fused with the Quest digest update (hisparse.h hsReshapeAndCacheDigest).
 // One CTA per token: it writes the token's K and V into the paged cache (16-byte vectors), and
-// when the token is the first of its run (consecutive tokens of the step in one page), it folds
-// the run's keys into the page's digest in token order. So the digest of a page is touched by
-// exactly one CTA per launch, and the result equals the CPU oracle's sequential fold
-// (QuestSelector.updateDigests in src/attention/sparse/quest.ts).
+// when the token is the first of its run (consecutive tokens of the step in one digest's
+// sub-page of digestTokens tokens), it folds the run's keys into the sub-page's digest in token
+// order. So each digest is touched by exactly one CTA per launch, and the result equals the CPU
+// oracle's sequential fold (QuestSelector.updateDigests in src/attention/sparse/quest.ts).
 #include <cuda_bf16.h>
 
 #include "hisparse.h"
@@ -24,6 +24,7 @@ struct DigestArgs {
   int kVecs;    // offset of k in a row (numHeads * D / 8)
   int kvVecs;   // Hkv * D / 8: one token's K (or V) of every kv head
   int blockSize;
+  int digestTokens;        // tokens per digest (a divisor of blockSize)
   long long numSlots;      // numBlocks * blockSize
   long long numHostSlots;  // numHostBlocks * blockSize
 };
@@ -49,13 +50,13 @@ __global__ void __launch_bounds__(256) reshapeDigestKernel(const DigestArgs a) {
   const long long hs = a.hostSlots[t];
   const long long prevHs = t > 0 ? a.hostSlots[t - 1] : -1;
   const bool cached = slot >= 0 && slot < a.numSlots;
-  const int off = static_cast<int>(hs % a.blockSize);
+  const int off = static_cast<int>(hs % a.digestTokens);
   // The digest is folded by the CTA of the first token of each run (consecutive tokens of the
-  // step in one page); padding and tokens without a page identity (hs out of range) fold nothing.
+  // step in one sub-page); padding and tokens without a page identity (hs out of range) fold nothing.
   const bool folds = hs >= 0 && hs < a.numHostSlots && (off == 0 || t == 0 || prevHs != hs - 1);
   int n = 1;
   if (folds)
-    while (t + n < a.numTokens && off + n < a.blockSize && a.hostSlots[t + n] == hs + n) ++n;
+    while (t + n < a.numTokens && off + n < a.digestTokens && a.hostSlots[t + n] == hs + n) ++n;
   uint4* __restrict__ kd = nullptr;
   uint4* __restrict__ vd = nullptr;
   if (cached) {
@@ -64,7 +65,8 @@ __global__ void __launch_bounds__(256) reshapeDigestKernel(const DigestArgs a) {
     kd = a.cache + static_cast<size_t>((block * 2) * a.blockSize + o) * a.kvVecs;
     vd = a.cache + static_cast<size_t>((block * 2 + 1) * a.blockSize + o) * a.kvVecs;
   }
-  const size_t digestAt = folds ? static_cast<size_t>(hs / a.blockSize) * 2 * a.kvVecs : 0;
+  // Digests [numHostBlocks * S, 2, Hkv, D]: sub-page hs / digestTokens (host block * S + sub-page).
+  const size_t digestAt = folds ? static_cast<size_t>(hs / a.digestTokens) * 2 * a.kvVecs : 0;
   uint4* __restrict__ dmin = folds ? a.digests + digestAt : nullptr;
   uint4* __restrict__ dmax = folds ? a.digests + digestAt + a.kvVecs : nullptr;
   const bool extend = folds && off != 0;  // else the digest starts over (the host block may be reused)
@@ -103,10 +105,11 @@ __global__ void __launch_bounds__(256) reshapeDigestKernel(const DigestArgs a) {
 extern "C" cudaError_t hsReshapeAndCacheDigest(const void* qkv, void* kvCache, const int32_t* slotMapping,
                                                void* digests, const int32_t* hostSlotMapping, int numTokens,
                                                int rowStride, int numHeads, int numKvHeads, int headDim,
-                                               int blockSize, int numBlocks, int numHostBlocks, cudaStream_t stream) {
+                                               int blockSize, int digestTokens, int numBlocks, int numHostBlocks,
+                                               cudaStream_t stream) {
   using namespace hs_sparse;
   if (numTokens < 0 || numHeads <= 0 || numKvHeads <= 0 || headDim <= 0 || blockSize <= 0 || numBlocks < 0 ||
-      numHostBlocks < 0)
+      numHostBlocks < 0 || digestTokens <= 0 || blockSize % digestTokens != 0)
     return cudaErrorInvalidValue;
   const int kvElems = numKvHeads * headDim;
   if (kvElems % 8 != 0 || (numHeads * headDim) % 8 != 0 || rowStride % 8 != 0 ||
@@ -127,6 +130,7 @@ extern "C" cudaError_t hsReshapeAndCacheDigest(const void* qkv, void* kvCache, c
   a.kVecs = numHeads * headDim / 8;
   a.kvVecs = kvElems / 8;
   a.blockSize = blockSize;
+  a.digestTokens = digestTokens;
   a.numSlots = static_cast<long long>(numBlocks) * blockSize;
   a.numHostSlots = static_cast<long long>(numHostBlocks) * blockSize;
   const int threads = a.kvVecs >= 256 ? 256 : (a.kvVecs + 31) / 32 * 32;

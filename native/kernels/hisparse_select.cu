@@ -10,14 +10,15 @@
 //    D x 2 contiguous bytes: coalesced), sums qPos*max + qNeg*min over its 8 dims in float32
 //    without FMA, then a butterfly of shuffles over the L lanes; the page's score is the
 //    largest head bound (quest.ts questScore: the same operation order, so the same ranks), and
-//    lane 0 stores an order-preserving 64-bit key of it (0 marks a forced page);
+//    lane 0 stores an order-preserving 64-bit key of it (0 marks a forced page); with
+//    digestsPerPage S > 1 the page's score is the largest of its S sub-pages' scores, each as above;
 // questSelectKernel, one CTA per (kv head, request):
 // 3. a radix select over the keys (8 passes of 8 bits, MSB first, shared-memory histograms)
 //    finds the k-th largest key T and how many keys equal to T are taken;
 // 4. one ordered pass over the pages (CTA scans) takes the forced pages, the keys > T and the
 //    first keys == T in page order (the oracle's tie rule: lower page first), and writes the
 //    selection ascending.
-// Scoring reads 4 * D bytes of digest per page and kv head and does 4 * D float32 operations
+// Scoring reads 4 * D * S bytes of digest per page and kv head and does 4 * D float32 operations
 // per q head of the group: memory-bound at any group size on an H100/H200 class GPU
 // (bench: native/tests/quest_score_bench.cu).
 #include <cuda_bf16.h>
@@ -39,7 +40,7 @@ namespace {
 __device__ __forceinline__ const uint16_t* qkvBits(const HsQuestSelectParams& a) {
   return static_cast<const uint16_t*>(a.qkv);
 }
-/** bf16 bits of the digests [numHostBlocks, 2, Hkv, D]. */
+/** bf16 bits of the digests [numHostBlocks, digestsPerPage, 2, Hkv, D]. */
 __device__ __forceinline__ const uint16_t* digestBits(const HsQuestSelectParams& a) {
   return static_cast<const uint16_t*>(a.digests);
 }
@@ -189,15 +190,20 @@ __global__ void __launch_bounds__(kThreads) questScoreKernel(const HsQuestSelect
     const int hb = live && !forced ? a.hostBlockTable[static_cast<size_t>(row.slot) * a.tableStride + p] : -1;
     // An invalid host block (never in a consistent table) ranks lowest instead of faulting.
     const bool scored = hb >= 0 && hb < a.numHostBlocks;
-    uint4 mn = zero;
-    uint4 mx = zero;
-    if (scored && 8 * l < D) {
-      const uint4* dmn =
-          reinterpret_cast<const uint4*>(digestBits(a) + (static_cast<size_t>(hb) * 2 * a.numKvHeads + g) * D);
-      mn = dmn[l];
-      mx = dmn[static_cast<size_t>(a.numKvHeads) * D / 8 + l];
+    // The page's score: the largest bound of its S sub-page digests (S uniform: full-warp shuffles).
+    float best = -INFINITY;
+    for (int j = 0; j < a.digestsPerPage; ++j) {
+      uint4 mn = zero;
+      uint4 mx = zero;
+      if (scored && 8 * l < D) {
+        const size_t sub = static_cast<size_t>(hb) * a.digestsPerPage + j;
+        const uint4* dmn = reinterpret_cast<const uint4*>(digestBits(a) + (sub * 2 * a.numKvHeads + g) * D);
+        mn = dmn[l];
+        mx = dmn[static_cast<size_t>(a.numKvHeads) * D / 8 + l];
+      }
+      const float v = laneScore(qs, G, L, l, mn, mx);
+      if (v > best) best = v;
     }
-    const float best = laneScore(qs, G, L, l, mn, mx);
     if (live && l == 0) {
       const bool kept = prev != nullptr && scored && prev[p] != 0 && keepPrevious(qSeed, g, p, a.overlapP);
       keys[p] = forced ? 0ull : kept ? kKeptKey : scored ? orderKey(static_cast<double>(best)) : 1ull;
@@ -314,7 +320,7 @@ extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t 
   if (p->numReqs < 0 || p->numReqs > 65535 || p->numKvHeads <= 0 || p->numHeads <= 0 ||
       p->numHeads % p->numKvHeads != 0 || p->headDim <= 0 || p->headDim % 8 != 0 || p->headDim > 256 ||
       p->blockSize <= 0 || p->tableStride <= 0 || p->numSlots <= 0 || p->budgetPages <= 0 || p->sinkPages < 0 ||
-      p->windowPages < 1 || p->qkvRowStride < p->numHeads * p->headDim ||
+      p->windowPages < 1 || p->digestsPerPage < 1 || p->qkvRowStride < p->numHeads * p->headDim ||
       scoreSmemBytes(p->numHeads / p->numKvHeads, p->headDim) > 48 * 1024)
     return cudaErrorInvalidValue;
   if (p->numReqs == 0) return cudaSuccess;

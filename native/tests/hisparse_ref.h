@@ -37,9 +37,10 @@ inline void refUpdateDigests(std::vector<float>& dg, const std::vector<uint16_t>
   }
 }
 
-/** Settings of one selection (QuestSelectorConfig in pages). */
+/** Settings of one selection (QuestSelectorConfig in pages; S sub-page digests per page). */
 struct RefSelectConfig {
   int Hq, Hkv, D, bs, budgetPages, sinkPages, windowPages;
+  int S = 1;
 };
 
 /**
@@ -73,11 +74,12 @@ inline std::vector<int> refSelectOne(const RefSelectConfig& c, const std::vector
     std::vector<std::pair<double, int>> scored;
     for (int p = 0; p < numPages; ++p) {
       if (isForced[p]) continue;
-      const size_t base = static_cast<size_t>(hostRow[p]) * 2 * c.Hkv * c.D;
-      const size_t mn = base + static_cast<size_t>(g) * c.D;
-      const size_t mx = base + static_cast<size_t>(c.Hkv + g) * c.D;
       double best = -std::numeric_limits<double>::infinity();
-      for (int h = 0; h < G; ++h) {  // quest.ts questScore: f32 lanes of 8 dims, then a butterfly
+      for (int j = 0; j < c.S; ++j)  // the page's score: its best sub-page's (digests [hb, S, 2, Hkv, D])
+      for (int h = 0; h < G; ++h) {
+        const size_t base = (static_cast<size_t>(hostRow[p]) * c.S + j) * 2 * c.Hkv * c.D;
+        const size_t mn = base + static_cast<size_t>(g) * c.D;
+        const size_t mx = base + static_cast<size_t>(c.Hkv + g) * c.D;  // quest.ts questScore: f32 lanes of 8 dims, then a butterfly
         for (int l = 0; l < L; ++l) {
           float s = 0.f;
           for (int i = 8 * l; i < std::min(8 * l + 8, c.D); ++i) {

@@ -34,7 +34,9 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   Tally tally;
   digestCase(tally, 4, 2, 64, 8);
+  digestCase(tally, 4, 2, 64, 16, 4);  // sub-page digests: 4 per page
   selectCase(tally, 8, 2, 64, 16, 11);
+  selectCase(tally, 8, 2, 64, 16, 17, 4);  // a page scores as the best of its 4 sub-page digests
   selectCase(tally, 20, 2, 64, 16, 14);  // 10 heads per group: two head tiles of the scoring kernel
   selectCase(tally, 2, 2, 64, 16, 15);   // 1 head per group
   selectCase(tally, 16, 2, 64, 16, 16);  // 8 heads per group
@@ -44,6 +46,7 @@ int main(int argc, char** argv) {
   selectCase(tally, 8, 2, 64, 16, 21);
   selectCase(tally, 4, 2, 96, 16, 22);
   selectCase(tally, 4, 2, 32, 16, 23);
+  selectCase(tally, 4, 2, 32, 16, 24, 2);
   hsQuestSetScoreCtaCap(0);
   overlapCase(tally);
   resolveCase(tally, 2, 64, 8, quick ? 6 : 40, ResolveMode::kFused);

@@ -58,9 +58,9 @@ struct Tables {
 // ---- the cases, in the order main() runs them ------------------------------------------------------
 
 /** hsReshapeAndCacheDigest: KV rows and digests against refUpdateDigests (hisparse_test_kv.cu). */
-void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs);
+void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs, int dt = 0);
 /** hsQuestSelect against refSelectOne, ties included (hisparse_test_select.cu). */
-void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed);
+void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed, int digestsPerPage = 1);
 /** hsQuestSelect's benchmark overlap knob (prevSelected) at p = 1 and 0 (hisparse_test_select.cu). */
 void overlapCase(Tally& tally);
 /** Resolver variants: the fused copy, the split plan + copy pass (bf16 host tier), split with an fp8 host tier. */

@@ -11,9 +11,10 @@ namespace hs_test {
 
 // ---- 1. reshape_and_cache + digests ---------------------------------------------------------------
 
-void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs) {
+void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs, int dt) {
+  if (dt <= 0) dt = bs;
   char name[96];
-  std::snprintf(name, sizeof name, "digest Hq%d Hkv%d D%d bs%d", Hq, Hkv, D, bs);
+  std::snprintf(name, sizeof name, "digest Hq%d Hkv%d D%d bs%d dt%d", Hq, Hkv, D, bs, dt);
   if (!selected(name)) return;
   Rng rng(1000 + D + bs);
   const int stride = (Hq + 2 * Hkv) * D;
@@ -37,7 +38,8 @@ void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs) {
   for (int i = static_cast<int>(perm.size()) - 1; i > 0; --i) std::swap(perm[i], perm[rng.below(i + 1)]);
   for (int t = 0; t < T; ++t) slots.push_back(t == T - 2 ? perm[t] : (t == T - 1 || t == bs + 6 ? -1 : perm[t]));
   const auto qkv = randomBf16Vec(rng, static_cast<size_t>(T) * stride);
-  const auto dg0 = randomBf16Vec(rng, static_cast<size_t>(numHostBlocks) * 2 * Hkv * D, false);
+  // [numHostBlocks, bs / dt, 2, Hkv, D]: one digest per sub-page of dt tokens.
+  const auto dg0 = randomBf16Vec(rng, static_cast<size_t>(numHostBlocks) * (bs / dt) * 2 * Hkv * D, false);
   const size_t cacheElems = static_cast<size_t>(numBlocks) * 2 * bs * Hkv * D;
   std::vector<uint16_t> cache0(cacheElems, kBf16NaN);
   auto dQkv = toDevice(qkv);
@@ -46,11 +48,11 @@ void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs) {
   auto dSlots = toDevice(slots);
   auto dHost = toDevice(hostSlots);
   HS_CHECK(hsReshapeAndCacheDigest(dQkv.ptr, dCache.ptr, dSlots.ptr, dDg.ptr, dHost.ptr, T, stride, Hq, Hkv, D, bs,
-                                   numBlocks, numHostBlocks, 0));
+                                   dt, numBlocks, numHostBlocks, 0));
   HS_CHECK(cudaDeviceSynchronize());
   std::vector<float> ref(dg0.size());
   for (size_t i = 0; i < ref.size(); ++i) ref[i] = bf16ToFloat(dg0[i]);
-  refUpdateDigests(ref, qkv, stride, Hq, Hkv, D, bs, hostSlots);
+  refUpdateDigests(ref, qkv, stride, Hq, Hkv, D, dt, hostSlots);  // digest index = host slot / dt
   const auto dg = fromDevice(dDg, dg0.size());
   long bad = 0;
   for (size_t i = 0; i < ref.size(); ++i) bad += dg[i] != floatToBf16(ref[i]) ? 1 : 0;

@@ -6,12 +6,12 @@ namespace hs_test {
 
 // ---- 2. Quest selection ----------------------------------------------------------------------------
 
-void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed) {
+void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed, int S) {
   char name[96];
-  std::snprintf(name, sizeof name, "select Hq%d Hkv%d D%d bs%d", Hq, Hkv, D, bs);
+  std::snprintf(name, sizeof name, "select Hq%d Hkv%d D%d bs%d S%d", Hq, Hkv, D, bs, S);
   if (!selected(name)) return;
   Rng rng(seed);
-  const RefSelectConfig c{Hq, Hkv, D, bs, 8, 1, 2};
+  const RefSelectConfig c{Hq, Hkv, D, bs, 8, 1, 2, S};
   // Rows: fits the budget; long with pins; pins exceed the budget (k <= 0); skipped (flag 0); long
   // with many pages sharing host blocks (equal scores: the tie rule); padding (slot -1).
   const std::vector<int> seqLens = {7 * bs - 3, 63 * bs + 5, 30 * bs, 40 * bs, 70 * bs + 1, 0};
@@ -28,7 +28,7 @@ void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed) {
   for (int p = 0; p < tb.stride; ++p) tb.host(3)[p] = rng.below(6);  // many equal digests
   for (int p : {10, 11, 40}) tb.pin(0)[p] = 1;
   for (int p = 3; p < 12; ++p) tb.pin(4)[p] = 1;
-  const auto dg = randomBf16Vec(rng, static_cast<size_t>(numHostBlocks) * 2 * Hkv * D);
+  const auto dg = randomBf16Vec(rng, static_cast<size_t>(numHostBlocks) * S * 2 * Hkv * D);
   const int stride = (Hq + 2 * Hkv) * D;
   const int T = R + 3;
   const auto qkv = randomBf16Vec(rng, static_cast<size_t>(T) * stride);
@@ -72,6 +72,7 @@ void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed) {
   p.budgetPages = c.budgetPages;
   p.sinkPages = c.sinkPages;
   p.windowPages = c.windowPages;
+  p.digestsPerPage = S;
   HS_CHECK(hsQuestSelect(&p, 0));
   HS_CHECK(cudaDeviceSynchronize());
   const auto sel = fromDevice(dSel, dSel.count);
@@ -151,6 +152,7 @@ void overlapCase(Tally& tally) {
     a.budgetPages = c.budgetPages;
     a.sinkPages = c.sinkPages;
     a.windowPages = c.windowPages;
+    a.digestsPerPage = 1;
     a.prevSelected = dPrev.ptr;
     a.overlapP = p;
     HS_CHECK(hsQuestSelect(&a, 0));

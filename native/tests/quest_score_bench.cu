@@ -69,6 +69,7 @@ double runShape(const Shape& sh, bool check) {
   p.budgetPages = sh.tokens / 8 / bs;  // topk = 1/8 of the context
   p.sinkPages = 4;
   p.windowPages = 8;
+  p.digestsPerPage = 1;
   hsQuestSetScoreCtaCap(sh.ctaCap);
   cudaEvent_t e0, e1;
   HS_CHECK(cudaEventCreate(&e0));

@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { type Command, Option } from "commander";
 import {
+  DEFAULT_BLOCK_SIZE,
   HISPARSE_CONFIG_JSON_KEYS,
   HISPARSE_RESIDENCIES,
   type HiSparseConfig,
@@ -104,12 +105,10 @@ export function hisparseConfigFromOptions(o: Record<string, unknown>): {
     overrides.hostKvCacheDtype = hostKvCacheDtype;
   }
   const whitelistTokenIds = whitelistFile === undefined ? [] : readWhitelist(whitelistFile, reasons);
-  const config = resolveHiSparseConfig({
-    ...overrides,
-    mode,
-    hostPoolBytes: hostPoolBytes ?? null,
-    whitelistTokenIds,
-  });
+  const config = resolveHiSparseConfig(
+    { ...overrides, mode, hostPoolBytes: hostPoolBytes ?? null, whitelistTokenIds },
+    (o["blockSize"] as number | undefined) ?? DEFAULT_BLOCK_SIZE,
+  );
   return { config, reasons };
 }
 

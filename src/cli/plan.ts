@@ -180,17 +180,21 @@ function refuseWhatTheEngineWould(
 ): void {
   const h = input.hisparse;
   const reasons = validateHiSparseConfig(
-    resolveHiSparseConfig({
-      mode: "on",
-      topk: h.topk,
-      deviceBufferTokens: h.deviceBufferTokens,
-      sinkTokens: h.sinkTokens,
-      windowTokens: h.windowTokens,
-      denseLayers: [...h.denseLayers],
-      minSparseTokens: h.unplanned?.minSparseTokens,
-      selector: h.unplanned?.selector as HiSparseConfig["selector"] | undefined,
-      residency: h.unplanned?.residency as HiSparseConfig["residency"] | undefined,
-    }),
+    resolveHiSparseConfig(
+      {
+        mode: "on",
+        topk: h.topk,
+        deviceBufferTokens: h.deviceBufferTokens,
+        sinkTokens: h.sinkTokens,
+        windowTokens: h.windowTokens,
+        digestTokens: h.digestTokens,
+        denseLayers: [...h.denseLayers],
+        minSparseTokens: h.unplanned?.minSparseTokens,
+        selector: h.unplanned?.selector as HiSparseConfig["selector"] | undefined,
+        residency: h.unplanned?.residency as HiSparseConfig["residency"] | undefined,
+      },
+      input.blockSize,
+    ),
     { blockSize: input.blockSize, enablePrefixCaching: false, numLayers },
   );
   if (input.contextTokens > maxPositions.len)
@@ -275,6 +279,7 @@ async function runPlan(o: PlanOptions): Promise<void> {
             json: o.hisparseConfig,
             topk: o.hybridSparseTopk,
             hostPoolBytes: o.hostPoolGib,
+            blockSize: o.blockSize,
           }),
   };
   const maxLen = { len: derivedMaxModelLen(config), what: derivedMaxModelLenSource(config) };

@@ -5,6 +5,15 @@
  * `--hisparse-config`). Token counts, not pages; validated by {@link validateHiSparseConfig}
  * (a list of reasons, reported all at once at start-up).
  */
+import { defaultDigestTokens, defaultSinkTokens, defaultWindowTokens } from "./hisparse_budget.js";
+
+export {
+  DEFAULT_SINK_TOKENS,
+  DEFAULT_WINDOW_TOKENS,
+  defaultDigestTokens,
+  defaultSinkTokens,
+  defaultWindowTokens,
+} from "./hisparse_budget.js";
 
 /**
  * When requests attend sparsely (DESIGN.md §4 "Hybrid residency"):
@@ -68,6 +77,11 @@ export interface HiSparseConfig {
   sinkTokens: number;
   /** Last tokens of every request (the tail page included), always attended. */
   windowTokens: number;
+  /**
+   * Quest: tokens per min/max digest, a divisor of the block size; each page keeps
+   * blockSize / digestTokens sub-page digests and scores as its best sub-page (quest.ts).
+   */
+  digestTokens: number;
   /** Layers that attend densely over every page (their KV stays on the device). */
   denseLayers: number[];
   /** `on` mode: requests at most this long stay dense. */
@@ -98,18 +112,6 @@ export interface HiSparseConfig {
 
 /** Default top-k budget: DeepSeek-V3.2 / GLM-5 DSA attend to 2048 tokens (LMSYS HiSparse blog). */
 export const DEFAULT_TOPK = 2048;
-/**
- * Default sinks: 64 tokens = 4 pages of 16. StreamingLLM (arXiv 2309.17453) shows that about 4
- * initial tokens absorb the excess attention mass; a page-granular selector keeps whole pages, and
- * the first pages also hold the chat template and system prompt, which every answer depends on.
- */
-export const DEFAULT_SINK_TOKENS = 64;
-/**
- * Default recent window: 256 tokens = 1/8 of the default budget. Recent tokens carry most of the
- * attention mass for local coherence (StreamingLLM), and Quest keeps the current page always;
- * 1/8 leaves 7/8 of the budget to query-aware selection.
- */
-export const DEFAULT_WINDOW_TOKENS = 256;
 /** Default dense layers: the first two, as Quest (arXiv 2406.10774 §4) runs them. */
 export const DEFAULT_DENSE_LAYERS: readonly number[] = [0, 1];
 /** Default hot buffer: 2x top-k (LMSYS HiSparse: 2-4x; arXiv 2608.07009: ~13% misses at 2x with LRU). */
@@ -140,6 +142,7 @@ const JSON_KEYS = {
   device_buffer_tokens: { field: "deviceBufferTokens", ...INTEGER },
   sink_tokens: { field: "sinkTokens", ...INTEGER },
   window_tokens: { field: "windowTokens", ...INTEGER },
+  digest_tokens: { field: "digestTokens", ...INTEGER },
   dense_layers: {
     field: "denseLayers",
     expected: "a list of integers",
@@ -204,24 +207,34 @@ export function parseHiSparseConfigJson(text: string): { overrides: HiSparseOver
   return { overrides: overrides as HiSparseOverrides, reasons };
 }
 
+/** The default block size (`--block-size`), for callers that resolve before knowing it. */
+export const DEFAULT_BLOCK_SIZE = 16;
+
 /**
  * Fills every knob: the given ones, then defaults. Derived defaults follow the final values:
- * `deviceBufferTokens` = 2 x topk; `minSparseTokens` = sinkTokens + windowTokens +
- * deviceBufferTokens (a shorter request would hold more device memory sparse than dense);
- * `residency` = `host` for mode `on`, `hybrid` otherwise.
+ * `deviceBufferTokens` = 2 x topk; `windowTokens` and `sinkTokens` from topk and the block size
+ * ({@link defaultWindowTokens}, {@link defaultSinkTokens}); `minSparseTokens` = sinkTokens +
+ * windowTokens + deviceBufferTokens (a shorter request would hold more device memory sparse than
+ * dense); `residency` = `host` for mode `on`, `hybrid` otherwise.
+ * @param blockSize tokens per page (`--block-size`), for the page-rounded defaults
  */
-export function resolveHiSparseConfig(o: HiSparseOverrides): HiSparseConfig {
+export function resolveHiSparseConfig(
+  o: HiSparseOverrides,
+  blockSize: number = DEFAULT_BLOCK_SIZE,
+): HiSparseConfig {
   const topk = o.topk ?? DEFAULT_TOPK;
   const mode = o.mode ?? "off";
   const deviceBufferTokens = o.deviceBufferTokens ?? DEFAULT_BUFFER_FACTOR * topk;
-  const sinkTokens = o.sinkTokens ?? DEFAULT_SINK_TOKENS;
-  const windowTokens = o.windowTokens ?? DEFAULT_WINDOW_TOKENS;
+  const windowTokens = o.windowTokens ?? defaultWindowTokens(topk, blockSize);
+  const sinkTokens = o.sinkTokens ?? defaultSinkTokens(topk, windowTokens, blockSize);
+  const digestTokens = o.digestTokens ?? defaultDigestTokens(blockSize);
   return {
     mode,
     topk,
     deviceBufferTokens,
     sinkTokens,
     windowTokens,
+    digestTokens,
     denseLayers: [...(o.denseLayers ?? DEFAULT_DENSE_LAYERS)],
     minSparseTokens: o.minSparseTokens ?? sinkTokens + windowTokens + deviceBufferTokens,
     selector: o.selector ?? "quest",
@@ -270,6 +283,8 @@ export function validateHiSparseConfig(c: HiSparseConfig, ctx: HiSparseValidatio
   if (topkOk || !bufferDerived) pages("device_buffer_tokens", c.deviceBufferTokens, bs);
   pages("sink_tokens", c.sinkTokens, 0);
   pages("window_tokens", c.windowTokens, bs);
+  if (!Number.isInteger(c.digestTokens) || c.digestTokens < 1 || bs % c.digestTokens !== 0)
+    r.push(`digest_tokens must be a divisor of the block size (${bs}), got ${c.digestTokens}`);
   if (topkComparable && (topkOk || !bufferDerived) && c.deviceBufferTokens < c.topk)
     r.push(`device_buffer_tokens (${c.deviceBufferTokens}) must be >= topk (${c.topk})`);
   if (topkComparable && c.sinkTokens + c.windowTokens > c.topk) r.push(sinkWindowReason(c));
@@ -316,14 +331,12 @@ export function validateHiSparseConfig(c: HiSparseConfig, ctx: HiSparseValidatio
 }
 
 /**
- * The sinks-plus-window-exceed-topk reason, naming the values that are defaults
- * (DEFAULT_SINK_TOKENS, DEFAULT_WINDOW_TOKENS) and where to change them.
+ * The sinks-plus-window-exceed-topk reason, naming the values that are defaults (not in
+ * givenKeys) and where to change them.
  */
 function sinkWindowReason(c: HiSparseConfig): string {
-  const defaults = [
-    c.sinkTokens === DEFAULT_SINK_TOKENS ? "sink_tokens" : null,
-    c.windowTokens === DEFAULT_WINDOW_TOKENS ? "window_tokens" : null,
-  ].filter((x) => x !== null);
+  const given = new Set(c.givenKeys ?? ["sink_tokens", "window_tokens"]);
+  const defaults = ["sink_tokens", "window_tokens"].filter((k) => !given.has(k));
   const note =
     defaults.length === 2 ? ", the defaults" : defaults.length === 1 ? `, ${defaults[0]} the default` : "";
   const sum = `${c.sinkTokens} + ${c.windowTokens} = ${c.sinkTokens + c.windowTokens}`;

@@ -40,12 +40,15 @@ export function planDsaKnobs(o: DsaKnobsInput): PlanHiSparse & { config: HiSpars
     o.json === undefined ? { overrides: {}, reasons: [] as string[] } : parseHiSparseConfigJson(o.json);
   if (o.topk !== undefined && overrides.topk !== undefined && overrides.topk !== o.topk)
     reasons.push(`--hybrid-sparse-topk (${o.topk}) and --hisparse-config topk (${overrides.topk}) disagree`);
-  const user = resolveHiSparseConfig({
-    ...overrides,
-    mode: "on",
-    topk: o.topk ?? overrides.topk,
-    hostPoolBytes: o.hostPoolBytes ?? null,
-  });
+  const user = resolveHiSparseConfig(
+    {
+      ...overrides,
+      mode: "on",
+      topk: o.topk ?? overrides.topk,
+      hostPoolBytes: o.hostPoolBytes ?? null,
+    },
+    o.blockSize,
+  );
   const dsa = dsaHiSparseConfig(user, {
     indexer,
     blockSize: o.blockSize,

@@ -15,13 +15,19 @@ import { PlanError, type PlanHiSparse } from "./plan.js";
  * @throws PlanError listing every reason: invalid JSON, unknown keys, wrong types, a flag/JSON
  *   topk mismatch.
  */
-export function planHiSparseKnobs(o: { json?: string; topk?: number; hostPoolBytes?: number }): PlanHiSparse {
+export function planHiSparseKnobs(o: {
+  json?: string;
+  topk?: number;
+  hostPoolBytes?: number;
+  /** Tokens per page, for the page-rounded sink and window defaults (default 16). */
+  blockSize?: number;
+}): PlanHiSparse {
   const { overrides, reasons } =
     o.json === undefined ? { overrides: {}, reasons: [] } : parseHiSparseConfigJson(o.json);
   if (o.topk !== undefined && overrides.topk !== undefined && overrides.topk !== o.topk)
     reasons.push(`--hybrid-sparse-topk (${o.topk}) and --hisparse-config topk (${overrides.topk}) disagree`);
   if (reasons.length > 0) throw new PlanError(reasons.join("; "));
-  const c = resolveHiSparseConfig({ ...overrides, mode: "on", topk: o.topk ?? overrides.topk });
+  const c = resolveHiSparseConfig({ ...overrides, mode: "on", topk: o.topk ?? overrides.topk }, o.blockSize);
   const unplanned = Object.fromEntries(
     (["minSparseTokens", "selector", "residency"] as const)
       .filter((k) => overrides[k] !== undefined)
@@ -32,6 +38,7 @@ export function planHiSparseKnobs(o: { json?: string; topk?: number; hostPoolByt
     deviceBufferTokens: c.deviceBufferTokens,
     sinkTokens: c.sinkTokens,
     windowTokens: c.windowTokens,
+    digestTokens: c.digestTokens,
     denseLayers: c.denseLayers,
     hostPoolBytes: o.hostPoolBytes ?? null,
     ...(c.hostKvCacheDtype === "fp8" ? { hostKvCacheDtype: c.hostKvCacheDtype } : {}),

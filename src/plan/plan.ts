@@ -8,8 +8,9 @@
  *   recent window, the tail page and the hot buffer (`device_buffer_tokens`, default 2 × topk);
  * - every page of every request has a host block (all sparse layers' K and V, in the host pool
  *   `--host-pool-gib`), and on the device its dense layers' K and V (default: the first two
- *   layers) and its Quest digest (per sparse layer and KV head, min and max of the keys: 2 ×
- *   headDim values, f32 on the CPU engine, bf16 on CUDA: 2/blockSize of K's size in bf16);
+ *   layers) and its Quest digest (per sparse layer, KV head and sub-page of digest_tokens, min and
+ *   max of the keys: 2 × headDim values, f32 on the CPU engine, bf16 on CUDA: 2/digest_tokens of
+ *   K's size in bf16);
  * - so the device budget = gpu blocks × main bytes per block + host blocks × device bytes per
  *   host block;
  * - a request's prefill (whole, chunked, or a recompute after preemption) attends densely over
@@ -65,6 +66,8 @@ export interface PlanHiSparse {
   deviceBufferTokens: number;
   sinkTokens: number;
   windowTokens: number;
+  /** Tokens per Quest digest (`digest_tokens`); absent: one digest per page. */
+  digestTokens?: number;
   denseLayers: readonly number[];
   /** Host pool in bytes; null = the engine's default, HOST_POOL_DEFAULT_RATIO × the device pool's pages. */
   hostPoolBytes: number | null;
@@ -259,6 +262,7 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
   const groups = hisparseKVCacheGroups(planKVCacheGroups(p), {
     denseLayers: h.denseLayers,
     digestElementBytes: p.digestElementBytes ?? DIGEST_ELEMENT_BYTES,
+    digestsPerPage: bs / (h.digestTokens ?? bs),
   });
   const hostElementBytes = h.hostKvCacheDtype === "fp8" ? KV_CACHE_DTYPE_BYTES.fp8 : undefined;
   const costs = hisparseBlockCosts(groups, bs, hostElementBytes);

@@ -79,6 +79,11 @@ export interface QuestSelectorConfig {
   topk: number;
   sinkTokens: number;
   windowTokens: number;
+  /**
+   * Tokens per min/max digest, a divisor of blockSize (default blockSize: one digest per page);
+   * smaller values keep blockSize / digestTokens sub-page digests per page (HiSparseConfig).
+   */
+  digestTokens?: number;
 }
 
 /** A Quest selection's token counts in pages (see {@link questPageBudget}). */
@@ -89,33 +94,48 @@ export interface QuestPageBudget {
   sinkPages: number;
   /** windowTokens / blockSize (>= 1: the tail page is always in the window). */
   windowPages: number;
+  /** blockSize / digestTokens: sub-page digests per page (1: the page's own min/max). */
+  digestsPerPage: number;
 }
 
 /**
  * The page counts of a selector's settings (QuestSelector and its CUDA twin CudaQuestSelector).
- * @throws Error when topk, sinkTokens or windowTokens is not a multiple of the block size, or the
- *   window is shorter than one block.
+ * @throws Error when topk, sinkTokens or windowTokens is not a multiple of the block size, the
+ *   window is shorter than one block, or digestTokens does not divide the block size.
  */
 export function questPageBudget(config: QuestSelectorConfig): QuestPageBudget {
   const { blockSize: bs, topk, sinkTokens, windowTokens } = config;
+  const dt = config.digestTokens ?? bs;
   if (topk % bs !== 0 || sinkTokens % bs !== 0 || windowTokens % bs !== 0 || windowTokens < bs)
     throw new Error("topk, sink and window tokens must be multiples of the block size (window >= 1 block)");
-  return { budgetPages: topk / bs, sinkPages: sinkTokens / bs, windowPages: windowTokens / bs };
+  if (!Number.isInteger(dt) || dt < 1 || bs % dt !== 0)
+    throw new Error(`digest tokens (${dt}) must divide the block size (${bs})`);
+  return {
+    budgetPages: topk / bs,
+    sinkPages: sinkTokens / bs,
+    windowPages: windowTokens / bs,
+    digestsPerPage: bs / dt,
+  };
 }
 
 /**
  * Quest page selection on the CPU (the oracle of the CUDA kernels). Digests: per sparse layer
- * f32 [numHostBlocks, 2, Hkv, D], min then max of the page's post-RoPE keys, indexed by host
- * block (a page's identity), updated as tokens are written: the tail page's digest covers its
- * tokens so far; a page's first token (offset 0) resets it, so host blocks can be reused.
+ * f32 [numHostBlocks, S, 2, Hkv, D] with S = blockSize / digestTokens sub-pages: min then max of
+ * the post-RoPE keys of the sub-page's digestTokens tokens, indexed by host block (a page's
+ * identity) then sub-page, i.e. by hostSlot / digestTokens; updated as tokens are written: the
+ * tail sub-page's digest covers its tokens so far; a sub-page's first token resets it, so host
+ * blocks can be reused.
  *
  * Selection per sparse request and kv head (one per GQA group), `topk / blockSize` pages in all:
  * the sink pages (first sinkTokens), the window pages (last windowTokens, ending with the tail
- * page), the pinned pages, then the highest {@link questScore}s of the rest (ties: lower page
- * first); when the whole context fits the budget, every page. Output ascending.
+ * page), the pinned pages, then the highest page scores of the rest (ties: lower page first),
+ * a page's score being the largest {@link questScore} of its S sub-pages (an upper bound of the
+ * largest logit of its tokens, tighter than the whole page's box: at 16-token pages, S = 4 ranks
+ * pages nearly as 4-token pages would, bench/results/hisparse_quest_quality_cpu.md); when the
+ * whole context fits the budget, every page. Output ascending.
  */
 export class QuestSelector implements Selector {
-  /** Per sparse layer: [numHostBlocks, 2, Hkv, D]. */
+  /** Per sparse layer: [numHostBlocks, S, 2, Hkv, D] (S = budget.digestsPerPage). */
   readonly digests: Float32Array[];
   private readonly budget: QuestPageBudget;
 
@@ -131,13 +151,13 @@ export class QuestSelector implements Selector {
     const { numKvHeads: Hkv, headDim: D } = config.layout;
     this.digests = Array.from(
       { length: config.numSparseLayers },
-      () => new Float32Array(config.numHostBlocks * 2 * Hkv * D),
+      () => new Float32Array(config.numHostBlocks * this.budget.digestsPerPage * 2 * Hkv * D),
     );
   }
 
   updateDigests(sparseLayer: number, qkv: Tensor, hostSlotMapping: Int32Array): void {
     const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = this.config.layout;
-    const bs = this.config.blockSize;
+    const dt = this.config.blockSize / this.budget.digestsPerPage;
     const x = this.view(qkv);
     const dg = this.digests[sparseLayer]!;
     const row = (Hq + 2 * Hkv) * D;
@@ -145,12 +165,12 @@ export class QuestSelector implements Selector {
     for (let t = 0; t < hostSlotMapping.length; t++) {
       const slot = hostSlotMapping[t]!;
       if (slot === PAD_SLOT_ID) continue; // padding token: no key
-      const hb = Math.floor(slot / bs);
-      const mn = hb * 2 * kvDim;
+      const sub = Math.floor(slot / dt); // host block * S + sub-page
+      const mn = sub * 2 * kvDim;
       const mx = mn + kvDim;
       const k = t * row + Hq * D;
-      if (slot % bs === 0) {
-        // First token of the page: the digest starts over (the host block may be reused).
+      if (slot % dt === 0) {
+        // First token of the sub-page: the digest starts over (the host block may be reused).
         dg.set(x.subarray(k, k + kvDim), mn);
         dg.set(x.subarray(k, k + kvDim), mx);
         continue;
@@ -203,11 +223,17 @@ export class QuestSelector implements Selector {
     const dg = this.digests[sparseLayer]!;
     const isForced = new Uint8Array(numPages);
     for (const p of forced) isForced[p] = 1;
+    const S = this.budget.digestsPerPage;
     const scored: Array<[number, number]> = [];
     for (let p = 0; p < numPages; p++) {
       if (isForced[p] === 1) continue;
-      const base = batch.hostBlockIds[p0 + p]! * 2 * Hkv * D;
-      scored.push([questScore(q, Hq / Hkv, dg, base, g, Hkv, D), p]);
+      let best = Number.NEGATIVE_INFINITY;
+      for (let j = 0; j < S; j++) {
+        const base = (batch.hostBlockIds[p0 + p]! * S + j) * 2 * Hkv * D;
+        const v = questScore(q, Hq / Hkv, dg, base, g, Hkv, D);
+        if (v > best) best = v;
+      }
+      scored.push([best, p]);
     }
     scored.sort((a, b) => b[0] - a[0] || a[1] - b[1]);
     for (let i = 0; i < k; i++) isForced[scored[i]![1]] = 1;

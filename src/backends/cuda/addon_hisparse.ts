@@ -43,6 +43,7 @@ export interface NativeHiSparseApi {
     numKvHeads: number,
     headDim: number,
     blockSize: number,
+    digestTokens: number,
     numBlocks: number,
     numHostBlocks: number,
   ): void;

@@ -116,6 +116,7 @@ export const QUEST_SELECT_PARAMS = {
     ["budgetPages", "i32"],
     ["sinkPages", "i32"],
     ["windowPages", "i32"],
+    ["digestsPerPage", "i32"],
     ["prevSelected", "ptr"],
     ["overlapP", "f32"],
   ],

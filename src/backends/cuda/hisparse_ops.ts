@@ -19,10 +19,11 @@ import { expectDtype, expectShape } from "./tensor.js";
 
 /**
  * reshape_and_cache fused with the Quest digest update (hsReshapeAndCacheDigest): writes K/V of
- * each token at slotMapping[t] and folds its key into the digest of host block
- * hostSlotMapping[t] / blockSize (offset 0 starts the digest over).
+ * each token at slotMapping[t] and folds its key into sub-page digest
+ * hostSlotMapping[t] / digestTokens (offset 0 of the sub-page starts the digest over).
  * qkv: bf16 [T, (Hq+2Hkv)*D]; kvCache: bf16 [numBlocks, 2, bs, Hkv, D]; digests: bf16
- * [numHostBlocks, 2, Hkv, D]; slotMapping, hostSlotMapping: i32 [T].
+ * [numHostBlocks, S, 2, Hkv, D] with S = bs / digestTokens; slotMapping, hostSlotMapping: i32 [T].
+ * @param digestTokens tokens per digest, a divisor of blockSize (default blockSize)
  */
 export function reshapeAndCacheDigest(
   ctx: CudaAttentionContext,
@@ -33,6 +34,7 @@ export function reshapeAndCacheDigest(
   digests: Tensor,
   hostSlotMapping: Tensor,
   blockSize: number,
+  digestTokens: number = blockSize,
 ): void {
   const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
   const W = (Hq + 2 * Hkv) * D;
@@ -48,7 +50,7 @@ export function reshapeAndCacheDigest(
   const cache = ctx.dev(kvCache, "reshapeAndCacheDigest kvCache");
   expectShape(kvCache, "reshapeAndCacheDigest kvCache", [null, 2, blockSize, Hkv, D]);
   const dg = ctx.dev(digests, "reshapeAndCacheDigest digests");
-  expectShape(digests, "reshapeAndCacheDigest digests", [null, 2, Hkv, D]);
+  expectShape(digests, "reshapeAndCacheDigest digests", [null, blockSize / digestTokens, 2, Hkv, D]);
   const slots = i32(ctx, slotMapping, "reshapeAndCacheDigest slotMapping", [T]);
   const hostSlots = i32(ctx, hostSlotMapping, "reshapeAndCacheDigest hostSlotMapping", [T]);
   ctx.addon.reshapeAndCacheDigest(
@@ -64,6 +66,7 @@ export function reshapeAndCacheDigest(
     Hkv,
     D,
     blockSize,
+    digestTokens,
     dim(kvCache, 0),
     dim(digests, 0),
   );
@@ -76,7 +79,7 @@ export interface QuestSelectInputs {
   layout: QkvLayout;
   /** i32 [R] qkv row of each row's query token; null: row r. */
   tokenRow: Tensor | null;
-  /** bf16 [numHostBlocks, 2, Hkv, D] the layer's digests. */
+  /** bf16 [numHostBlocks, digestsPerPage, 2, Hkv, D] the layer's digests. */
   digests: Tensor;
   /** i32 [R] context length after the step. */
   seqLens: Tensor;
@@ -93,6 +96,8 @@ export interface QuestSelectInputs {
   budgetPages: number;
   sinkPages: number;
   windowPages: number;
+  /** Sub-page digests per page (blockSize / digestTokens). */
+  digestsPerPage: number;
   /**
    * Benchmark only (HsQuestSelectParams.prevSelected): bytes [S, Hkv, W] of the previous
    * selection (any dtype, >= S * Hkv * W bytes), and the probability of keeping each of its pages.
@@ -116,7 +121,7 @@ export function questSelect(ctx: CudaAttentionContext, a: QuestSelectInputs): Pa
   expectShape(a.qkv, "questSelect qkv", [null, qkvW]);
   expectDtype(a.qkv, "questSelect qkv", ["bf16"]);
   const dg = ctx.dev(a.digests, "questSelect digests");
-  expectShape(a.digests, "questSelect digests", [null, 2, Hkv, D]);
+  expectShape(a.digests, "questSelect digests", [null, a.digestsPerPage, 2, Hkv, D]);
   expectDtype(a.digests, "questSelect digests", ["bf16"]);
   const R = dim(a.reqSlot, 0);
   const slot = i32(ctx, a.reqSlot, "questSelect reqSlot", [R]);
@@ -156,6 +161,7 @@ export function questSelect(ctx: CudaAttentionContext, a: QuestSelectInputs): Pa
     budgetPages: a.budgetPages,
     sinkPages: a.sinkPages,
     windowPages: a.windowPages,
+    digestsPerPage: a.digestsPerPage,
     prevSelected: ptrOf(ctx, a.overlap?.prevSelected ?? null, "questSelect prevSelected"),
     overlapP: a.overlap?.p ?? 0,
   });

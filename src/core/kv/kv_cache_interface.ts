@@ -148,13 +148,17 @@ export function indexerKeySpec(
 export const DIGEST_ELEMENT_BYTES = { cpu: 4, cuda: 2 } as const;
 
 /**
- * Quest digests of one layer's page: min and max per KV head, 2 × numKvHeads × headDim elements.
+ * Quest digests of one layer's page: min and max per KV head and sub-page,
+ * digestsPerPage × 2 × numKvHeads × headDim elements (digestsPerPage = blockSize / digest_tokens;
+ * at 1 a digest is 2 / blockSize of K's size, at blockSize / 4 it is 1/2 of K's size).
  * @param elementBytes {@link DIGEST_ELEMENT_BYTES} of the engine.
+ * @param digestsPerPage sub-page digests per page (default 1).
  */
 export function pageDigestSpec(o: {
   numKvHeads: number;
   headDim: number;
   elementBytes: number;
+  digestsPerPage?: number;
 }): PageDigestSpec {
   return {
     kind: "page_digest",
@@ -162,7 +166,7 @@ export function pageDigestSpec(o: {
     headDim: o.headDim,
     elementBytes: o.elementBytes,
     bytesPerToken: 0,
-    bytesPerPage: 2 * o.numKvHeads * o.headDim * o.elementBytes,
+    bytesPerPage: (o.digestsPerPage ?? 1) * 2 * o.numKvHeads * o.headDim * o.elementBytes,
   };
 }
 
@@ -251,6 +255,8 @@ export interface HiSparseGroupOptions {
   denseLayers: readonly number[];
   /** Bytes per Quest digest element ({@link DIGEST_ELEMENT_BYTES} of the engine). */
   digestElementBytes: number;
+  /** Quest sub-page digests per page (blockSize / digest_tokens; default 1). */
+  digestsPerPage?: number;
 }
 
 /**
@@ -279,7 +285,11 @@ export function hisparseKVCacheGroups(
     if (denseLayers.length > 0)
       out.push({ ...g, name: `${g.name} (dense layers)`, layers: denseLayers, offloadable: false });
     if (g.spec.kind === "full_attention" && sparseLayers.length > 0) {
-      const spec = pageDigestSpec({ ...g.spec, elementBytes: layout.digestElementBytes });
+      const spec = pageDigestSpec({
+        ...g.spec,
+        elementBytes: layout.digestElementBytes,
+        digestsPerPage: layout.digestsPerPage,
+      });
       digests.push({ name: "quest digest", spec, layers: sparseLayers, offloadable: false });
     }
   }

@@ -76,6 +76,7 @@ export function layOutHiSparse(
     {
       denseLayers: hs.denseLayers,
       digestElementBytes: o.digestElementBytes,
+      digestsPerPage: bs / hs.digestTokens,
     },
   );
   const sizing = sizeKVMemory({

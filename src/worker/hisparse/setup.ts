@@ -88,7 +88,14 @@ export function setupHiSparse(backend: Backend, ctx: KVCacheSetupContext, hs: Hi
     view,
   );
   const selector = new QuestSelector(
-    { ...tier, layout, topk: hs.topk, sinkTokens: hs.sinkTokens, windowTokens: hs.windowTokens },
+    {
+      ...tier,
+      layout,
+      topk: hs.topk,
+      sinkTokens: hs.sinkTokens,
+      windowTokens: hs.windowTokens,
+      digestTokens: hs.digestTokens,
+    },
     view,
   );
   const resolver = new LruHotBufferResolver(hostTier, bs, layout.numKvHeads, sparseLayers.length);

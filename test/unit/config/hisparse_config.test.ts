@@ -9,7 +9,7 @@ import {
   validateHiSparseConfig,
 } from "../../../src/config/hisparse_config.js";
 
-test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, dense layers 0 and 1, quest", () => {
+test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, a digest per page, dense layers 0 and 1, quest", () => {
   const c = resolveHiSparseConfig({ mode: "auto" });
   assert.deepEqual(c, {
     mode: "auto",
@@ -17,6 +17,7 @@ test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, dense layers 0 
     deviceBufferTokens: 4096,
     sinkTokens: 64,
     windowTokens: 256,
+    digestTokens: 16,
     denseLayers: [0, 1],
     minSparseTokens: 64 + 256 + 4096,
     selector: "quest",
@@ -59,7 +60,7 @@ test("--hisparse-config JSON: snake_case keys map onto the knobs; unknown keys a
   const bad = parseHiSparseConfigJson('{"top_k":1,"dense_layers":"0","topk":8}');
   assert.deepEqual(bad.overrides, { topk: 8 });
   assert.deepEqual(bad.reasons, [
-    '--hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency, host_kv_cache_dtype)',
+    '--hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, digest_tokens, dense_layers, min_sparse_tokens, selector, residency, host_kv_cache_dtype)',
     '--hisparse-config dense_layers must be a list of integers, got "0"',
   ]);
   // Every wrong-type reason names the type the key expects.
@@ -82,6 +83,7 @@ test("the accepted --hisparse-config keys, in help order", () => {
     "device_buffer_tokens",
     "sink_tokens",
     "window_tokens",
+    "digest_tokens",
     "dense_layers",
     "min_sparse_tokens",
     "selector",
@@ -150,18 +152,14 @@ test("invalid combinations are all reported", () => {
       blockSize: 16,
       enablePrefixCaching: false,
     }),
-    [
-      "sink_tokens + window_tokens (64 + 256 = 320, the defaults) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config",
-    ],
+    [],
   );
   assert.deepEqual(
     validateHiSparseConfig(resolveHiSparseConfig({ mode: "auto", topk: 64, windowTokens: 32 }), {
       blockSize: 16,
       enablePrefixCaching: false,
     }),
-    [
-      "sink_tokens + window_tokens (64 + 32 = 96, sink_tokens the default) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config",
-    ],
+    [], // the derived sinks leave room for the given window: 64 / 16 = 16 tokens, within 64 - 32
   );
   assert.deepEqual(
     validateHiSparseConfig(
@@ -226,4 +224,26 @@ test("residency: host or hybrid from --hisparse-config; host needs mode on", () 
   ]);
   const bad = resolveHiSparseConfig({ mode: "on", residency: "gpu" as never });
   assert.deepEqual(validateHiSparseConfig(bad, ctx), ["residency must be one of host, hybrid, got gpu"]);
+});
+
+test("sink and window derive from topk and the block size; given values are honoured", () => {
+  // topk / 16 sinks and topk / 8 window in whole pages, at least a page, at most 64 and 256.
+  const at = (topk: number, bs = 16, o: Record<string, number> = {}) => {
+    const c = resolveHiSparseConfig({ mode: "on", topk, ...o }, bs);
+    return [c.sinkTokens, c.windowTokens, c.digestTokens];
+  };
+  assert.deepEqual(at(256), [16, 32, 16]); // 13 of 16 pages left to Quest (was 4 with 64 + 128)
+  assert.deepEqual(at(512), [32, 64, 16]);
+  assert.deepEqual(at(1024), [64, 128, 16]);
+  assert.deepEqual(at(2048), [64, 256, 16]);
+  assert.deepEqual(at(8192), [64, 256, 16]);
+  assert.deepEqual(at(16), [0, 16, 16]); // one page: the tail page's window only
+  assert.deepEqual(at(32), [16, 16, 16]);
+  assert.deepEqual(at(256, 32), [32, 32, 32]); // whole pages of 32
+  assert.deepEqual(at(256, 16, { sinkTokens: 64, windowTokens: 128, digestTokens: 4 }), [64, 128, 4]);
+  assert.deepEqual(at(256, 16, { windowTokens: 240 }), [16, 240, 16]);
+  const bad = resolveHiSparseConfig({ mode: "on", topk: 256, digestTokens: 3 });
+  assert.deepEqual(validateHiSparseConfig(bad, { blockSize: 16, enablePrefixCaching: false }), [
+    "digest_tokens must be a divisor of the block size (16), got 3",
+  ]);
 });

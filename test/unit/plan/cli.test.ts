@@ -140,7 +140,7 @@ describe("hisparse plan (CLI)", () => {
     assert.equal(r.status, 0, r.stderr);
     assert.match(
       r.stdout.replace(/\s+/g, " "),
-      /HiSparse knobs as JSON: topk, device_buffer_tokens, sink_tokens, window_tokens, dense_layers, min_sparse_tokens, selector, residency, host_kv_cache_dtype \(as serve; selector, min_sparse_tokens and residency change no figure\)/,
+      /HiSparse knobs as JSON: topk, device_buffer_tokens, sink_tokens, window_tokens, digest_tokens, dense_layers, min_sparse_tokens, selector, residency, host_kv_cache_dtype \(as serve; selector, min_sparse_tokens and residency change no figure\)/,
     );
   });
 
@@ -179,8 +179,11 @@ describe("hisparse plan (CLI)", () => {
           "200000",
           "--hybrid-sparse-topk",
           "64",
+          "--hisparse-config",
+          '{"sink_tokens":64}',
         ],
-        /^hisparse: the engine would refuse these settings: --context \(200000\) exceeds the model's max_position_embeddings \(131072\); sink_tokens \+ window_tokens \(64 \+ 256 = 320, the defaults\) must be <= topk \(64\); set sink_tokens \/ window_tokens in --hisparse-config$/,
+        // The derived window (one page at topk 64) leaves no room for the given 64 sinks.
+        /^hisparse: the engine would refuse these settings: --context \(200000\) exceeds the model's max_position_embeddings \(131072\); sink_tokens \+ window_tokens \(64 \+ 16 = 80\) must be <= topk \(64\); set sink_tokens \/ window_tokens in --hisparse-config$/,
       ],
     ] as const) {
       const r = hisparse([...args]);

@@ -17,14 +17,15 @@ export interface DeviceSelectorTables {
 
 /**
  * Quest selection on CUDA (the device twin of QuestSelector, quest.ts, its oracle): per sparse
- * layer bf16 digests [numHostBlocks, 2, Hkv, D] (min, max of the page's post-RoPE keys),
+ * layer bf16 digests [numHostBlocks, S, 2, Hkv, D] (min, max of the post-RoPE keys of each of
+ * the page's S = blockSize / digestTokens sub-pages),
  * updated by the KV write kernel; selection per (row, kv head) by hsQuestSelect, page for page
  * the oracle's (float32 scores in the oracle's order, same tie rule). bf16 digests are exact on CUDA: the keys are
  * bf16 in the cache, and min / max of bf16 values are bf16 values; they take half the device
  * memory of f32 ones (at Llama-3.1-8B shape, 120 KiB instead of 240 KiB per page).
  */
 export class CudaQuestSelector implements DeviceSelector {
-  /** Per sparse layer: bf16 [numHostBlocks, 2, Hkv, D]. */
+  /** Per sparse layer: bf16 [numHostBlocks, S, 2, Hkv, D]. */
   readonly digests: Tensor[];
   private readonly budget: QuestPageBudget;
 
@@ -47,7 +48,7 @@ export class CudaQuestSelector implements DeviceSelector {
   ) {
     this.budget = questPageBudget(config);
     const { numKvHeads: Hkv, headDim: D } = config.layout;
-    const shape = [Math.max(1, config.numHostBlocks), 2, Hkv, D];
+    const shape = [Math.max(1, config.numHostBlocks), this.budget.digestsPerPage, 2, Hkv, D];
     this.digests = Array.from({ length: config.numSparseLayers }, () =>
       backend.allocateFilled(shape, "bf16"),
     );
@@ -75,6 +76,7 @@ export class CudaQuestSelector implements DeviceSelector {
       this.digests[sparseLayer]!,
       hostSlotMapping,
       this.config.blockSize,
+      this.config.blockSize / this.budget.digestsPerPage,
     );
   }
 

@@ -61,7 +61,14 @@ export function setupCudaHiSparse(
   );
   const selector = new CudaQuestSelector(
     backend,
-    { ...tier, layout, topk: hs.topk, sinkTokens: hs.sinkTokens, windowTokens: hs.windowTokens },
+    {
+      ...tier,
+      layout,
+      topk: hs.topk,
+      sinkTokens: hs.sinkTokens,
+      windowTokens: hs.windowTokens,
+      digestTokens: hs.digestTokens,
+    },
     tables,
     hs.benchSelectionOverlap ?? null,
   );

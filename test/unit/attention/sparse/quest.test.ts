@@ -209,3 +209,83 @@ describe("Quest selection", () => {
     assert.deepEqual(selected(sel.select(0, qkvRow([1, 1, 1, 1]), pinnedMany))[0], [0, 2, 4, 6, 8, 9]);
   });
 });
+
+describe("Quest sub-page digests (digestTokens < blockSize)", () => {
+  // Head dim 1, one GQA group of 1 head, pages of 4 tokens, digests of 2 tokens (S = 2 per page).
+  const layout: QkvLayout = { numHeads: 1, numKvHeads: 1, headDim: 1 };
+  const cfg = {
+    layout,
+    blockSize: 4,
+    numSparseLayers: 1,
+    numHostBlocks: 8,
+    topk: 8,
+    sinkTokens: 0,
+    windowTokens: 4,
+    digestTokens: 2,
+  };
+  const W = 3; // q, k, v
+  const qkvRows = (ks: number[]) =>
+    backend.stage(Float32Array.from(ks.flatMap((k) => [0, k, 0])), [ks.length, W], "f32");
+
+  it("each sub-page keeps the min and max of its own tokens; its first token resets it", () => {
+    const sel = new QuestSelector(cfg, view);
+    backend.resetWorkspace();
+    // Host block 3 (slots 12-15): keys 5, -1 | 2, 7, written in two steps (12-14, then 15).
+    sel.updateDigests(0, qkvRows([5, -1, 2]), Int32Array.from([12, 13, 14]));
+    sel.updateDigests(0, qkvRows([7]), Int32Array.from([15]));
+    // [numHostBlocks, S, 2, Hkv, D]: sub-page j of block 3 at (3 * 2 + j) * 2.
+    const dg = sel.digests[0]!;
+    assert.equal(dg.length, 8 * 2 * 2);
+    assert.deepEqual([dg[12], dg[13], dg[14], dg[15]], [-1, 5, 2, 7]);
+    sel.updateDigests(0, qkvRows([9]), Int32Array.from([14])); // offset 0 of sub-page 1: reset
+    assert.deepEqual([dg[12], dg[13], dg[14], dg[15]], [-1, 5, 9, 9]);
+  });
+
+  it("a page scores as its best sub-page: a tighter bound than the page's box, which can change the ranking", () => {
+    // Head dim 2 here. 3 pages (12 tokens), budget 2 pages: window page 2 plus the better of
+    // pages 0 and 1, for the query (1, 1). Page 0: keys (1, 0), (1, 0) | (0, 1), (0, 1): its box
+    // [0, 1] x [0, 1] bounds at 2, but no key's logit exceeds 1 (each sub-page bounds at 1).
+    // Page 1: four keys (0.8, 0.8): logit and every bound 1.6. The page box picks page 0, the
+    // sub-page digests pick page 1, the page with the larger logit.
+    const lay2: QkvLayout = { numHeads: 1, numKvHeads: 1, headDim: 2 };
+    const keys = [
+      [1, 0],
+      [1, 0],
+      [0, 1],
+      [0, 1],
+      ...Array.from({ length: 4 }, () => [0.8, 0.8]),
+      ...Array.from({ length: 4 }, () => [0, 0]),
+    ];
+    const hostBlocks = [5, 1, 0];
+    const run = (digestTokens: number) => {
+      const sel = new QuestSelector({ ...cfg, layout: lay2, topk: 8, digestTokens }, view);
+      backend.resetWorkspace();
+      const slots = Int32Array.from({ length: 12 }, (_, t) => hostBlocks[Math.floor(t / 4)]! * 4 + (t % 4));
+      const rows = Float32Array.from(keys.flatMap((k) => [0, 0, ...k, 0, 0]));
+      sel.updateDigests(0, backend.stage(rows, [12, 6], "f32"), slots);
+      const batch = sparseBatch([
+        {
+          id: "A",
+          batchIdx: 0,
+          tokenIdx: 0,
+          numTokens: 12,
+          hostBlockIds: hostBlocks,
+          blockIds: [],
+          hotBlockIds: [],
+        },
+      ]);
+      const q = backend.stage(Float32Array.from([1, 1, 0, 0, 0, 0]), [1, 6], "f32");
+      return selected(sel.select(0, q, batch))[0];
+    };
+    assert.deepEqual(run(4), [0, 2]); // one digest per page (the page's box)
+    assert.deepEqual(run(2), [1, 2]); // two sub-page digests per page
+    assert.deepEqual(run(1), [1, 2]); // one per token: the exact largest logit
+  });
+
+  it("digestTokens must divide the block size", () => {
+    assert.throws(
+      () => new QuestSelector({ ...cfg, digestTokens: 3 }, view),
+      /digest tokens \(3\) must divide/,
+    );
+  });
+});

@@ -33,10 +33,11 @@ describe("HiSparse ops marshalling (fake addon)", () => {
     const { fake, be, i32 } = setup();
     const qkv = be.allocateFilled([3, W], "bf16");
     const cache = be.allocateFilled([10, 2, 8, 2, 16], "bf16");
-    const digests = be.allocateFilled([12, 2, 2, 16], "bf16");
+    // Sub-page digests of 4 tokens: [numHostBlocks, 8 / 4, 2, Hkv, D].
+    const digests = be.allocateFilled([12, 2, 2, 2, 16], "bf16");
     const slots = i32([3]);
     const hostSlots = i32([3]);
-    hs.reshapeAndCacheDigest(be, qkv, layout, cache, slots, digests, hostSlots, 8);
+    hs.reshapeAndCacheDigest(be, qkv, layout, cache, slots, digests, hostSlots, 8, 4);
     const c = fake.calls.at(-1)!;
     assert.equal(c.fn, "reshapeAndCacheDigest");
     assert.deepEqual(c.args.slice(1), [
@@ -51,6 +52,7 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       2,
       16,
       8,
+      4,
       10,
       12,
     ]);
@@ -62,11 +64,12 @@ describe("HiSparse ops marshalling (fake addon)", () => {
           layout,
           cache,
           slots,
-          be.allocateFilled([12, 2, 16], "bf16"),
+          be.allocateFilled([12, 2, 2, 16], "bf16"),
           hostSlots,
           8,
+          4,
         ),
-      /digests: expected shape \[\*, 2, 2, 16\]/,
+      /digests: expected shape \[\*, 2, 2, 2, 16\]/,
     );
   });
 
@@ -77,7 +80,7 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       qkv: be.allocateFilled([4, W], "bf16"),
       layout,
       tokenRow: null,
-      digests: be.allocateFilled([100, 2, 2, 16], "bf16"),
+      digests: be.allocateFilled([100, 1, 2, 2, 16], "bf16"),
       seqLens: i32([3]),
       rowFlags: null,
       reqSlot: i32([3]),
@@ -87,6 +90,7 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       budgetPages: 6,
       sinkPages: 1,
       windowPages: 2,
+      digestsPerPage: 1,
       overlap: { prevSelected: prev, p: 0.97 },
     });
     const c = fake.calls.at(-1)!;
@@ -101,7 +105,7 @@ describe("HiSparse ops marshalling (fake addon)", () => {
     const Wp = 40;
     const numHot = 6;
     const qkv = be.allocateFilled([4, W], "bf16");
-    const digests = be.allocateFilled([100, 2, 2, 16], "bf16");
+    const digests = be.allocateFilled([100, 4, 2, 2, 16], "bf16");
     const [reqSlot, seqLens, flags, tokenRow] = [i32([R]), i32([R]), i32([R]), i32([R])];
     const [hostT, blockT, pinT] = [i32([S, Wp]), i32([S, Wp]), i32([S, Wp])];
     const sel = hs.questSelect(be, {
@@ -118,6 +122,7 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       budgetPages: 6,
       sinkPages: 1,
       windowPages: 2,
+      digestsPerPage: 4,
     });
     assert.deepEqual(
       [sel.selPages.shape, sel.selCount.shape],
@@ -155,6 +160,7 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       budgetPages: 6,
       sinkPages: 1,
       windowPages: 2,
+      digestsPerPage: 4,
       prevSelected: 0, // benchmark overlap knob off
       overlapP: 0,
     });

@@ -48,11 +48,12 @@ test("auto with the defaults: residency hybrid, topk 2048, buffer 2 × topk; min
 });
 
 test("on with topk 512 and a 0.5 GiB host pool: residency host, the knobs derived from topk", () => {
-  // Buffer 2 × 512 = 1,024; min_sparse 64 + 256 + 1,024 = 1,344; 16,384 pages × 32 KiB = 0.50 GiB.
+  // Buffer 2 × 512 = 1,024; sinks 512 / 16 = 32, window 512 / 8 = 64; min_sparse 32 + 64 + 1,024 =
+  // 1,120; 16,384 pages × 32 KiB = 0.50 GiB.
   const s = hisparseStartupSummary(resolveHiSparseConfig({ mode: "on", topk: 512 }), pools(15360, 16384));
   assert.equal(
     s.line,
-    "HiSparse on: residency host, topk 512, device_buffer_tokens 1024, min_sparse_tokens 1344; " +
+    "HiSparse on: residency host, topk 512, device_buffer_tokens 1024, min_sparse_tokens 1120; " +
       "device pool 15360 blocks (0.47 GiB) + 0.53 GiB of dense-layer KV and digests, host pool 16384 pages (0.50 GiB)",
   );
 });
