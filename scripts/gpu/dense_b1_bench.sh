@@ -19,8 +19,8 @@
 #       old@0   cuBLAS for every linear, serialized launches
 #     with % of the HBM roofline ((weights + KV read) / 4.3 TB/s).
 # Prepare here: npm run build && npm run build:native && bash scripts/gpu/dense_b1_bench.sh --compile-only
-#   && bash ../shared/device/prepare.sh && mkdir -p .device/fixtures
-#   && cp ../shared/fixtures/hf-ref-small.json .device/fixtures/;
+#   && bash /work/shared/device/prepare.sh && mkdir -p .device/fixtures
+#   && cp /work/shared/fixtures/hf-ref-small.json .device/fixtures/;
 #   carry .device dist build/Release build/gemv_test. Run there:
 #   source .device/prelude.sh && bash scripts/gpu/dense_b1_bench.sh
 # Success: "gemv_test: N passed, 0 failed", "attention_test: N passed, 0 failed", "# fail 0" for
