@@ -14,7 +14,10 @@
  * --paths new,old: decode measured for each path in one run: "new" is the default backend
  * (linears of <= 8 rows through the skinny GEMM, native/kernels/gemv.h), "old" cuBLAS for every
  * linear (denseGemvMaxTokens = 0); default "new". A path may end in ":N" (e.g. new:128): decode
- * attention splits of at least N tokens (addon.setDecodeMinSplitTokens; default 256).
+ * attention splits of at least N tokens (addon.setDecodeMinSplitTokens; default 256), and in
+ * "@N" (e.g. new@0): the kernel launch options N (addon.setKernelLaunchOptions, kernels.h: 1 =
+ * programmatic dependent launch, 2 = deeper decode-attention pipeline at small batch; default 3);
+ * both suffixes may be combined (new:128@1).
  * --no-prefill skips part 2.
  */
 import { writeFileSync } from "node:fs";
@@ -108,12 +111,14 @@ interface DecodeRow {
 }
 const decodeRows: DecodeRow[] = [];
 const defaultMinSplit = backend.addon.setDecodeMinSplitTokens(0);
+const defaultLaunch = backend.addon.setKernelLaunchOptions(-1);
 for (const path of paths) {
-  const [kind, split] = path.split(":");
-  if (kind !== "new" && kind !== "old")
-    throw new Error(`--paths: "new" or "old" (optionally :N), got ${path}`);
+  const m = /^(new|old)(?::(\d+))?(?:@(\d+))?$/.exec(path);
+  if (m === null) throw new Error(`--paths: "new" or "old" (optionally :N and @N), got ${path}`);
+  const [, kind, split, launch] = m;
   backend.denseGemvMaxTokens = kind === "old" ? 0 : defaultGemvMaxTokens;
   backend.addon.setDecodeMinSplitTokens(split === undefined ? defaultMinSplit : Number(split));
+  backend.addon.setKernelLaunchOptions(launch === undefined ? defaultLaunch : Number(launch));
   const runner = new CudaGraphRunner(
     backend,
     backend.graphs,
@@ -129,6 +134,7 @@ for (const path of paths) {
 }
 backend.denseGemvMaxTokens = defaultGemvMaxTokens;
 backend.addon.setDecodeMinSplitTokens(defaultMinSplit);
+backend.addon.setKernelLaunchOptions(defaultLaunch);
 
 /** One grid point: mean step time of 20 graph replays after 3 warm-up steps. */
 function decodeRow(runner: CudaGraphRunner, path: string, B: number, C: number): DecodeRow {

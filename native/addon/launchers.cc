@@ -89,6 +89,12 @@ Napi::Value DenseGemvRope(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+/** setKernelLaunchOptions(options) -> previous (hsSetKernelLaunchOptions; options < 0 reads). */
+Napi::Value SetKernelLaunchOptions(const Napi::CallbackInfo& info) {
+  Args a(info, 1, "setKernelLaunchOptions");
+  return Napi::Number::New(info.Env(), hsSetKernelLaunchOptions(a.i32(0)));
+}
+
 }  // namespace
 
 void initLaunchers(Napi::Env env, Napi::Object exports) {
@@ -104,6 +110,7 @@ void initLaunchers(Napi::Env env, Napi::Object exports) {
   exports.Set("cast", Napi::Function::New(env, Cast, "cast"));
   exports.Set("denseGemv", Napi::Function::New(env, DenseGemv, "denseGemv"));
   exports.Set("denseGemvRope", Napi::Function::New(env, DenseGemvRope, "denseGemvRope"));
+  exports.Set("setKernelLaunchOptions", Napi::Function::New(env, SetKernelLaunchOptions, "setKernelLaunchOptions"));
 }
 
 }  // namespace hs

@@ -16,6 +16,7 @@
 // given per request (tokenRow, for decodes inside a mixed batch). A row whose tables equal the
 // dense ones goes through exactly the same arithmetic, so it gives the dense result bit for bit.
 #include "attention_decode_merge.cuh"
+#include "pdl.cuh"
 
 namespace hs_attn {
 namespace {
@@ -25,18 +26,32 @@ constexpr int kDecodeThreads = kDecodeWarps * 32;
 static_assert(kDecodeWarps * 16 == kTileKeys, "each decode warp owns 16 keys of a tile");
 
 // Pipeline depth per head dim (the benchmark builds variants with other values). D=128: 2 stages
-// measured 1-6% faster than 3 on the H200 (bench/results/cuda_kernels_h200.md).
+// measured 1-6% faster than 3 on the H200 at batch sizes that fill the GPU with (request, kv
+// head) pairs (bench/results/cuda_kernels_h200.md); with fewer pairs than SMs (batch 1 .. 16 of
+// an 8-kv-head model) each CTA streams only a few tiles, and kDeepStages128 (two tiles in flight,
+// 2 CTAs per SM) is used instead when HS_LAUNCH_DEEP_DECODE is on (kernels.h).
 #ifndef HS_DECODE_STAGES_128
 #define HS_DECODE_STAGES_128 2
 #endif
 #ifndef HS_DECODE_STAGES_64
 #define HS_DECODE_STAGES_64 4
 #endif
+constexpr int kDeepStages128 = 3;
+/** The deep launch is used for at most this many (request, kv head tile) pairs (Llama-8B: batch <= 4). */
+constexpr int kDeepMaxPairs = 32;
+/** Resident deep CTAs per SM (about 101 KiB of shared memory each). */
+constexpr int kDeepCtasPerSm = 2;
 
-/** Tile geometry: 3 x 32 KiB (D=128) or 4 x 16 KiB (D=64) of K/V in flight per CTA by default. */
+/** Default pipeline depth of head dim D. */
 template <int D>
+constexpr int defaultDecodeStages() {
+  return D == 128 ? HS_DECODE_STAGES_128 : HS_DECODE_STAGES_64;
+}
+
+/** Tile geometry: kStages stages of K+V tiles (32 KiB per stage at D=128, 16 KiB at D=64). */
+template <int D, int kStagesT = defaultDecodeStages<D>()>
 struct DecodeCfg {
-  static constexpr int kStages = D == 128 ? HS_DECODE_STAGES_128 : HS_DECODE_STAGES_64;
+  static constexpr int kStages = kStagesT;
   static constexpr int kQBytes = kDecodeHeadsPerCta * D * 2;
   static constexpr int kTileBytes = kTileKeys * D * 2;
   using Loader = KvTileLoader<D, kDecodeThreads, kStages>;
@@ -60,11 +75,11 @@ __device__ void zeroOutputRows(__nv_bfloat16* out, int row, int numHeads, int he
  * (numSplits == 1) or the fp32 partial + log2-sum-exp of this split. Caller has drained cp.async
  * and synchronised, so the pipeline's shared memory is free.
  */
-template <int D>
+template <int D, int kStages>
 __device__ void decodeEpilogue(const DecodeArgs& a, unsigned char* smem, const float (&o)[1][D / 8][4],
                                const float (&m)[1][2], const float (&l)[1][2], int req, int outRow, int split,
                                int headBase, int nRows) {
-  using Cfg = DecodeCfg<D>;
+  using Cfg = DecodeCfg<D, kStages>;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2;
@@ -125,12 +140,17 @@ __device__ void decodeEpilogue(const DecodeArgs& a, unsigned char* smem, const f
   if (a.numSplits > 1 && (threadIdx.x & 7) == 0) a.partialLse[partRow] = mMax * a.scaleLog2 + __log2f(lSum);
 }
 
-/** One (split, kv head tile, request) of decode attention; see the file comment. */
-template <int D, bool kSparse>
+/**
+ * One (split, kv head tile, request) of decode attention; see the file comment. Launched with
+ * programmatic dependent launch (pdl.cuh): q and the newest K/V come from the previous kernels,
+ * so the kernel waits before its first global access.
+ */
+template <int D, bool kSparse, int kStages>
 __global__ void __launch_bounds__(kDecodeThreads) pagedDecodeKernel(const DecodeArgs a) {
-  using Cfg = DecodeCfg<D>;
-  constexpr int kStages = Cfg::kStages;
+  using Cfg = DecodeCfg<D, kStages>;
   extern __shared__ __align__(128) unsigned char smem[];
+  hs::pdlLaunchDependents();
+  hs::pdlWait();
   const int split = blockIdx.x;
   const int kvh = blockIdx.y / a.headTiles;
   const int headTile = blockIdx.y - kvh * a.headTiles;
@@ -153,7 +173,7 @@ __global__ void __launch_bounds__(kDecodeThreads) pagedDecodeKernel(const Decode
   } else {
     seqLen = decodeRow<false>(a, req, kvh).seqLen;
   }
-  const int chunk = decodeSplitTokens(seqLen, a.numSplits, a.minSplitTokens);
+  const int chunk = decodeSplitTokens(seqLen, a.splitDivisor, a.minSplitTokens);
   const int kvStart = split * chunk;
   const int kvEnd = min(seqLen, kvStart + chunk);
   if (kvStart >= kvEnd) {
@@ -235,14 +255,29 @@ __global__ void __launch_bounds__(kDecodeThreads) pagedDecodeKernel(const Decode
   l[0][1] = quadSum(l[0][1]);
   cpAsyncWait<0>();
   __syncthreads();
-  decodeEpilogue<D>(a, smem, o, m, l, req, outRow, split, headBase, nRows);
+  decodeEpilogue<D, kStages>(a, smem, o, m, l, req, outRow, split, headBase, nRows);
+}
+
+/** The decode kernel with kStages stages, then (numSplits > 1) the merge; a: complete arguments. */
+template <int D, bool kSparse, int kStages>
+cudaError_t launchDecodeKernels(const DecodeArgs& a, int numKvHeads, int numReqs, cudaStream_t stream) {
+  using Cfg = DecodeCfg<D, kStages>;
+  static std::atomic<unsigned long long> smemLimitSet{0};  // per instantiation, one bit per device
+  cudaError_t err = ensureSmemLimit(pagedDecodeKernel<D, kSparse, kStages>, Cfg::kSmemBytes, smemLimitSet);
+  if (err != cudaSuccess) return err;
+  // Splits >= splitDivisor never hold a key (decodeActiveSplits <= splitDivisor): not launched.
+  const dim3 grid(a.splitDivisor, numKvHeads * a.headTiles, numReqs);
+  if (grid.y > 65535) return cudaErrorInvalidValue;
+  err = hs::launchPdl(pagedDecodeKernel<D, kSparse, kStages>, grid, dim3(kDecodeThreads), Cfg::kSmemBytes, stream, a);
+  if (err != cudaSuccess || a.numSplits == 1) return err;
+  return hs::launchPdl(decodeMergeKernel<D, kSparse>, dim3(a.numHeads, numReqs), dim3(kMergeThreads),
+                       mergeSmemBytes<D>(), stream, a);
 }
 
 /** Launches decode (+ merge) for head dim D; sizes already validated. sp: HiSparse tables or null (dense). */
 template <int D, bool kSparse>
 cudaError_t launchDecode(const HsPagedAttentionParams* p, const HsSparseDecodeParams* sp, int numSplits,
                          cudaStream_t stream) {
-  using Cfg = DecodeCfg<D>;
   DecodeArgs a{};
   if (sp != nullptr) {
     a.headBlockTables = sp->headBlockTables;
@@ -275,17 +310,20 @@ cudaError_t launchDecode(const HsPagedAttentionParams* p, const HsSparseDecodePa
     a.partialO = static_cast<float*>(p->workspace);
     a.partialLse = reinterpret_cast<float*>(static_cast<char*>(p->workspace) + align256(rows * D * sizeof(float)));
   }
-  static std::atomic<unsigned long long> smemLimitSet{0};  // per instantiation, one bit per device
-  cudaError_t err = ensureSmemLimit(pagedDecodeKernel<D, kSparse>, Cfg::kSmemBytes, smemLimitSet);
-  if (err != cudaSuccess) return err;
-  const dim3 grid(numSplits, p->numKvHeads * a.headTiles, p->numReqs);
-  if (grid.y > 65535) return cudaErrorInvalidValue;
-  pagedDecodeKernel<D, kSparse><<<grid, kDecodeThreads, Cfg::kSmemBytes, stream>>>(a);
-  err = cudaGetLastError();
-  if (err != cudaSuccess || numSplits == 1) return err;
-  const dim3 mergeGrid(p->numHeads, p->numReqs);
-  decodeMergeKernel<D, kSparse><<<mergeGrid, kMergeThreads, mergeSmemBytes<D>(), stream>>>(a);
-  return cudaGetLastError();
+  a.splitDivisor = numSplits;
+  if constexpr (D == 128 && defaultDecodeStages<D>() != kDeepStages128) {
+    // Few (request, kv head tile) pairs (batch 1 .. 4): size the splits so that the active CTAs
+    // fill one wave of kDeepCtasPerSm per SM (splits of >= 64 keys instead of >= 256: more CTAs
+    // at 1K, fewer partials at 32K), each keeping two tiles in flight.
+    const long long pairs = static_cast<long long>(p->numReqs) * p->numKvHeads * a.headTiles;
+    if (hs::launchOption(HS_LAUNCH_DEEP_DECODE) && pairs <= kDeepMaxPairs && numSplits > 1) {
+      const long long wave = static_cast<long long>(currentSmCount(132)) * kDeepCtasPerSm / pairs;
+      a.splitDivisor = static_cast<int>(wave < 1 ? 1 : (wave > numSplits ? numSplits : wave));
+      if (a.minSplitTokens == kMinSplitTokens) a.minSplitTokens = kTileKeys;  // unless a benchmark set it
+      return launchDecodeKernels<D, kSparse, kDeepStages128>(a, p->numKvHeads, p->numReqs, stream);
+    }
+  }
+  return launchDecodeKernels<D, kSparse, defaultDecodeStages<D>()>(a, p->numKvHeads, p->numReqs, stream);
 }
 
 /** Validation + split count for a decode launch; returns 0 when the sizes are unsupported. */

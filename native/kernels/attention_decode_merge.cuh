@@ -5,6 +5,7 @@
 #pragma once
 
 #include "attention_launch.cuh"
+#include "pdl.cuh"
 
 namespace hs_attn {
 namespace {
@@ -38,6 +39,7 @@ struct DecodeArgs {
   int headTableStride;
   int onlyFlagged;             // rows without the flag are left untouched
   int minSplitTokens;          // decodeSplitTokens' floor (decodeMinSplitTokens() at launch)
+  int splitDivisor;            // decodeSplitTokens' divisor: numSplits, or fewer (deep small-batch launch)
 };
 
 /** What one (request, kv head) reads: its length, its block table row, its q/out row. */
@@ -57,7 +59,7 @@ template <bool kSparse>
 __device__ __forceinline__ DecodeRow decodeRow(const DecodeArgs& a, int req, int kvh) {
   DecodeRow d;
   if constexpr (!kSparse) {
-    const int s = __ldg(a.seqLens + req);
+    const int s = __ldcg(a.seqLens + req);
     const int maxLen = a.maxBlocksPerReq << a.log2BlockSize;
     d.seqLen = s < 0 ? 0 : (s > maxLen ? maxLen : s);
     d.bt = a.blockTables + static_cast<size_t>(req) * a.maxBlocksPerReq;
@@ -65,18 +67,18 @@ __device__ __forceinline__ DecodeRow decodeRow(const DecodeArgs& a, int req, int
     d.skip = false;
     return d;
   }
-  const bool perHead = a.rowFlags == nullptr || __ldg(a.rowFlags + req) != 0;
-  d.row = a.tokenRow != nullptr ? __ldg(a.tokenRow + req) : req;
+  const bool perHead = a.rowFlags == nullptr || __ldcg(a.rowFlags + req) != 0;
+  d.row = a.tokenRow != nullptr ? __ldcg(a.tokenRow + req) : req;
   d.skip = d.row < 0 || (!perHead && a.onlyFlagged != 0);
   int s;
   int maxLen;
   if (perHead) {
     const size_t item = static_cast<size_t>(req) * a.numKvHeads + kvh;
-    s = __ldg(a.headSeqLens + item);
+    s = __ldcg(a.headSeqLens + item);
     maxLen = a.headTableStride << a.log2BlockSize;
     d.bt = a.headBlockTables + item * a.headTableStride;
   } else {
-    s = __ldg(a.seqLens + req);
+    s = __ldcg(a.seqLens + req);
     maxLen = a.maxBlocksPerReq << a.log2BlockSize;
     d.bt = a.blockTables + static_cast<size_t>(req) * a.maxBlocksPerReq;
   }
@@ -114,11 +116,13 @@ __global__ void __launch_bounds__(kMergeThreads) decodeMergeKernel(const DecodeA
   const int req = blockIdx.y;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
+  hs::pdlLaunchDependents();
+  hs::pdlWait();  // the partials are the decode kernel's output (pdl.cuh)
   const DecodeRow dr = decodeRow<kSparse>(a, req, head / a.groupSize);
   if (dr.skip) return;
-  const int nAct = decodeActiveSplits(dr.seqLen, a.numSplits, a.minSplitTokens);
+  const int nAct = decodeActiveSplits(dr.seqLen, a.splitDivisor, a.minSplitTokens);
   const size_t base = static_cast<size_t>(req) * a.numSplits * a.numHeads + head;  // split 0 row
-  for (int s = tid; s < nAct; s += kMergeThreads) sLse[s] = a.partialLse[base + static_cast<size_t>(s) * a.numHeads];
+  for (int s = tid; s < nAct; s += kMergeThreads) sLse[s] = __ldcg(a.partialLse + base + static_cast<size_t>(s) * a.numHeads);
   __syncthreads();
   float lseMax = kNegInf;  // every warp computes the same max and weight sum (no second barrier)
   for (int s = lane; s < nAct; s += 32) lseMax = fmaxf(lseMax, sLse[s]);
@@ -130,7 +134,7 @@ __global__ void __launch_bounds__(kMergeThreads) decodeMergeKernel(const DecodeA
 #pragma unroll 4
   for (int s = g; s < nAct; s += kGroups) {
     const float w = exp2f(sLse[s] - lseMax);
-    const float4 v = *reinterpret_cast<const float4*>(a.partialO + (base + static_cast<size_t>(s) * a.numHeads) * D + d);
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(a.partialO + (base + static_cast<size_t>(s) * a.numHeads) * D + d));
     acc.x += w * v.x;
     acc.y += w * v.y;
     acc.z += w * v.z;

@@ -198,7 +198,8 @@ struct KvTileLoader {
   __device__ __forceinline__ static int rowBlockId(const int* __restrict__ blockTableRow, int tileStart, int kvEnd,
                                                    int log2BlockSize) {
     const int pos = tileStart + static_cast<int>(threadIdx.x);
-    return threadIdx.x < kKeys && pos < kvEnd ? __ldg(blockTableRow + (pos >> log2BlockSize)) : -1;
+    // __ldcg: HiSparse tables are written by the step's kernels (coherent load under PDL, pdl.cuh)
+    return threadIdx.x < kKeys && pos < kvEnd ? __ldcg(blockTableRow + (pos >> log2BlockSize)) : -1;
   }
 
   /** Loads (into `pending`) the ids of tile `tile`; the caller stores them one iteration later. */

@@ -5,6 +5,7 @@
 
 #include "common.cuh"
 #include "fp8.cuh"
+#include "pdl.cuh"
 
 namespace hs {
 namespace {
@@ -34,9 +35,11 @@ __global__ void __launch_bounds__(256) gatherRowsKernel(V* __restrict__ out, con
  */
 template <typename V>
 __global__ void __launch_bounds__(256)
-    reshapeAndCacheKernel(const char* __restrict__ qkv, char* __restrict__ cache, const int32_t* __restrict__ slots,
+    reshapeAndCacheKernel(const char* qkv, char* __restrict__ cache, const int32_t* __restrict__ slots,
                           size_t rowStrideBytes, size_t kOffsetBytes, size_t kvBytes, int blockSize,
                           long long numSlots) {
+  pdlLaunchDependents();
+  pdlWait();  // qkv is the previous kernel's output (pdl.cuh)
   const int t = blockIdx.x;
   const long long slot = slots[t];
   if (slot < 0 || slot >= numSlots) return;  // PAD_SLOT_ID or out of range: skip
@@ -58,9 +61,11 @@ __global__ void __launch_bounds__(256)
  * slot's K and V rows of the fp8 paged cache; one element per thread and pass (coalesced).
  */
 __global__ void __launch_bounds__(256)
-    reshapeAndCacheFp8Kernel(const __nv_bfloat16* __restrict__ qkv, uint8_t* __restrict__ cache,
+    reshapeAndCacheFp8Kernel(const __nv_bfloat16* qkv, uint8_t* __restrict__ cache,
                              const int32_t* __restrict__ slots, int rowStride, int kOffset, int kvElems,
                              int blockSize, long long numSlots, float kInv, float vInv) {
+  pdlLaunchDependents();
+  pdlWait();  // qkv is the previous kernel's output (pdl.cuh)
   const int t = blockIdx.x;
   const long long slot = slots[t];
   if (slot < 0 || slot >= numSlots) return;  // PAD_SLOT_ID or out of range: skip
@@ -155,17 +160,11 @@ extern "C" cudaError_t hsReshapeAndCache(const void* qkv, void* kvCache, const i
   const int threads = hs::threadsFor(static_cast<long long>(kvBytes / w), 256);
   const char* q = static_cast<const char*>(qkv);
   char* c = static_cast<char*>(kvCache);
-  if (w == 16) {
-    hs::reshapeAndCacheKernel<uint4><<<numTokens, threads, 0, stream>>>(q, c, slotMapping, rowStrideBytes,
-                                                                         kOffsetBytes, kvBytes, blockSize, numSlots);
-  } else if (w == 4) {
-    hs::reshapeAndCacheKernel<uint32_t><<<numTokens, threads, 0, stream>>>(
-        q, c, slotMapping, rowStrideBytes, kOffsetBytes, kvBytes, blockSize, numSlots);
-  } else {
-    hs::reshapeAndCacheKernel<uint8_t><<<numTokens, threads, 0, stream>>>(
-        q, c, slotMapping, rowStrideBytes, kOffsetBytes, kvBytes, blockSize, numSlots);
-  }
-  return cudaGetLastError();
+  const auto kernel = w == 16 ? hs::reshapeAndCacheKernel<uint4>
+                     : w == 4 ? hs::reshapeAndCacheKernel<uint32_t>
+                              : hs::reshapeAndCacheKernel<uint8_t>;
+  return hs::launchPdl(kernel, dim3(numTokens), dim3(threads), 0, stream, q, c, slotMapping, rowStrideBytes,
+                       kOffsetBytes, kvBytes, blockSize, numSlots);
 }
 
 extern "C" cudaError_t hsReshapeAndCacheFp8(const void* qkv, void* kvCache, const int32_t* slotMapping,
@@ -179,11 +178,10 @@ extern "C" cudaError_t hsReshapeAndCacheFp8(const void* qkv, void* kvCache, cons
   if (numTokens == 0) return cudaSuccess;
   const int kvElems = numKvHeads * headDim;
   const int threads = hs::threadsFor(static_cast<long long>(kvElems), 256);
-  hs::reshapeAndCacheFp8Kernel<<<numTokens, threads, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(qkv), static_cast<uint8_t*>(kvCache), slotMapping, rowStride,
-      numHeads * headDim, kvElems, blockSize, static_cast<long long>(numBlocks) * blockSize, 1.f / kScale,
-      1.f / vScale);
-  return cudaGetLastError();
+  return hs::launchPdl(hs::reshapeAndCacheFp8Kernel, dim3(numTokens), dim3(threads), 0, stream,
+                       static_cast<const __nv_bfloat16*>(qkv), static_cast<uint8_t*>(kvCache), slotMapping,
+                       rowStride, numHeads * headDim, kvElems, blockSize,
+                       static_cast<long long>(numBlocks) * blockSize, 1.f / kScale, 1.f / vScale);
 }
 
 extern "C" cudaError_t hsCast(void* dst, int dstDtype, const void* src, int srcDtype, size_t count,

@@ -10,8 +10,14 @@
 // warps' partial sums meet in shared memory and are added in warp order, so every output is a
 // sum in a fixed order that depends only on K: the result is deterministic and independent of
 // the batch size and of the GPU's scheduling.
+//
+// Launched with programmatic dependent launch (pdl.cuh) when HS_LAUNCH_PDL is on: each thread
+// loads its first kPrefetch K steps of w (constant) before pdlWait, so the weight stream starts
+// while the previous kernel (the norm, the attention) drains; x, bias and positions are read
+// after it. The summation order is the same either way.
 #include "common.cuh"
 #include "gemv.h"
+#include "pdl.cuh"
 
 namespace hs {
 namespace {
@@ -53,6 +59,22 @@ __device__ __forceinline__ uint4 loadStreaming(const void* p) {
   return v;
 #endif
 }
+
+/** loadStreaming that the compiler keeps in program order (the weight prefetch before pdlWait). */
+__device__ __forceinline__ uint4 loadStreamingOrdered(const void* p) {
+#ifdef HS_ATTN_HOST_EMU
+  return *static_cast<const uint4*>(p);
+#else
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+#endif
+}
+
+/** K steps of w each thread loads before pdlWait (k = 4096: all of them). */
+constexpr int kPrefetch = 2;
 
 /** The 8 elements of a 16-byte load as floats (through a union: no type-punned pointer). */
 template <typename T>
@@ -146,6 +168,26 @@ __device__ void columnEpilogue(const GemvArgs& a, const float* red) {
   }
 }
 
+/** acc[m][r] += x[m, k0 .. k0 + 8) . w[r, k0 .. k0 + 8) for the batch rows m < a.m (w already loaded). */
+template <typename T, int MT, int RW>
+__device__ __forceinline__ void gemvStep(float (&acc)[MT][RW], const uint4 (&wv)[RW], const T* x, const GemvArgs& a,
+                                         int k0) {
+  float wf[RW][kVec];
+#pragma unroll
+  for (int r = 0; r < RW; ++r) unpack8<T>(wv[r], wf[r]);
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    if (m >= a.m) break;  // rows past the batch: nothing to read
+    float xf[kVec];
+    // after pdlWait: griddepcontrol.wait makes the previous kernel's writes visible to this grid
+    unpack8<T>(__ldg(reinterpret_cast<const uint4*>(x + static_cast<size_t>(m) * a.k + k0)), xf);
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) acc[m][r] += xf[j] * wf[r][j];
+  }
+}
+
 /**
  * Grid: ceil(outCols / R) CTAs of kThreads; dynamic shared memory kWarps * MT * RW floats.
  * T: x and w element type; O: y's (T or float; T for SILU); MT: the largest M handled (rows
@@ -171,21 +213,24 @@ __global__ void __launch_bounds__(kThreads) gemvKernel(GemvArgs a) {
   for (int m = 0; m < MT; ++m)
 #pragma unroll
     for (int r = 0; r < RW; ++r) acc[m][r] = 0.f;
+  const int kFirst = warp * kChunk + lane * kVec;
+  pdlLaunchDependents();
+  uint4 pre[kPrefetch][RW];  // w only: constant, so it may be read before pdlWait
+#pragma unroll
+  for (int p = 0; p < kPrefetch; ++p)
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+      pre[p][r] = kFirst + p * kStride < a.k ? loadStreamingOrdered(wr[r] + kFirst + p * kStride) : uint4{};
+  pdlWait();
+#pragma unroll
+  for (int p = 0; p < kPrefetch; ++p)
+    if (kFirst + p * kStride < a.k) gemvStep<T, MT, RW>(acc, pre[p], x, a, kFirst + p * kStride);
 #pragma unroll 2
-  for (int k0 = warp * kChunk + lane * kVec; k0 < a.k; k0 += kStride) {
-    float wf[RW][kVec];
+  for (int k0 = kFirst + kPrefetch * kStride; k0 < a.k; k0 += kStride) {
+    uint4 wv[RW];
 #pragma unroll
-    for (int r = 0; r < RW; ++r) unpack8<T>(loadStreaming(wr[r] + k0), wf[r]);
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      if (m >= a.m) break;  // rows past the batch: nothing to read
-      float xf[kVec];
-      unpack8<T>(__ldg(reinterpret_cast<const uint4*>(x + static_cast<size_t>(m) * a.k + k0)), xf);
-#pragma unroll
-      for (int r = 0; r < RW; ++r)
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) acc[m][r] += xf[j] * wf[r][j];
-    }
+    for (int r = 0; r < RW; ++r) wv[r] = loadStreaming(wr[r] + k0);
+    gemvStep<T, MT, RW>(acc, wv, x, a, k0);
   }
 #pragma unroll
   for (int m = 0; m < MT; ++m)
@@ -206,8 +251,7 @@ template <typename T, typename O, int MT, int R, int EPI>
 cudaError_t launchGemv(const GemvArgs& a, cudaStream_t s) {
   constexpr int RW = EPI == HS_GEMV_SILU_AND_MUL ? 2 * R : R;
   const size_t smemBytes = sizeof(float) * kWarps * MT * RW;
-  gemvKernel<T, O, MT, R, EPI><<<ceilDiv(a.outCols, R), kThreads, smemBytes, s>>>(a);
-  return cudaGetLastError();
+  return launchPdl(gemvKernel<T, O, MT, R, EPI>, dim3(ceilDiv(a.outCols, R)), dim3(kThreads), smemBytes, s, a);
 }
 
 /** Output columns per CTA: more for larger M (x's reads per byte of w stay bounded), fewer for SILU (registers). */

@@ -112,6 +112,30 @@ cudaError_t hsBiasAdd(void* y, const void* bias, int rows, int cols, int yDtype,
  */
 cudaError_t hsCast(void* dst, int dstDtype, const void* src, int srcDtype, size_t count, cudaStream_t stream);
 
+/**
+ * Launch options of the decode-path kernels (bits of hsSetKernelLaunchOptions; native/kernels/pdl.cuh).
+ * HS_LAUNCH_PDL: programmatic dependent launch of the skinny GEMM, the RMSNorms, reshape_and_cache
+ * and the decode attention + merge (the next kernel starts while the previous one drains, and the
+ * skinny GEMM streams its first weights before the previous kernel ends).
+ * HS_LAUNCH_DEEP_DECODE: decode attention with head dim 128 for fewer (request, kv head) pairs
+ * than SMs (batch 1 .. 16) keeps two 64-key tiles in flight per CTA instead of one.
+ * Results are bit for bit the same with every setting.
+ */
+enum HsKernelLaunchOption {
+  HS_LAUNCH_PDL = 1,
+  HS_LAUNCH_DEEP_DECODE = 2,
+  HS_LAUNCH_ALL = 3,
+  HS_LAUNCH_DEFAULT = 3,
+};
+
+/**
+ * Sets the launch options (HsKernelLaunchOption bits) of the launches made after the call, in
+ * this process (a captured graph keeps those of its capture); options < 0 only reads them.
+ * Returns the previous options. The initial value is HS_LAUNCH_DEFAULT, or the integer in the
+ * environment variable HISPARSE_KERNEL_LAUNCH (e.g. 0: every kernel fully serialized).
+ */
+int hsSetKernelLaunchOptions(int options);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,7 +2,10 @@
 // RMSNorm. Rounding points follow HF transformers' LlamaRMSNorm:
 //   hidden = x.float(); hidden *= rsqrt(mean(hidden^2) + eps); return weight * hidden.to(T)
 // so out = T(w * T(x * inv)); the residual sum is rounded to T before it is squared (vLLM).
+// rmsNorm and fusedAddRmsNorm are launched with programmatic dependent launch (pdl.cuh): they
+// wait for the previous kernel before their first access.
 #include "common.cuh"
+#include "pdl.cuh"
 
 namespace hs {
 namespace {
@@ -10,7 +13,9 @@ namespace {
 /** One block per row; each thread handles VEC-wide chunks; two passes over the row. */
 template <typename T, typename W, int VEC>
 __global__ void __launch_bounds__(1024)
-    rmsNormKernel(T* __restrict__ out, const T* __restrict__ x, const W* __restrict__ w, int hidden, float eps) {
+    rmsNormKernel(T* __restrict__ out, const T* x, const W* __restrict__ w, int hidden, float eps) {
+  pdlLaunchDependents();
+  pdlWait();  // x is the previous kernel's output
   const size_t row = blockIdx.x;
   const T* xr = x + row * hidden;
   T* outr = out + row * hidden;
@@ -42,6 +47,8 @@ __global__ void __launch_bounds__(1024)
 template <typename T, typename W, int VEC>
 __global__ void __launch_bounds__(1024)
     fusedAddRmsNormKernel(T* x, T* residual, const W* __restrict__ w, int hidden, float eps) {
+  pdlLaunchDependents();
+  pdlWait();  // x is the previous kernel's output
   const size_t row = blockIdx.x;
   T* xr = x + row * hidden;
   T* rr = residual + row * hidden;
@@ -110,18 +117,14 @@ cudaError_t launchRmsNorm(void* out, const void* x, const void* w, int n, int hi
   auto* wi = static_cast<const W*>(w);
   switch (vec) {
     case 8:
-      rmsNormKernel<T, W, 8><<<n, threads, 0, s>>>(o, xi, wi, hidden, eps);
-      break;
+      return launchPdl(rmsNormKernel<T, W, 8>, dim3(n), dim3(threads), 0, s, o, xi, wi, hidden, eps);
     case 4:
-      rmsNormKernel<T, W, 4><<<n, threads, 0, s>>>(o, xi, wi, hidden, eps);
-      break;
+      return launchPdl(rmsNormKernel<T, W, 4>, dim3(n), dim3(threads), 0, s, o, xi, wi, hidden, eps);
     case 2:
-      rmsNormKernel<T, W, 2><<<n, threads, 0, s>>>(o, xi, wi, hidden, eps);
-      break;
+      return launchPdl(rmsNormKernel<T, W, 2>, dim3(n), dim3(threads), 0, s, o, xi, wi, hidden, eps);
     default:
-      rmsNormKernel<T, W, 1><<<n, threads, 0, s>>>(o, xi, wi, hidden, eps);
+      return launchPdl(rmsNormKernel<T, W, 1>, dim3(n), dim3(threads), 0, s, o, xi, wi, hidden, eps);
   }
-  return cudaGetLastError();
 }
 
 template <typename T, typename W>
@@ -133,18 +136,14 @@ cudaError_t launchFusedAdd(void* x, void* r, const void* w, int n, int hidden, f
   auto* wi = static_cast<const W*>(w);
   switch (vec) {
     case 8:
-      fusedAddRmsNormKernel<T, W, 8><<<n, threads, 0, s>>>(xi, ri, wi, hidden, eps);
-      break;
+      return launchPdl(fusedAddRmsNormKernel<T, W, 8>, dim3(n), dim3(threads), 0, s, xi, ri, wi, hidden, eps);
     case 4:
-      fusedAddRmsNormKernel<T, W, 4><<<n, threads, 0, s>>>(xi, ri, wi, hidden, eps);
-      break;
+      return launchPdl(fusedAddRmsNormKernel<T, W, 4>, dim3(n), dim3(threads), 0, s, xi, ri, wi, hidden, eps);
     case 2:
-      fusedAddRmsNormKernel<T, W, 2><<<n, threads, 0, s>>>(xi, ri, wi, hidden, eps);
-      break;
+      return launchPdl(fusedAddRmsNormKernel<T, W, 2>, dim3(n), dim3(threads), 0, s, xi, ri, wi, hidden, eps);
     default:
-      fusedAddRmsNormKernel<T, W, 1><<<n, threads, 0, s>>>(xi, ri, wi, hidden, eps);
+      return launchPdl(fusedAddRmsNormKernel<T, W, 1>, dim3(n), dim3(threads), 0, s, xi, ri, wi, hidden, eps);
   }
-  return cudaGetLastError();
 }
 
 /** Calls f(T{}, W{}) for the (activation, weight) dtype pair; false when either is unsupported. */

@@ -6,10 +6,14 @@
 // cache slot and qkv column the kernels must not read, output poisoned with NaN first; passes when
 // every covered output element is finite, rows without keys are exactly 0,
 // ||gpu - ref|| / ||ref|| < 1e-2 over the case and < 2e-2 for every (token, head) row.
+// The decode cases with head dim 128 and few (request, kv head) pairs run twice: with the default
+// launch options (deep small-batch pipeline, programmatic dependent launch) and with none
+// (hsSetKernelLaunchOptions(0): the 2-stage pipeline, serialized launches).
 // Exit code 0 iff all cases pass.
 #include <cstdio>
 #include <vector>
 
+#include "../kernels/kernels.h"
 #include "attention_test_fp8.h"
 #include "paged_case.h"
 
@@ -165,8 +169,18 @@ int main(int argc, char** argv) {
   runCase(decodeSpec("d64 g4 bs32, random lens + padded rows", 8, 2, 64, 32, randomLens(11, 12, 1, 3000, 2), 4096,
                      101),
           true, tally);
-  runCase(decodeSpec("d128 g20 (2 head tiles) bs64", 40, 2, 128, 64, {5000, 1, 777, 0, 64}, 8192, 102), true, tally);
-  runCase(decodeSpec("d128 g4 maxModelLen 256 (1 split)", 32, 8, 128, 16, {256, 1, 100}, 256, 103), true, tally);
+  const int launchDefault = hsSetKernelLaunchOptions(-1);
+  for (const int opts : {launchDefault, 0}) {
+    hsSetKernelLaunchOptions(opts);
+    const std::string tag = opts == 0 ? " [launch options 0]" : "";
+    runCase(decodeSpec(("d128 g20 (2 head tiles) bs64" + tag).c_str(), 40, 2, 128, 64, {5000, 1, 777, 0, 64}, 8192,
+                       102),
+            true, tally);
+    runCase(decodeSpec(("d128 g4 maxModelLen 256 (1 split)" + tag).c_str(), 32, 8, 128, 16, {256, 1, 100}, 256, 103),
+            true, tally);
+    runCase(decodeSpec(("llama-8b shape b1 x 3000" + tag).c_str(), 32, 8, 128, 16, {3000}, 4096, 112), true, tally);
+  }
+  hsSetKernelLaunchOptions(launchDefault);
   runCase(decodeSpec("d32 g2 bs16 (tiny MoE models)", 4, 2, 32, 16, randomLens(17, 5, 1, 700, 1), 1024, 110), true,
           tally);
   runCase(decodeSpec("d32 g2 maxModelLen 256 (1 split)", 4, 2, 32, 16, {256, 1, 100, 0}, 256, 111), true, tally);

@@ -7,7 +7,10 @@
 //    bit for bit;
 // 4. hsDenseGemvRope equals hsRotaryEmbedding (rope.cu) on the plain output, bit for bit (a padded
 //    row with position -1 stays unrotated; the v heads are not rotated);
-// 5. invalid sizes are refused with cudaErrorInvalidValue.
+// 5. invalid sizes are refused with cudaErrorInvalidValue;
+// 6. a chain of dependent launches on one stream (skinny GEMM -> fused add + RMSNorm -> skinny
+//    GEMM ..., each reading what the previous wrote) gives the same bits with programmatic
+//    dependent launch (HS_LAUNCH_PDL, pdl.cuh) as fully serialized, eager and in a CUDA graph.
 // Runs on the GPU (scripts/gpu/dense_b1_bench.sh builds it with nvcc) or on the CPU:
 //   bash native/tests/emu/run_emu.sh gemv --quick
 // Usage: gemv_test [--quick]
@@ -198,6 +201,67 @@ void checkRefusals() {
   tally.record(ok, "gemv refusals");
 }
 
+/** Runs `rounds` of y = gemv(h); fusedAddRmsNorm(y, res) ; h = y on `stream`; returns h's bits. */
+std::vector<uint16_t> runChain(int options, bool graph, int rounds, int n, const DeviceBuffer<uint16_t>& w,
+                               const DeviceBuffer<uint16_t>& normW, const std::vector<uint16_t>& h0) {
+  const int previous = hsSetKernelLaunchOptions(options);
+  cudaStream_t stream = nullptr;
+  HS_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  DeviceBuffer<uint16_t> h(h0.size()), y(h0.size()), res(h0.size());
+  h.upload(h0);
+  res.upload(h0);
+  const auto enqueue = [&] {
+    for (int r = 0; r < rounds; ++r) {
+      HS_CHECK(hsDenseGemv(y.ptr, h.ptr, w.ptr, nullptr, 1, n, n, HS_DTYPE_BF16, HS_DTYPE_BF16, HS_DTYPE_F32,
+                           HS_GEMV_PLAIN, stream));
+      HS_CHECK(hsFusedAddRmsNorm(y.ptr, res.ptr, normW.ptr, 1, n, 1e-5f, HS_DTYPE_BF16, HS_DTYPE_BF16, stream));
+      HS_CHECK(hsDenseGemv(h.ptr, y.ptr, w.ptr, nullptr, 1, n, n, HS_DTYPE_BF16, HS_DTYPE_BF16, HS_DTYPE_F32,
+                           HS_GEMV_PLAIN, stream));
+      HS_CHECK(hsRmsNorm(h.ptr, h.ptr, normW.ptr, 1, n, 1e-5f, HS_DTYPE_BF16, HS_DTYPE_BF16, stream));
+    }
+  };
+  if (graph) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    HS_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    enqueue();
+    HS_CHECK(cudaStreamEndCapture(stream, &g));
+    HS_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    HS_CHECK(cudaGraphLaunch(exec, stream));
+    HS_CHECK(cudaStreamSynchronize(stream));
+    HS_CHECK(cudaGraphExecDestroy(exec));
+    HS_CHECK(cudaGraphDestroy(g));
+  } else {
+    enqueue();
+  }
+  HS_CHECK(cudaStreamSynchronize(stream));
+  HS_CHECK(cudaStreamDestroy(stream));
+  hsSetKernelLaunchOptions(previous);
+  return h.download();
+}
+
+/** Check 6: PDL on (eager, graph) = PDL off, bit for bit, over a dependent chain. */
+void checkLaunchChain(hs_test::Rng& rng, bool quick) {
+  const int n = quick ? 256 : 2048;
+  const int rounds = quick ? 2 : 8;
+  std::vector<uint16_t> hw(size_t(n) * n), nw(n), h0(n);
+  for (auto& v : hw) v = hs_test::randomBf16(rng, 0.0, 1.0 / std::sqrt(double(n)));
+  for (auto& v : nw) v = hs_test::randomBf16(rng, 1.0, 0.1);
+  for (auto& v : h0) v = hs_test::randomBf16(rng, 0.0, 1.0);
+  DeviceBuffer<uint16_t> w(hw.size()), normW(nw.size());
+  w.upload(hw);
+  normW.upload(nw);
+  const auto serial = runChain(0, false, rounds, n, w, normW, h0);
+  const auto pdl = runChain(HS_LAUNCH_ALL, false, rounds, n, w, normW, h0);
+  const auto pdlGraph = runChain(HS_LAUNCH_ALL, true, rounds, n, w, normW, h0);
+  const auto serialGraph = runChain(0, true, rounds, n, w, normW, h0);
+  const bool ok = serial == pdl && serial == pdlGraph && serial == serialGraph;
+  std::printf("%s launch chain (%d dependent kernels): PDL eager %s, PDL graph %s, serialized graph %s\n",
+              ok ? "ok  " : "FAIL", 4 * rounds, serial == pdl ? "same" : "DIFFERS",
+              serial == pdlGraph ? "same" : "DIFFERS", serial == serialGraph ? "same" : "DIFFERS");
+  tally.record(ok, "gemv launch chain, PDL = serialized");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,5 +284,6 @@ int main(int argc, char** argv) {
     checkRope(8, 8, 2, 128, 1032, true, rng);
   }
   checkRefusals();
+  checkLaunchChain(rng, quick);
   return tally.finish("gemv_test");
 }

@@ -151,6 +151,7 @@ inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b)
   return static_cast<unsigned long long>((static_cast<unsigned __int128>(a) * b) >> 64);
 }
 inline float __log2f(float x) { return std::log2(x); }
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 inline int atomicSub(int* p, int v) { return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); }
 inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
@@ -163,6 +164,10 @@ inline long long __double_as_longlong(double d) {
 }
 template <typename T>
 inline T __ldcs(const T* p) {
+  return *p;
+}
+template <typename T>
+inline T __ldcg(const T* p) {
   return *p;
 }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }

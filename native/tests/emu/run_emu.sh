@@ -39,7 +39,7 @@ build() {  # name sources...
 status=0
 if [ "$what" = attention ] || [ "$what" = all ]; then
   build attention_test "$work/tests/attention_test.cu" "$work/kernels/attention_decode.cu" "$work/kernels/attention_prefill.cu" \
-    "$work/kernels/copy.cu"
+    "$work/kernels/copy.cu" "$work/kernels/launch_options.cu"
   "$work/attention_test" "$@" || status=1
 fi
 if [ "$what" = hisparse ] || [ "$what" = all ]; then
@@ -78,7 +78,8 @@ if [ "$what" = mla ] || [ "$what" = all ]; then
   "$work/mla_test" "$@" || status=1
 fi
 if [ "$what" = gemv ] || [ "$what" = all ]; then
-  build gemv_test "$work/tests/gemv_test.cu" "$work/kernels/gemv.cu" "$work/kernels/activation.cu" "$work/kernels/rope.cu"
+  build gemv_test "$work/tests/gemv_test.cu" "$work/kernels/gemv.cu" "$work/kernels/activation.cu" "$work/kernels/rope.cu" \
+    "$work/kernels/norm.cu" "$work/kernels/launch_options.cu"
   "$work/gemv_test" "$@" || status=1
 fi
 if [ "$what" = mla_prefill ] || [ "$what" = all ]; then

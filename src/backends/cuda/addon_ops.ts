@@ -230,4 +230,11 @@ export interface NativeOpsApi {
     dtype: number,
     biasDtype: number,
   ): void;
+  /**
+   * hsSetKernelLaunchOptions (kernels.h): launch options of the decode-path kernels for the
+   * launches that follow in this process (bit 1: programmatic dependent launch, bit 2: deeper
+   * decode-attention pipeline at small batch; default 3, or HISPARSE_KERNEL_LAUNCH). Results are
+   * bit for bit the same with every setting. options < 0 only reads. Returns the previous options.
+   */
+  setKernelLaunchOptions(options: number): number;
 }

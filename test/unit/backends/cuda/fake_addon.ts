@@ -125,6 +125,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
   const recording = new Map<number, (() => void)[]>();
   let nextStream = 0x100;
   let minSplitTokens = 256;
+  let launchOptions = 3; // hsSetKernelLaunchOptions (HS_LAUNCH_DEFAULT)
   const run = (stream: number, op: () => void) => {
     const rec = recording.get(stream);
     if (rec) rec.push(op);
@@ -446,6 +447,11 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     setDecodeMinSplitTokens: (tokens: number) => {
       const prev = minSplitTokens;
       if (tokens > 0) minSplitTokens = tokens;
+      return prev;
+    },
+    setKernelLaunchOptions: (options: number) => {
+      const prev = launchOptions;
+      if (options >= 0) launchOptions = options & 3;
       return prev;
     },
     pagedAttentionWorkspaceBytes: (maxNumReqs, maxNumTokens, numHeads, headDim) =>
