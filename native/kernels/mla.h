@@ -134,8 +134,8 @@ size_t hsMlaAttentionWorkspaceBytes(int numTokens, int numHeads, int rank, int m
  * positions i (dense: [0, p]; DSA: the entries of topkIndices[t] in [0, p]), oLat[t, h] =
  * sum_i softmax(s)_i c_i (c_i = the first C of row_i); no attended position gives zeros.
  * Runs hsMlaAttentionTc when it takes the sizes (bf16 rows, C = 512, R = 64: DeepSeek-V3 /
- * GLM-5), else hsMlaAttentionSimt; HISPARSE_MLA_ATTENTION=simt in the environment (read once)
- * forces the SIMT kernel. Split counts come from (T, Hq, maxContext or topkStride, SM count)
+ * GLM-5; qAbs and latentCache 16-byte aligned), else hsMlaAttentionSimt;
+ * HISPARSE_MLA_ATTENTION=simt in the environment (read once) forces the SIMT kernel. Split counts come from (T, Hq, maxContext or topkStride, SM count)
  * only; with more than one split a second kernel merges the partials. The first call raises the
  * kernels' shared-memory limits (make it before capturing a graph).
  */
@@ -152,7 +152,7 @@ cudaError_t hsMlaAttentionSimt(const HsMlaAttentionParams* p, cudaStream_t strea
  * fp32 accumulation, 64 heads of one token in the MMA's M dimension, chunks of 32 latent rows in
  * N; the query is rounded to bf16 and the probabilities to bf16 before P . rows, the softmax
  * is fp32. Grid (T, ceil(Hq / 64), numSplits). cudaErrorInvalidValue unless cacheDtype is bf16,
- * C = 512 and R = 64.
+ * C = 512, R = 64 and qAbs and latentCache are 16-byte aligned.
  */
 cudaError_t hsMlaAttentionTc(const HsMlaAttentionParams* p, cudaStream_t stream);
 

@@ -292,6 +292,7 @@ extern "C" cudaError_t hsMlaAttentionSimt(const HsMlaAttentionParams* p, cudaStr
 
 extern "C" cudaError_t hsMlaAttention(const HsMlaAttentionParams* p, cudaStream_t stream) {
   if (p == nullptr || !validAttentionParams(*p)) return cudaErrorInvalidValue;
-  if (!simtForced() && tcSupports(p->cacheDtype, p->rank, p->ropeDim)) return hsMlaAttentionTc(p, stream);
+  const bool aligned = ((reinterpret_cast<uintptr_t>(p->qAbs) | reinterpret_cast<uintptr_t>(p->latentCache)) & 15) == 0;
+  if (!simtForced() && aligned && tcSupports(p->cacheDtype, p->rank, p->ropeDim)) return hsMlaAttentionTc(p, stream);
   return hsMlaAttentionSimt(p, stream);
 }
