@@ -123,8 +123,8 @@ typedef struct HsMlaAttentionParams {
 } HsMlaAttentionParams;
 
 /**
- * Workspace bytes of hsMlaAttention (0 when it runs without splits); maxEntries: topkStride with
- * DSA indices, else maxContext.
+ * Workspace bytes of hsMlaAttention (0 when it runs without splits), enough for either kernel
+ * (hsMlaAttentionSimt, hsMlaAttentionTc); maxEntries: topkStride with DSA indices, else maxContext.
  */
 size_t hsMlaAttentionWorkspaceBytes(int numTokens, int numHeads, int rank, int maxEntries);
 
@@ -133,11 +133,28 @@ size_t hsMlaAttentionWorkspaceBytes(int numTokens, int numHeads, int rank, int m
  * of queryStartLoc, position p) and head h, s_i = scale * (qAbs[t, h] . row_i) over the attended
  * positions i (dense: [0, p]; DSA: the entries of topkIndices[t] in [0, p]), oLat[t, h] =
  * sum_i softmax(s)_i c_i (c_i = the first C of row_i); no attended position gives zeros.
- * Grid (T, ceil(Hq / 16), numSplits), numSplits from (T, Hq, maxContext, SM count) only; with
- * more than one split a second kernel merges the partials. The first call raises the kernel's
- * shared-memory limit (make it before capturing a graph).
+ * Runs hsMlaAttentionTc when it takes the sizes (bf16 rows, C = 512, R = 64: DeepSeek-V3 /
+ * GLM-5; qAbs and latentCache 16-byte aligned), else hsMlaAttentionSimt;
+ * HISPARSE_MLA_ATTENTION=simt in the environment (read once) forces the SIMT kernel. Split counts come from (T, Hq, maxContext or topkStride, SM count)
+ * only; with more than one split a second kernel merges the partials. The first call raises the
+ * kernels' shared-memory limits (make it before capturing a graph).
  */
 cudaError_t hsMlaAttention(const HsMlaAttentionParams* p, cudaStream_t stream);
+
+/**
+ * The SIMT fp32 kernel of hsMlaAttention (any C <= 512, C + R <= 576, f32 or bf16 rows): grid
+ * (T, ceil(Hq / 16), numSplits). The oracle of hsMlaAttentionTc in native/tests/mla_test.cu.
+ */
+cudaError_t hsMlaAttentionSimt(const HsMlaAttentionParams* p, cudaStream_t stream);
+
+/**
+ * The tensor-core kernel of hsMlaAttention (mla_attention_tc.cu): bf16 mma.sync m16n8k16 with
+ * fp32 accumulation, 64 heads of one token in the MMA's M dimension, chunks of 32 latent rows in
+ * N; the query is rounded to bf16 and the probabilities to bf16 before P . rows, the softmax
+ * is fp32. Grid (T, ceil(Hq / 64), numSplits). cudaErrorInvalidValue unless cacheDtype is bf16,
+ * C = 512, R = 64 and qAbs and latentCache are 16-byte aligned.
+ */
+cudaError_t hsMlaAttentionTc(const HsMlaAttentionParams* p, cudaStream_t stream);
 
 /** Arguments of hsMlaIndexerLogits (device pointers; Hi heads of Di). */
 typedef struct HsMlaIndexerParams {

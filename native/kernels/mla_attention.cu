@@ -1,9 +1,10 @@
-// Absorbed MLA attention (mla.h): the query absorption into latent space, the split-KV attention
-// over the latent rows (MQA with one C + R wide KV head shared by all Hq query heads), the merge
-// of split partials and the value up-projection. SIMT fp32 throughout; the latent rows of a chunk
-// are staged once in shared memory and read by the 16 heads of the CTA.
+// The SIMT absorbed MLA attention (mla.h hsMlaAttentionSimt), the oracle of the tensor-core
+// kernel (mla_attention_tc.cu) and the path of f32 caches and other row shapes; the merge of
+// split partials both kernels share (mla_attention.cuh); the hsMlaAttention dispatcher. MQA over
+// one C + R wide KV head shared by all Hq query heads, fp32 throughout; the latent rows of a
+// chunk are staged once in shared memory and read by the 16 heads of the CTA.
 //
-// hsMlaAttention, one CTA of 256 threads (8 warps) per (token, 16-head tile, split):
+// hsMlaAttentionSimt, one CTA of 256 threads (8 warps) per (token, 16-head tile, split):
 // 1. the token's request r comes from a binary search of queryStartLoc, its position p from
 //    seqLens[r]; the entries it reads are positions [0, p] (dense) or topkIndices[t] (DSA);
 // 2. per chunk of 32 entries: resolve each entry's slot (block table), stage the 32 rows (f32) in
@@ -17,9 +18,12 @@
 #include <atomic>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "hisparse_common.cuh"
 #include "mla.h"
+#include "mla_attention.cuh"
 #include "mla_common.cuh"
 
 namespace hs_mla {
@@ -31,25 +35,11 @@ constexpr int kRowsPerChunk = 32;
 constexpr int kQPerLane = HS_MLA_MAX_ROW / 32;
 constexpr int kColsPerThread = HS_MLA_MAX_RANK / kThreads;
 constexpr int kMaxSplits = 64;
-/** Tokens per CTA of the absorb and output kernels (each weight element is read once per tile). */
-constexpr int kTokenTile = 8;
 
 /** Dynamic shared memory of the attention kernel for rows of D = C + R. */
 size_t attentionSmemBytes(int D) {
   return sizeof(float) * (static_cast<size_t>(kRowsPerChunk) * D + kRowsPerChunk * kHeadTile + 4 * kHeadTile) +
          sizeof(int) * kRowsPerChunk;
-}
-
-int smCount() {
-  static std::atomic<int> cached{0};
-  int n = cached.load(std::memory_order_relaxed);
-  if (n > 0) return n;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      n <= 0)
-    n = 132;
-  cached.store(n, std::memory_order_relaxed);
-  return n;
 }
 
 /** Splits of the context: enough CTAs for two waves, at least 4 chunks per split. */
@@ -65,100 +55,6 @@ int numSplitsFor(int numTokens, int numHeads, int maxContext) {
 int entriesPerSplit(int maxContext, int splits) {
   const int per = (maxContext + splits - 1) / splits;
   return (per + kRowsPerChunk - 1) / kRowsPerChunk * kRowsPerChunk;
-}
-
-template <typename Q>
-__global__ void __launch_bounds__(kThreads)
-    absorbKernel(const Q* q, const Bf16* kvB, float* qAbs, int T, int Hq, int N, int R, int Vd, int C) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  float* qn = reinterpret_cast<float*>(smem);  // [kTokenTile, N]
-  const int h = blockIdx.x;
-  const int t0 = blockIdx.y * kTokenTile;
-  const int qRow = Hq * (N + R);
-  const int D = C + R;
-  for (int i = threadIdx.x; i < kTokenTile * N; i += blockDim.x) {
-    const int tt = i / N;
-    const int n = i - tt * N;
-    qn[i] = t0 + tt < T ? toFloat(q[static_cast<size_t>(t0 + tt) * qRow + h * (N + R) + n]) : 0.f;
-  }
-  __syncthreads();
-  float acc[kTokenTile][kColsPerThread];
-#pragma unroll
-  for (int tt = 0; tt < kTokenTile; ++tt)
-#pragma unroll
-    for (int j = 0; j < kColsPerThread; ++j) acc[tt][j] = 0.f;
-  const Bf16* wk = kvB + static_cast<size_t>(h) * (N + Vd) * C;
-  for (int n = 0; n < N; ++n) {
-#pragma unroll
-    for (int j = 0; j < kColsPerThread; ++j) {
-      const int c = threadIdx.x + j * kThreads;
-      if (c >= C) break;
-      const float w = toFloat(wk[static_cast<size_t>(n) * C + c]);
-#pragma unroll
-      for (int tt = 0; tt < kTokenTile; ++tt) acc[tt][j] += qn[tt * N + n] * w;
-    }
-  }
-#pragma unroll
-  for (int tt = 0; tt < kTokenTile; ++tt) {
-    const int t = t0 + tt;
-    if (t < T) {  // (no break: acc stays in registers only with compile-time indices)
-      float* dst = qAbs + (static_cast<size_t>(t) * Hq + h) * D;
-#pragma unroll
-      for (int j = 0; j < kColsPerThread; ++j) {
-        const int c = threadIdx.x + j * kThreads;
-        if (c < C) dst[c] = acc[tt][j];
-      }
-      for (int i = threadIdx.x; i < R; i += blockDim.x)
-        dst[C + i] = toFloat(q[static_cast<size_t>(t) * qRow + h * (N + R) + N + i]);
-    }
-  }
-}
-
-template <typename O>
-__global__ void __launch_bounds__(kThreads)
-    outProjectKernel(const float* oLat, const Bf16* kvB, O* out, int T, int Hq, int N, int Vd, int C) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  float* ol = reinterpret_cast<float*>(smem);  // [kTokenTile, C]
-  const int h = blockIdx.x;
-  const int t0 = blockIdx.y * kTokenTile;
-  for (int i = threadIdx.x; i < kTokenTile * C; i += blockDim.x) {
-    const int tt = i / C;
-    const int c = i - tt * C;
-    ol[i] = t0 + tt < T ? oLat[(static_cast<size_t>(t0 + tt) * Hq + h) * C + c] : 0.f;
-  }
-  __syncthreads();
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const Bf16* wv = kvB + (static_cast<size_t>(h) * (N + Vd) + N) * C;
-  for (int v = warp; v < Vd; v += kThreads / 32) {
-    float acc[kTokenTile];
-#pragma unroll
-    for (int tt = 0; tt < kTokenTile; ++tt) acc[tt] = 0.f;
-    for (int c = lane; c < C; c += 32) {
-      const float w = toFloat(wv[static_cast<size_t>(v) * C + c]);
-#pragma unroll
-      for (int tt = 0; tt < kTokenTile; ++tt) acc[tt] += w * ol[tt * C + c];
-    }
-#pragma unroll
-    for (int tt = 0; tt < kTokenTile; ++tt) {
-      const float s = warpSum(acc[tt]);
-      if (lane == 0 && t0 + tt < T) out[static_cast<size_t>(t0 + tt) * Hq * Vd + h * Vd + v] = fromFloat<O>(s);
-    }
-  }
-}
-
-/** Request of token t: the r with queryStartLoc[r] <= t < queryStartLoc[r + 1], or -1. */
-__device__ __forceinline__ int requestOf(const int32_t* qsl, int numReqs, int t) {
-  int lo = 0;
-  int hi = numReqs;  // answer in [0, numReqs): last r with qsl[r] <= t
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (qsl[mid] <= t)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return (lo < numReqs && qsl[lo] <= t && t < qsl[lo + 1]) ? lo : -1;
 }
 
 template <typename C>
@@ -337,64 +233,48 @@ std::atomic<unsigned long long> gSmemRaisedF32{0};
 }  // namespace
 }  // namespace hs_mla
 
+cudaError_t hs_mla::launchMerge(const float* ws, float* oLat, int numTokens, int numHeads, int rank, int numSplits,
+                                cudaStream_t stream) {
+  mergeKernel<<<dim3(numTokens, numHeads), kThreads, 0, stream>>>(ws, oLat, numTokens, numHeads, rank, numSplits);
+  return cudaGetLastError();
+}
+
+size_t hs_mla::simtWorkspaceBytes(int numTokens, int numHeads, int rank, int maxEntries) {
+  if (numTokens <= 0 || numHeads <= 0 || rank <= 0 || maxEntries <= 0) return 0;
+  return splitWorkspaceBytes(numSplitsFor(numTokens, numHeads, maxEntries), numTokens, numHeads, rank);
+}
+
 using namespace hs_mla;
 
-extern "C" cudaError_t hsMlaAbsorbQuery(const void* q, int qDtype, const void* kvBProj, float* qAbs, int numTokens,
-                                        int numHeads, int nopeDim, int ropeDim, int vDim, int rank,
-                                        cudaStream_t stream) {
-  if (numTokens < 0 || numHeads <= 0 || nopeDim <= 0 || ropeDim < 0 || vDim <= 0 || rank <= 0 ||
-      rank > HS_MLA_MAX_RANK || !storageDtype(qDtype))
-    return cudaErrorInvalidValue;
-  if (numTokens == 0) return cudaSuccess;
-  const dim3 grid(numHeads, (numTokens + kTokenTile - 1) / kTokenTile);
-  const size_t smemBytes = sizeof(float) * kTokenTile * nopeDim;
-  if (smemBytes > 48 * 1024) return cudaErrorInvalidValue;
-  return withDtype(qDtype, [&](auto v) {
-    using Q = decltype(v);
-    absorbKernel<Q><<<grid, kThreads, smemBytes, stream>>>(static_cast<const Q*>(q), static_cast<const Bf16*>(kvBProj),
-                                                          qAbs, numTokens, numHeads, nopeDim, ropeDim, vDim, rank);
-    return cudaGetLastError();
-  });
+namespace {
+
+/** HISPARSE_MLA_ATTENTION=simt forces the SIMT kernel (benchmark A/B); read once. */
+bool simtForced() {
+  static const bool forced = [] {
+    const char* v = std::getenv("HISPARSE_MLA_ATTENTION");
+    return v != nullptr && std::strcmp(v, "simt") == 0;
+  }();
+  return forced;
 }
 
-extern "C" cudaError_t hsMlaOutProject(const float* oLat, const void* kvBProj, void* out, int outDtype, int numTokens,
-                                       int numHeads, int nopeDim, int vDim, int rank, cudaStream_t stream) {
-  if (numTokens < 0 || numHeads <= 0 || nopeDim <= 0 || vDim <= 0 || rank <= 0 || rank > HS_MLA_MAX_RANK ||
-      !storageDtype(outDtype))
-    return cudaErrorInvalidValue;
-  if (numTokens == 0) return cudaSuccess;
-  const dim3 grid(numHeads, (numTokens + kTokenTile - 1) / kTokenTile);
-  const size_t smemBytes = sizeof(float) * kTokenTile * rank;
-  return withDtype(outDtype, [&](auto v) {
-    using O = decltype(v);
-    outProjectKernel<O><<<grid, kThreads, smemBytes, stream>>>(oLat, static_cast<const Bf16*>(kvBProj),
-                                                              static_cast<O*>(out), numTokens, numHeads, nopeDim,
-                                                              vDim, rank);
-    return cudaGetLastError();
-  });
+}  // namespace
+
+extern "C" size_t hsMlaAttentionWorkspaceBytes(int numTokens, int numHeads, int rank, int maxEntries) {
+  const size_t simt = simtWorkspaceBytes(numTokens, numHeads, rank, maxEntries);
+  const size_t tc = tcWorkspaceBytes(numTokens, numHeads, rank, maxEntries);
+  return simt > tc ? simt : tc;
 }
 
-extern "C" size_t hsMlaAttentionWorkspaceBytes(int numTokens, int numHeads, int rank, int maxContext) {
-  if (numTokens <= 0 || numHeads <= 0 || rank <= 0 || maxContext <= 0) return 0;
-  const int splits = numSplitsFor(numTokens, numHeads, maxContext);
-  if (splits == 1) return 0;
-  return sizeof(float) * static_cast<size_t>(splits) * numTokens * numHeads * (rank + 2);
-}
-
-extern "C" cudaError_t hsMlaAttention(const HsMlaAttentionParams* p, cudaStream_t stream) {
-  if (p == nullptr) return cudaErrorInvalidValue;
+extern "C" cudaError_t hsMlaAttentionSimt(const HsMlaAttentionParams* p, cudaStream_t stream) {
+  if (p == nullptr || !validAttentionParams(*p)) return cudaErrorInvalidValue;
   const HsMlaAttentionParams& a = *p;
-  const int D = a.rank + a.ropeDim;
-  if (a.numTokens < 0 || a.numReqs < 0 || a.numHeads <= 0 || a.rank <= 0 || a.rank > HS_MLA_MAX_RANK ||
-      a.ropeDim < 0 || D > HS_MLA_MAX_ROW || a.blockSize <= 0 || a.maxBlocksPerReq < 0 || a.maxContext <= 0 ||
-      (a.topkIndices != nullptr && a.topkStride <= 0) || !storageDtype(a.cacheDtype))
-    return cudaErrorInvalidValue;
   if (a.numTokens == 0) return cudaSuccess;
+  const int D = a.rank + a.ropeDim;
   const int maxEntries = a.topkIndices != nullptr ? a.topkStride : a.maxContext;
   const int splits = numSplitsFor(a.numTokens, a.numHeads, maxEntries);
   const int perSplit = entriesPerSplit(maxEntries, splits);
   if (splits > 1 && (a.workspace == nullptr ||
-                     a.workspaceBytes < hsMlaAttentionWorkspaceBytes(a.numTokens, a.numHeads, a.rank, maxEntries)))
+                     a.workspaceBytes < simtWorkspaceBytes(a.numTokens, a.numHeads, a.rank, maxEntries)))
     return cudaErrorInvalidValue;
   const size_t smemBytes = attentionSmemBytes(D);
   const dim3 grid(a.numTokens, (a.numHeads + kHeadTile - 1) / kHeadTile, splits);
@@ -407,7 +287,12 @@ extern "C" cudaError_t hsMlaAttention(const HsMlaAttentionParams* p, cudaStream_
     return cudaGetLastError();
   });
   if (err != cudaSuccess || splits == 1) return err;
-  mergeKernel<<<dim3(a.numTokens, a.numHeads), kThreads, 0, stream>>>(static_cast<const float*>(a.workspace), a.oLat,
-                                                                      a.numTokens, a.numHeads, a.rank, splits);
-  return cudaGetLastError();
+  return launchMerge(static_cast<const float*>(a.workspace), a.oLat, a.numTokens, a.numHeads, a.rank, splits, stream);
+}
+
+extern "C" cudaError_t hsMlaAttention(const HsMlaAttentionParams* p, cudaStream_t stream) {
+  if (p == nullptr || !validAttentionParams(*p)) return cudaErrorInvalidValue;
+  const bool aligned = ((reinterpret_cast<uintptr_t>(p->qAbs) | reinterpret_cast<uintptr_t>(p->latentCache)) & 15) == 0;
+  if (!simtForced() && aligned && tcSupports(p->cacheDtype, p->rank, p->ropeDim)) return hsMlaAttentionTc(p, stream);
+  return hsMlaAttentionSimt(p, stream);
 }

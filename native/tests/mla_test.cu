@@ -1,10 +1,14 @@
 // Standalone test of the MLA and DSA indexer kernels (native/kernels/mla.h) against the C++ ports
-// of the CPU oracle in mla_ref.h. Usage: mla_test [--quick] [--only rows|attention|indexer]
+// of the CPU oracle in mla_ref.h. Usage: mla_test [--quick] [--only rows|attention|attention_tc|indexer]
 // - rows: the paged row write (bf16 rounding, PAD_SLOT_ID skipped), strided RoPE (interleaved and
 //   half) and LayerNorm against float64 formulas; column slices exact;
-// - attention: absorb -> attention -> output projection (the absorbed form) against the expanded
-//   float64 reference (dense causal, DSA top-k with -1 entries, decode + prefill chunk in one step,
-//   with and without split-KV), and DSA with top-k covering every position == dense;
+// - attention: absorb -> attention (the SIMT kernel) -> output projection (the absorbed form)
+//   against the expanded float64 reference (dense causal, DSA top-k with -1 entries, decode +
+//   prefill chunk in one step, with and without split-KV), and DSA with top-k covering every
+//   position == dense;
+// - attention_tc: the tensor-core kernel (GLM-5's 64 heads x 576-wide rows, also 20 and 128
+//   heads) against the float64 reference and the SIMT kernel within bf16 tolerance, dense and
+//   DSA, split and not; hsMlaAttention picks it;
 // - indexer: logits within f32 tolerance, the top-k of the device logits identical to the oracle's
 //   top-k of the same logits (ties by lower position, NaN as -inf, -0 as +0, k >= context).
 #include <algorithm>
@@ -184,10 +188,13 @@ struct AttnCase {
   int topk;  // 0: dense; > 0: random selections of this many entries (some -1); < 0: every position
 };
 
-/** Runs absorb -> attention -> outProject; returns out [T, Hq Vd] (f32). */
+/** An absorbed attention entry point (hsMlaAttention, hsMlaAttentionSimt, hsMlaAttentionTc). */
+using AttnFn = cudaError_t (*)(const HsMlaAttentionParams*, cudaStream_t);
+
+/** Runs absorb -> attention (`fn`) -> outProject; returns out [T, Hq Vd] (f32). */
 std::vector<float> runAttention(const AttnCase& c, const mla_ref::Step& st, const std::vector<float>& q,
                                 const std::vector<float>& cache, const std::vector<float>& kvB,
-                                const std::vector<int32_t>& topk, int K) {
+                                const std::vector<int32_t>& topk, int K, AttnFn fn = hsMlaAttentionSimt) {
   const auto& d = c.d;
   const int T = st.numTokens(), D = d.C + d.R;
   DevStep ds(st);
@@ -227,25 +234,34 @@ std::vector<float> runAttention(const AttnCase& c, const mla_ref::Step& st, cons
   p.maxContext = maxContext;
   p.workspace = ws.ptr;
   p.workspaceBytes = wsBytes;
-  HS_CHECK(hsMlaAttention(&p, nullptr));
+  HS_CHECK(fn(&p, nullptr));
   HS_CHECK(hsMlaOutProject(doLat.ptr, dKvB.ptr, dOut.ptr, HS_DTYPE_F32, T, d.Hq, d.N, d.Vd, d.C, nullptr));
   HS_CHECK(cudaDeviceSynchronize());
   return dOut.download();
 }
 
-void testAttention(const AttnCase& c, Rng& rng) {
-  const auto& d = c.d;
-  int numBlocks = 0;
-  const auto st = makeStep(c.reqs, c.blockSize, c.maxBlocksPerReq, rng, numBlocks);
-  const int T = st.numTokens(), D = d.C + d.R;
-  const auto q = randVals(rng, static_cast<size_t>(T) * d.Hq * (d.N + d.R), 1.0, false);
-  const auto cache = randVals(rng, static_cast<size_t>(numBlocks) * c.blockSize * D, 1.0, true);
-  const auto kvB = randVals(rng, static_cast<size_t>(d.Hq) * (d.N + d.Vd) * d.C, 1.0 / std::sqrt(d.C), true);
+/** A case's random inputs: step, q, cache, kv_b_proj and (c.topk != 0) the selections. */
+struct AttnInputs {
+  mla_ref::Step st;
+  std::vector<float> q, cache, kvB;
   std::vector<int32_t> topk;
   int K = 0;
+};
+
+AttnInputs makeInputs(const AttnCase& c, Rng& rng) {
+  const auto& d = c.d;
+  AttnInputs in;
+  int numBlocks = 0;
+  in.st = makeStep(c.reqs, c.blockSize, c.maxBlocksPerReq, rng, numBlocks);
+  const auto& st = in.st;
+  const int T = st.numTokens(), D = d.C + d.R;
+  in.q = randVals(rng, static_cast<size_t>(T) * d.Hq * (d.N + d.R), 1.0, false);
+  in.cache = randVals(rng, static_cast<size_t>(numBlocks) * c.blockSize * D, 1.0, true);
+  in.kvB = randVals(rng, static_cast<size_t>(d.Hq) * (d.N + d.Vd) * d.C, 1.0 / std::sqrt(d.C), true);
   if (c.topk != 0) {
-    K = c.topk > 0 ? c.topk : st.maxBlocksPerReq * st.blockSize;
-    topk.assign(static_cast<size_t>(T) * K, -1);
+    const int K = c.topk > 0 ? c.topk : st.maxBlocksPerReq * st.blockSize;
+    in.K = K;
+    in.topk.assign(static_cast<size_t>(T) * K, -1);
     for (int t = 0; t < T; ++t) {
       int r, p;
       st.where(t, r, p);
@@ -255,16 +271,22 @@ void testAttention(const AttnCase& c, Rng& rng) {
       const int take = c.topk > 0 ? std::min(p + 1, K - 1) : p + 1;  // leave a -1 when selecting
       all.resize(take);
       std::sort(all.begin(), all.end());
-      for (int j = 0; j < take; ++j) topk[static_cast<size_t>(t) * K + j] = all[j];
+      for (int j = 0; j < take; ++j) in.topk[static_cast<size_t>(t) * K + j] = all[j];
     }
   }
-  const auto out = runAttention(c, st, q, cache, kvB, topk, K);
-  const auto ref = mla_ref::attention(q, cache, kvB, st, d, topk, K);
+  return in;
+}
+
+/** The SIMT kernel (hsMlaAttentionSimt) against the expanded float64 reference. */
+void testAttention(const AttnCase& c, Rng& rng) {
+  const auto in = makeInputs(c, rng);
+  const auto out = runAttention(c, in.st, in.q, in.cache, in.kvB, in.topk, in.K);
+  const auto ref = mla_ref::attention(in.q, in.cache, in.kvB, in.st, c.d, in.topk, in.K);
   const double err = relMaxErr(out, ref);
   if (err >= 1e-4) std::printf("  attention %s: rel err %.3g\n", c.name, err);
   tally.record(err < 1e-4, (std::string("attention ") + c.name).c_str());
   if (c.topk < 0) {  // every position selected == dense attention
-    const auto dense = runAttention(c, st, q, cache, kvB, {}, 0);
+    const auto dense = runAttention(c, in.st, in.q, in.cache, in.kvB, {}, 0);
     const double e2 = relMaxErr(out, dense);
     if (e2 >= 1e-5) std::printf("  sparse vs dense %s: rel err %.3g\n", c.name, e2);
     tally.record(e2 < 1e-5, (std::string("sparse == dense ") + c.name).c_str());
@@ -288,6 +310,8 @@ void attentionTests(bool quick) {
   }
   if (!quick) testAttention({"wide dense decode", wide, {{1, 200}, {1, 9}}, 16, 16, 0}, rng);
 }
+
+#include "mla_test_tc.h"  // testAttentionTc, attentionTcTests
 
 // ---- indexer ----------------------------------------------------------------------------------
 
@@ -389,6 +413,7 @@ int main(int argc, char** argv) {
   };
   section("rows", [&] { rowTests(); });
   section("attention", [&] { attentionTests(quick); });
+  section("attention_tc", [&] { attentionTcTests(quick); });
   section("indexer", [&] { indexerTests(quick); });
   return tally.finish("mla_test");
 }

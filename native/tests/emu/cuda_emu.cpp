@@ -125,8 +125,13 @@ cudaError_t cudaGetDevice(int* d) {
   *d = 0;
   return cudaSuccess;
 }
+/** SMs the emulation reports: 132 (H100 / H200), or $HS_EMU_SMS (fewer splits: longer pipelines per CTA). */
+static int emuSms() {
+  const char* v = std::getenv("HS_EMU_SMS");
+  return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 132;
+}
 cudaError_t cudaDeviceGetAttribute(int* v, enum cudaDeviceAttr attr, int) {
-  *v = attr == cudaDevAttrMultiProcessorCount ? 132
+  *v = attr == cudaDevAttrMultiProcessorCount ? emuSms()
        : attr == cudaDevAttrMaxSharedMemoryPerBlockOptin ? static_cast<int>(hs_emu::kSmemBytes) - 1024
                                                           : 0;
   return cudaSuccess;
@@ -140,7 +145,7 @@ cudaError_t cudaHostGetDevicePointer(void** dev, void* host, unsigned int) {
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int) {
   std::memset(prop, 0, sizeof *prop);
   std::strcpy(prop->name, "CPU emulation (132 SMs modelled)");
-  prop->multiProcessorCount = 132;
+  prop->multiProcessorCount = emuSms();
   prop->l2CacheSize = 50 << 20;
   return cudaSuccess;
 }

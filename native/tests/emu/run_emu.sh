@@ -6,6 +6,7 @@
 # g++ -DHS_ATTN_HOST_EMU. Slow (one OS thread per CUDA thread): use the --quick test subsets.
 # Usage: bash native/tests/emu/run_emu.sh [attention|hisparse|rows|sampling|moe|moe_decode|dummy|mla|mla_prefill|gemv|all] [test args...]
 #   HS_EMU_CP_ASYNC=late   cp.async copies land only at the wait that retires them
+#   HS_EMU_SMS=N           report N SMs instead of 132 (fewer split-KV splits, longer per-CTA pipelines)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 what="${1:-all}"; shift || true
@@ -74,6 +75,7 @@ if [ "$what" = moe_decode ] || [ "$what" = all ]; then
 fi
 if [ "$what" = mla ] || [ "$what" = all ]; then
   build mla_test "$work/tests/mla_test.cu" "$work/kernels/mla_rows.cu" "$work/kernels/mla_attention.cu" \
+    "$work/kernels/mla_attention_tc.cu" "$work/kernels/mla_project.cu" \
     "$work/kernels/mla_indexer.cu"
   "$work/mla_test" "$@" || status=1
 fi

@@ -95,7 +95,11 @@ export interface NativeMlaApi {
   ): void;
   /** Split partial bytes of mlaAttention (maxEntries: topkStride with DSA, else maxContext). */
   mlaAttentionWorkspaceBytes(numTokens: number, numHeads: number, rank: number, maxEntries: number): number;
-  /** Absorbed MLA attention over the latent rows (hsMlaAttention), HsMlaAttentionParams by name. */
+  /**
+   * Absorbed MLA attention over the latent rows (hsMlaAttention), HsMlaAttentionParams by name:
+   * the tensor-core kernel for bf16 rows of 512 + 64 (DeepSeek-V3 / GLM-5), else the SIMT one
+   * ($HISPARSE_MLA_ATTENTION=simt forces SIMT; native/kernels/mla.h).
+   */
   mlaAttention(stream: number, params: MlaAttentionParams): void;
   /** DSA indexer logits f32 [T, width] (hsMlaIndexerLogits), HsMlaIndexerParams by name. */
   mlaIndexerLogits(stream: number, params: MlaIndexerParams): void;
