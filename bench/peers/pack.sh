@@ -7,6 +7,9 @@
 #   bash bench/peers/pack.sh               # parts sized to what one call has left beside the tree
 #   PART_MIB=8 bash bench/peers/pack.sh    # smaller parts (to ride along with other carries)
 #   PEER_DIR=/other/.peer bash ...         # reuse another checkout's .peer (install, sm_90 build)
+#   SM90_BUDGET_S=2700 / SM90_REBUILD=1      # make_sm90_lib.py --budget-s / build the library again
+#                                            # (resumes: the cubins already made are kept)
+#   XZ_LEVEL=0                               # fast compression (a dry run; default 6)
 #
 # Writes .peer/kit/p1 .. pN: each holds kit.tar.xz.NN and MANIFEST; p1 also tokenizer.json.xz
 # (so the first call can start writing the GGUF). Prints the call sequence last.
@@ -46,9 +49,10 @@ if [ ! -f "$PEER/tok/tokenizer.json" ] || [ "$(sha256sum "$PEER/tok/tokenizer.js
 fi
 
 # 3. sm_90 SASS for the H200 from the library's own compute_90 PTX (tools/make_sm90_lib.py says why)
-if [ ! -f "$SM90_LIB" ]; then
+if [ ! -f "$SM90_LIB" ] || [ -n "${SM90_REBUILD:-}" ]; then
   mkdir -p "$PEER/build"
-  nice -n 10 python3 "$HERE/tools/make_sm90_lib.py" "$NLC/$BINS_REL/libggml-cuda.so" "$SM90_LIB" --work "$PEER/fb"
+  nice -n 10 python3 "$HERE/tools/make_sm90_lib.py" "$NLC/$BINS_REL/libggml-cuda.so" "$SM90_LIB" --work "$PEER/fb" \
+    ${SM90_BUDGET_S:+--budget-s "$SM90_BUDGET_S"}
 fi
 
 # 4. stage and compress: node_modules without other platforms' prebuilts, the CUDA-12 fallback
@@ -69,7 +73,7 @@ for v in $KEEP_CPU; do cp "$NLC/$BINS_REL/libggml-cpu-$v.so" "$STAGE/kit/nlc/$BI
 cp "$SM90_LIB" "$STAGE/kit/nlc/$BINS_REL/libggml-cuda.so"
 du -sh "$STAGE/kit/nlc/node_modules" "$STAGE/kit/nlc/$BINS_REL"
 echo "compress ..."
-tar -C "$STAGE" --owner=0 --group=0 --sort=name -cf - kit | nice -n 10 xz -T2 -9 -c > "$STAGE/kit.tar.xz"
+tar -C "$STAGE" --owner=0 --group=0 --sort=name -cf - kit | nice -n 10 xz -T2 "-${XZ_LEVEL:-6}" -c > "$STAGE/kit.tar.xz"
 xz -9 -c "$PEER/tok/tokenizer.json" > "$STAGE/tokenizer.json.xz"
 total=$(stat -c %s "$STAGE/kit.tar.xz")
 echo "kit.tar.xz: $total bytes"

@@ -16,7 +16,9 @@
 # $OUT gets: peers_table.md, nlc_summary.json, cuda_bench.json, nlc_bench.log, cuda_bench.log,
 # make_gguf.log, env.txt (GPU, probe, GGUF check), run.log.
 # Knobs: GGUF (/tmp/peers/llama8b.gguf), NLC_DEADLINE_S (150), SINGLE_P (1024,8192,32768),
-#   BATCHED_P (1024,8192), B_LIST (32,64), N (128), BATCH_SIZE (2048), SKIP_NLC=1, SKIP_HS=1.
+#   BATCHED_P (1024,8192), B_LIST (32,64), N (128), BATCH_SIZE (2048), SKIP_NLC=1, SKIP_HS=1;
+#   for a dry run on a CPU machine: KIT_DIR (.peer/kit), GGUF_ARGS (e.g. --tiny: make_gguf.py and
+#   check_gguf.mjs), NLC_GPU (cuda; false runs llama.cpp on the CPU).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
@@ -32,7 +34,7 @@ log() { echo "[peers +$(( $(date +%s) - T0 ))s] $*"; }
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
 # 1. keep this call's parts (and any earlier call's still in the tree copy)
-for f in .peer/kit/p*/*; do
+for f in "${KIT_DIR:-.peer/kit}"/p*/*; do
   [ -f "$f" ] || continue
   b=$(basename "$f")
   cmp -s "$f" "$PARTS/$b" 2>/dev/null || { cp "$f" "$PARTS/$b.tmp" && mv "$PARTS/$b.tmp" "$PARTS/$b"; }
@@ -44,7 +46,7 @@ start_gguf() {
   [ -f "$PARTS/tokenizer.json.xz" ] || return 1
   date +%s > $W/gguf.started
   setsid bash -c "xz -dc '$PARTS/tokenizer.json.xz' > $W/tokenizer.json &&
-    PYTHONUNBUFFERED=1 python3 '$ROOT/bench/peers/make_gguf.py' '$GGUF' --tokenizer $W/tokenizer.json;
+    PYTHONUNBUFFERED=1 python3 '$ROOT/bench/peers/make_gguf.py' '$GGUF' --tokenizer $W/tokenizer.json ${GGUF_ARGS:-};
     echo \$? > $W/gguf.rc" < /dev/null > $W/make_gguf.log 2>&1 &
   echo $! > $W/gguf.pid
   log "GGUF being written in the background to $GGUF"
@@ -101,12 +103,12 @@ if [ -z "${SKIP_NLC:-}" ]; then
   cp $W/make_gguf.log "$OUT/make_gguf.log" 2>/dev/null
   if [ "$(cat $W/gguf.rc 2>/dev/null)" != 0 ]; then log "FATAL: GGUF not written (make_gguf.log)"; exit 5; fi
   log "GGUF ready ($(stat -c %s "$GGUF") bytes)"
-  (cd "$KIT/nlc" && timeout 60 node check_gguf.mjs "$GGUF") 2>&1 | tee -a "$OUT/env.txt" | cut -c1-300
+  (cd "$KIT/nlc" && timeout 60 node check_gguf.mjs "$GGUF" ${GGUF_ARGS:-}) 2>&1 | tee -a "$OUT/env.txt" | cut -c1-300
   [ "${PIPESTATUS[0]}" = 0 ] || fails=$((fails + 1))
 
   # 4. node-llama-cpp
   log "node-llama-cpp bench"
-  (cd "$KIT/nlc" && timeout $(( ${NLC_DEADLINE_S:-150} + 60 )) node nlc_bench.mjs --model "$GGUF" --gpu cuda \
+  (cd "$KIT/nlc" && timeout $(( ${NLC_DEADLINE_S:-150} + 60 )) node nlc_bench.mjs --model "$GGUF" --gpu "${NLC_GPU:-cuda}" \
     --single-p "${SINGLE_P:-1024,8192,32768}" --n "${N:-128}" --batched-p "${BATCHED_P:-1024,8192}" \
     --b "${B_LIST:-32,64}" --batched-n "${N:-128}" --batch-size "${BATCH_SIZE:-2048}" \
     --deadline-s "${NLC_DEADLINE_S:-150}" --summary "$OUT/nlc_summary.json") > "$OUT/nlc_bench.log" 2>&1
