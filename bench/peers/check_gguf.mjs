@@ -5,7 +5,7 @@
 //   node check_gguf.mjs FILE.gguf [--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --head-dim 128
 //        --ffn 14336 --vocab 128256] [--tiny] [--no-tokenize]
 // --tiny expects make_gguf.py --tiny's shape. Unless --no-tokenize, the vocabulary alone is loaded
-// (loadModel vocabOnly, CPU) and "Hello world" must tokenize to the Llama 3 ids [9906, 1917].
+// (loadModel vocabOnly) and "Hello world" must tokenize to the Llama 3 ids [9906, 1917].
 // Prints one JSON line {ok, ...}; exit 0 when every check passes, 1 otherwise.
 import process from "node:process";
 import { getLlama, LlamaLogLevel, readGgufFileInfo } from "node-llama-cpp";
@@ -97,7 +97,8 @@ for (const t of tensors) {
 
 let tokens = null;
 if (!argv.includes("--no-tokenize")) {
-  const llama = await getLlama({ gpu: false, build: "never", skipDownload: true, logLevel: LlamaLogLevel.error });
+  // "auto": the kit carries the CUDA prebuilt only (its CPU-only package is pruned)
+  const llama = await getLlama({ gpu: "auto", build: "never", skipDownload: true, logLevel: LlamaLogLevel.error });
   const model = await llama.loadModel({ modelPath: file, vocabOnly: true });
   tokens = Array.from(model.tokenize("Hello world"));
   expect('tokenize("Hello world")', tokens, [9906, 1917]);

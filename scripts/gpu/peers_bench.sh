@@ -33,6 +33,11 @@ T0=$(date +%s)
 log() { echo "[peers +$(( $(date +%s) - T0 ))s] $*"; }
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
+if [ "$MODE" = run ] && [ -z "${PEERS_TEED:-}" ]; then   # the whole run's log goes to $OUT too
+  PEERS_TEED=1 bash "${BASH_SOURCE[0]}" "$@" 2>&1 | tee "$OUT/run.log"
+  exit "${PIPESTATUS[0]}"
+fi
+
 # 1. keep this call's parts (and any earlier call's still in the tree copy)
 for f in "${KIT_DIR:-.peer/kit}"/p*/*; do
   [ -f "$f" ] || continue
@@ -56,10 +61,6 @@ if [ "$MODE" = stash ]; then
   exit 0
 fi
 [ "$MODE" = run ] || { echo "usage: peers_bench.sh [stash]" >&2; exit 2; }
-if [ -z "${PEERS_TEED:-}" ]; then
-  PEERS_TEED=1 bash "${BASH_SOURCE[0]}" "$@" 2>&1 | tee "$OUT/run.log"
-  exit "${PIPESTATUS[0]}"
-fi
 command -v node >/dev/null || { log "FATAL: no node on PATH (source .device/prelude.sh first)"; exit 3; }
 [ -f dist/bench/cuda_bench.js ] && [ -f dist/bench/peers/table.js ] ||
   { log "FATAL: dist/ lacks bench/cuda_bench.js or bench/peers/table.js (npm run build, carry dist)"; exit 3; }
