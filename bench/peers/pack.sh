@@ -83,7 +83,7 @@ tree=$(cd "$ROOT" && { git ls-files -z; git ls-files -z -o --exclude-standard; }
 limit=$(( 64 * 1048576 ))
 if [ -n "${PART_MIB:-}" ]; then part=$(( PART_MIB * 1048576 )); else part=$(( limit - tree - 2 * 1048576 )); fi
 [ "$part" -gt 1048576 ] || { echo "no room beside the tree ($tree bytes) for a part" >&2; exit 2; }
-OUTD="$PEER/kit"; rm -rf "$OUTD"
+OUTD="$ROOT/.peer/kit"; rm -rf "$OUTD"   # in this checkout (it travels), also with PEER_DIR
 tokb=$(stat -c %s "$STAGE/tokenizer.json.xz")
 n=1; off=0
 while [ $off -lt "$total" ]; do
