@@ -10,7 +10,7 @@
  * 2. prefill tokens/s for one 8K and one 32K prompt (chunks of 8192 tokens, as the engine runs it
  *    with --max-num-batched-tokens 8192), and model FLOP/s against the cuBLAS bf16 GEMM rate
  *    measured here on an 8192 × 4096 × 28672 GEMM (the gate/up projection's shape).
- * Prints markdown tables; --json writes the figures.
+ * Prints markdown tables; --json writes the figures (and loadSeconds: the dummy load, bench/peers).
  * --paths new,old: decode measured for each path in one run: "new" is the default backend
  * (linears of <= 8 rows through the skinny GEMM, native/kernels/gemv.h), "old" cuBLAS for every
  * linear (denseGemvMaxTokens = 0); default "new". A path may end in ":N" (e.g. new:128): decode
@@ -55,7 +55,8 @@ const { config, model } = loadModel({
   seed: 0,
   maxModelLen: maxCtx + BLOCK,
 });
-console.log(`loaded ${config.architecture} (dummy) in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+const loadSeconds = (performance.now() - t0) / 1000;
+console.log(`loaded ${config.architecture} (dummy) in ${loadSeconds.toFixed(1)} s`);
 // The dense engine's KV set-up (as Worker.create builds it): floor(budget / block bytes) blocks.
 const kv = createKVCacheSetup(backend, {
   model,
@@ -263,7 +264,11 @@ const json = arg("json", "");
 if (json !== "")
   writeFileSync(
     json,
-    JSON.stringify({ config: config.architecture, decodeRows, gemmTflops, prefillRows }, null, 2),
+    JSON.stringify(
+      { config: config.architecture, loadSeconds, decodeRows, gemmTflops, prefillRows },
+      null,
+      2,
+    ),
   );
 backend.dispose();
 

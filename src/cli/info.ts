@@ -91,10 +91,45 @@ async function runInfo(o: { model?: string; json: boolean; tensorParallelSize: n
       tokenizer: Tokenizer.existsIn(dir),
     },
   };
-  if (o.json) {
-    console.log(JSON.stringify(info, null, 2));
-    return;
-  }
+  if (o.json) console.log(JSON.stringify(info, null, 2));
+  else printInfo(info, cfg);
+  // A refused split is a failure (exit 1, one sentence on stderr), after the facts are shown.
+  const refused = info.tensorParallel.reasons;
+  if (refused.length > 0)
+    throw new Error(`--tensor-parallel-size ${tp} is refused for this model: ${refused.join("; ")}`);
+}
+
+/** The human-readable `hisparse info` (what --json prints as one object). */
+function printInfo(
+  info: {
+    hisparse: string;
+    node: string;
+    platform: string;
+    cpus: number;
+    cuda: ReturnType<typeof import("../backends/detect.js").detectCuda>;
+    nccl: ReturnType<typeof import("../backends/detect.js").detectNccl> | null;
+    nvidiaDriver: boolean;
+    tensorParallel: TensorParallelSummary;
+    model: {
+      dir: string;
+      architecture: string;
+      parameters: number;
+      layers: number;
+      hiddenSize: number;
+      heads: number;
+      kvHeads: number;
+      headDim: number;
+      vocabSize: number;
+      maxPositionEmbeddings: number;
+      dtype: string;
+      rope: ModelConfig["rope"];
+      kvBytesPerTokenBf16: number;
+      tokenizer: boolean;
+    };
+  },
+  cfg: ModelConfig,
+): void {
+  const { cuda, nccl } = info;
   const m = info.model;
   console.log(`hisparse ${info.hisparse}  (node ${info.node}, ${info.platform}, ${info.cpus} CPUs)`);
   console.log(

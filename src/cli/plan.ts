@@ -254,7 +254,10 @@ async function runPlan(o: PlanOptions): Promise<void> {
           reserveBytes: budget.reserveBytes!,
         };
   const kvBudgetBytes = gpu === null ? o.kvCacheGib! : kvBudgetFromGpu(gpu);
-  if (gpu !== null && !(kvBudgetBytes > 0)) throw noKvBudgetError(gpu);
+  if (gpu !== null && !(kvBudgetBytes > 0)) {
+    const fp8 = o.weightsDtype === "fp8" ? undefined : budget.numParameters! * WEIGHT_DTYPE_BYTES.fp8;
+    throw noKvBudgetError(gpu, fp8);
+  }
   const kvDtype = resolveKVCacheDtype(o.kvCacheDtype, PLAN_ACTIVATION_DTYPE);
   const input: PlanInput = {
     model: config,

@@ -83,11 +83,12 @@ export function makeSamplingParams(p: Partial<SamplingParams> = {}): SamplingPar
 export function validateSamplingParams(p: SamplingParams): string[] {
   const r: string[] = [];
   const isInt = (x: number) => Number.isInteger(x);
-  if (!isInt(p.maxTokens) || p.maxTokens < 1)
-    r.push(`max_tokens must be an integer >= 1, got ${p.maxTokens}`);
+  const maxOk = isInt(p.maxTokens) && p.maxTokens >= 1;
+  if (!maxOk) r.push(`max_tokens must be an integer >= 1, got ${p.maxTokens}`);
   if (!isInt(p.minTokens) || p.minTokens < 0)
     r.push(`min_tokens must be an integer >= 0, got ${p.minTokens}`);
-  else if (p.minTokens > p.maxTokens)
+  // (against a bad max_tokens the comparison says nothing more: its own reason is enough)
+  else if (maxOk && p.minTokens > p.maxTokens)
     r.push(`min_tokens (${p.minTokens}) must be <= max_tokens (${p.maxTokens})`);
   if (!Number.isFinite(p.temperature) || p.temperature < 0)
     r.push(`temperature must be >= 0, got ${p.temperature}`);

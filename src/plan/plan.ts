@@ -342,12 +342,18 @@ const gib = (b: number): string => `${(b / 2 ** 30).toFixed(2)} GiB`;
  * change it, e.g. "no GPU memory is left for the KV cache: 1.00 GiB × 0.9 utilization = 0.90 GiB,
  * minus weights 0.05 GiB and reserve 2.00 GiB, leaves -1.15 GiB; raise --gpu-mem-gib or
  * --gpu-memory-utilization, or lower --reserve-gib".
+ * `fp8WeightBytes` (the weights of an FP8 checkpoint, 1 byte each): when given and the budget
+ * with them is positive, the sentence also suggests `--weights-dtype fp8` with what it leaves.
  */
-export function noKvBudgetError(o: GpuBudgetInput): PlanError {
+export function noKvBudgetError(o: GpuBudgetInput, fp8WeightBytes?: number): PlanError {
   const usable = o.gpuMemBytes * o.gpuMemoryUtilization;
+  const fp8Left = fp8WeightBytes === undefined ? 0 : kvBudgetFromGpu({ ...o, weightBytes: fp8WeightBytes });
   return new PlanError(
     `no GPU memory is left for the KV cache: ${gib(o.gpuMemBytes)} × ${o.gpuMemoryUtilization} utilization = ${gib(usable)}, ` +
       `minus weights ${gib(o.weightBytes)} and reserve ${gib(o.reserveBytes)}, leaves ${gib(kvBudgetFromGpu(o))}; ` +
-      "raise --gpu-mem-gib or --gpu-memory-utilization, or lower --reserve-gib",
+      "raise --gpu-mem-gib or --gpu-memory-utilization, or lower --reserve-gib" +
+      (fp8Left > 0
+        ? `, or plan an FP8 checkpoint with --weights-dtype fp8 (weights ${gib(fp8WeightBytes!)}, leaves ${gib(fp8Left)})`
+        : ""),
   );
 }

@@ -65,7 +65,14 @@ export function buildApp(ctx: ServingContext, o: AppOptions): FastifyInstance {
   }
   app.setErrorHandler((err: FastifyError | OpenAIError, req, reply) => sendError(err, req, reply));
   app.setNotFoundHandler((req, reply) => {
-    const e = new OpenAIError(404, `There is no route ${req.method} ${req.url.split("?")[0]}.`);
+    const path = req.url.split("?")[0]!;
+    // A path served under other methods (GET /v1/preheat): 405 with the Allow header (RFC 9110).
+    const allow = ROUTE_METHODS.filter((method) => app.hasRoute({ method, url: path }));
+    if (allow.length > 0) {
+      const e = new OpenAIError(405, `${req.method} ${path} is not allowed: use ${allow.join(" or ")}.`);
+      return reply.code(405).header("allow", allow.join(", ")).send(e.toBody());
+    }
+    const e = new OpenAIError(404, `There is no route ${req.method} ${path}.`);
     return reply.code(404).send(e.toBody());
   });
 
@@ -99,6 +106,9 @@ export function buildApp(ctx: ServingContext, o: AppOptions): FastifyInstance {
   app.post("/v1/preheat", (req, reply) => servePreheat(ctx, jsonBody(req), reply));
   return app;
 }
+
+/** Methods the 405 answer looks for on a path that did not match its request's method. */
+const ROUTE_METHODS = ["GET", "HEAD", "POST"] as const;
 
 /**
  * The parsed JSON body of a POST. fastify skips the parsers for a request with neither a body

@@ -95,11 +95,14 @@ function describeIssue(
 ): { path: PropertyKey[]; message: string } {
   const path = [...base, ...issue.path];
   if (issue.code !== "invalid_union") return { path, message: issue.message };
-  // A branch whose issues are not all "wrong type at the root" matched the input's shape.
+  // A branch whose issues are not all "wrong type at the root" matched the input's shape; of
+  // those, the one that got furthest into the input before failing names the offending element
+  // (prompt [1, "a"] fails the token-id branch at [1], not the text-batch branch at [0]).
   const branches = issue.errors.filter(
-    (b) => !b.every((i) => i.code === "invalid_type" && i.path.length === 0),
+    (b) => b.length > 0 && !b.every((i) => i.code === "invalid_type" && i.path.length === 0),
   );
-  const first = branches[0]?.[0];
+  let first: z.core.$ZodIssue | undefined;
+  for (const b of branches) if (first === undefined || furtherThan(b[0]!.path, first.path)) first = b[0];
   if (first !== undefined) return describeIssue(first, path);
   const expected = issue.errors
     .flatMap((b) => b.map((i) => (i.code === "invalid_type" ? i.expected : null)))
@@ -109,6 +112,17 @@ function describeIssue(
     message:
       expected.length > 0 ? `Invalid input: expected ${[...new Set(expected)].join(" or ")}` : issue.message,
   };
+}
+
+/** Whether zod path a lies further into the input than b: a larger index first, else deeper. */
+function furtherThan(a: readonly PropertyKey[], b: readonly PropertyKey[]): boolean {
+  for (let i = 0; i < Math.min(a.length, b.length); i++) {
+    const x = a[i];
+    const y = b[i];
+    if (x === y) continue;
+    return typeof x === "number" && typeof y === "number" && x > y;
+  }
+  return a.length > b.length;
 }
 
 /** `messages[0].content` style path of a zod issue. */

@@ -175,4 +175,16 @@ describe("hisparse info", () => {
     assert.match(r.stdout, /LlamaForCausalLM, 7\.34 M parameters, 4 layers, hidden 256/);
     assert.match(r.stdout, /backend: (cpu|cuda)/);
   });
+
+  it("a refused split exits non-zero with one sentence, after the summary (text and --json)", () => {
+    for (const json of [[], ["--json"]]) {
+      const r = run("info", "--tensor-parallel-size", "3", ...json);
+      assertOneLineError(
+        r,
+        /^hisparse: --tensor-parallel-size 3 is refused for this model: the model's 4 attention heads/,
+      );
+      assert.match(r.stdout, json.length > 0 ? /"reasons": \[/ : /tensor parallel: 3 ranks .*: refused: /);
+    }
+    assert.equal(run("info", "--tensor-parallel-size", "2").status, 0);
+  });
 });

@@ -224,7 +224,14 @@ const CASES: Case[] = [
     status: 401,
   },
   { name: "unknown route", path: "/v1/nope", body: {}, status: 404, type: "NotFoundError" },
-  { name: "wrong method", path: C, method: "GET", status: 404 },
+  { name: "wrong method", path: C, method: "GET", status: 405, type: "MethodNotAllowedError" },
+  {
+    name: "GET /v1/preheat",
+    path: "/v1/preheat",
+    method: "GET",
+    status: 405,
+    message: "GET /v1/preheat is not allowed: use POST.",
+  },
 ];
 
 describe("bad input (ref-small, CPU, --api-key, --max-model-len 128)", () => {
@@ -251,6 +258,20 @@ describe("bad input (ref-small, CPU, --api-key, --max-model-len 128)", () => {
       if (typeof c.message === "string") assert.equal(e.message, c.message, `${c.name}: message`);
       else if (c.message !== undefined) assert.match(e.message, c.message, `${c.name}: message`);
     }
+  });
+
+  it("a path served under another method gets 405 with Allow; an unknown one 404 without", async () => {
+    for (const path of ["/v1/preheat", C, CHAT]) {
+      const r = await request(`${server.url}${path}`, { headers: AUTH });
+      assertOpenAIError(r, 405, `GET ${path}`);
+      assert.equal(r.headers.get("allow"), "POST", path);
+    }
+    const models = await postJson(`${server.url}/v1/models`, {}, AUTH);
+    assertOpenAIError(models, 405, "POST /v1/models");
+    assert.equal(models.headers.get("allow"), "GET, HEAD");
+    const nope = await request(`${server.url}/v1/nope`, { headers: AUTH });
+    assertOpenAIError(nope, 404, "GET /v1/nope");
+    assert.equal(nope.headers.get("allow"), null);
   });
 
   it("a body over --max-request-body-bytes gets 413", async () => {

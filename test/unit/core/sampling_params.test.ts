@@ -44,3 +44,23 @@ describe("validateSamplingParams: seed", () => {
       ]);
   });
 });
+
+describe("validateSamplingParams: max_tokens and min_tokens", () => {
+  it("a bad max_tokens gives its own reason only, not a min_tokens one beside it", () => {
+    for (const maxTokens of [-1, 0, 1.5]) {
+      assert.deepEqual(validateSamplingParams(makeSamplingParams({ maxTokens })), [
+        `max_tokens must be an integer >= 1, got ${maxTokens}`,
+      ]);
+    }
+  });
+
+  it("min_tokens above a valid max_tokens is still refused, and a bad min_tokens says so", () => {
+    assert.deepEqual(validateSamplingParams(makeSamplingParams({ maxTokens: 4, minTokens: 5 })), [
+      "min_tokens (5) must be <= max_tokens (4)",
+    ]);
+    assert.deepEqual(validateSamplingParams(makeSamplingParams({ maxTokens: -1, minTokens: -2 })), [
+      "max_tokens must be an integer >= 1, got -1",
+      "min_tokens must be an integer >= 0, got -2",
+    ]);
+  });
+});

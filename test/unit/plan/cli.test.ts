@@ -156,6 +156,11 @@ describe("hisparse plan (CLI)", () => {
         /^hisparse: no GPU memory is left for the KV cache: 8\.00 GiB × 0\.9 utilization = 7\.20 GiB, minus weights 15\.26 GiB and reserve 2\.00 GiB, leaves -10\.06 GiB; raise --gpu-mem-gib or --gpu-memory-utilization, or lower --reserve-gib$/,
       ],
       [
+        // bf16 weights leave nothing on 16 GiB, FP8 ones would: the sentence says so
+        ["--context", "100", "--gpu-mem-gib", "16", "--model", "qwen3-8b"],
+        /^hisparse: no GPU memory is left for the KV cache: .* leaves -2\.86 GiB; raise --gpu-mem-gib or --gpu-memory-utilization, or lower --reserve-gib, or plan an FP8 checkpoint with --weights-dtype fp8 \(weights 7\.63 GiB, leaves 4\.77 GiB\)$/,
+      ],
+      [
         // The new-user trial's case: ref-small's weights fit, the default 2 GiB reserve does not.
         ["--model", "ref-small", "--gpu-mem-gib", "1", "--context", "8192"],
         /^hisparse: no GPU memory is left for the KV cache: 1\.00 GiB × 0\.9 utilization = 0\.90 GiB, minus weights 0\.01 GiB and reserve 2\.00 GiB, leaves -1\.11 GiB; raise --gpu-mem-gib or --gpu-memory-utilization, or lower --reserve-gib$/,

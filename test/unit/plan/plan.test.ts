@@ -66,6 +66,13 @@ describe("plan arithmetic", () => {
       "no GPU memory is left for the KV cache: 8.00 GiB × 0.9 utilization = 7.20 GiB, minus weights 14.96 GiB " +
         "and reserve 2.00 GiB, leaves -9.76 GiB; raise --gpu-mem-gib or --gpu-memory-utilization, or lower --reserve-gib",
     );
+    // FP8 weights (1 B each) would not fit 8 GiB either: no suggestion
+    assert.doesNotMatch(noKvBudgetError(gpu, 8_030_261_248).message, /fp8/);
+    // on 16 GiB they leave 4.92 GiB: the sentence suggests --weights-dtype fp8 with its figures
+    assert.match(
+      noKvBudgetError({ ...gpu, gpuMemBytes: 16 * GIB }, 8_030_261_248).message,
+      /leaves -2\.56 GiB; .*, or plan an FP8 checkpoint with --weights-dtype fp8 \(weights 7\.48 GiB, leaves 4\.92 GiB\)$/,
+    );
   });
 
   it("dense: 128 KiB per token, 8192 blocks per request, 6 requests", () => {

@@ -29,6 +29,31 @@ function failure(fn: () => unknown): [number, string | null, string] {
 }
 
 describe("completion request schema", () => {
+  it("a mixed prompt array names the offending element, whichever shape it started as", () => {
+    const cases: [unknown, string, RegExp][] = [
+      [["a", 1], "prompt[1]", /expected string, received number/],
+      [[1, "a"], "prompt[1]", /expected number, received string/],
+      [[1, 2, 3.5], "prompt[2]", /expected int/],
+      [
+        [
+          [1, 2],
+          [3, "x"],
+        ],
+        "prompt[1][1]",
+        /expected number, received string/,
+      ],
+      [[[1, 2], "a"], "prompt[1]", /expected array, received string/],
+      [["a", "b", 3], "prompt[2]", /expected string, received number/],
+    ];
+    for (const [prompt, param, message] of cases) {
+      const [status, p, msg] = failure(() => completion({ prompt }));
+      assert.equal(status, 400);
+      assert.equal(p, param, JSON.stringify(prompt));
+      assert.match(msg, new RegExp(`^${param.replace(/[[\]]/g, "\\$&")}: `));
+      assert.match(msg, message);
+    }
+  });
+
   it("accepts the four prompt shapes and keeps the sampling fields", () => {
     assert.equal(completion({ prompt: "hi" }).prompt, "hi");
     assert.deepEqual(completion({ prompt: ["a", "b"] }).prompt, ["a", "b"]);
