@@ -69,7 +69,7 @@ struct HostLayer {
 struct DecodeLayer {
   Shape c;
   int S, Imax;
-  DeviceBuffer<uint16_t> x, router, gateUp, down, sGateUp, sDown, act, y, out;
+  DeviceBuffer<uint16_t> x, router, gateUp, down, sGateUp, sDown, act, out;
   DeviceBuffer<float> bias, logits, weights;
   DeviceBuffer<int32_t> ids, plan, sync;
   // Grouped path.
@@ -80,7 +80,7 @@ struct DecodeLayer {
         router(static_cast<size_t>(s.E) * s.H), gateUp(static_cast<size_t>(s.E) * 2 * s.I * s.H),
         down(static_cast<size_t>(s.E) * s.H * s.I), sGateUp(static_cast<size_t>(2) * s.Is * s.H),
         sDown(static_cast<size_t>(s.H) * s.Is), act(static_cast<size_t>(S + s.T) * Imax),
-        y(static_cast<size_t>(S + s.T) * s.H), out(static_cast<size_t>(s.T) * s.H), bias(s.E),
+        out(static_cast<size_t>(s.T) * s.H), bias(s.E),
         logits(static_cast<size_t>(s.T) * s.E), weights(S), ids(S),
         plan(hsMoeDecodePlanInts(s.T, s.k, s.E)), sync(hsMoeDecodeSyncInts(s.H)),
         hidden(static_cast<size_t>(S) * s.H), gAct(static_cast<size_t>(S) * s.I), gY(static_cast<size_t>(S) * s.H),
@@ -88,7 +88,6 @@ struct DecodeLayer {
         sY(static_cast<size_t>(s.T) * s.H), off(s.E + 1), rows(S), sOff(2) {
     sync.poison(0);
     act.poison();
-    y.poison();
     sOff.upload({0, s.T});
   }
   void upload(const HostLayer& h) {
@@ -113,8 +112,8 @@ struct DecodeLayer {
     HS_CHECK(hsMoeDecodeGateUp(x.ptr, gateUp.ptr, sharedGateUp(), plan.ptr, act.ptr, c.T, c.k, c.E, c.H, c.I, c.Is, s));
   }
   void downKernel(cudaStream_t s) const {
-    HS_CHECK(hsMoeDecodeDown(act.ptr, down.ptr, sharedDown(), plan.ptr, weights.ptr, y.ptr, out.ptr, sync.ptr, c.T,
-                             c.k, c.E, c.H, c.I, c.Is, s));
+    HS_CHECK(hsMoeDecodeDown(act.ptr, down.ptr, sharedDown(), ids.ptr, weights.ptr, out.ptr, c.T, c.k, c.E, c.H, c.I,
+                             c.Is, s));
   }
   /** The small-batch path: 3 launches. */
   void run(cudaStream_t s) const {
