@@ -243,7 +243,7 @@ inline bool pdlEnabled() {
 }
 
 /**
- * Launches kernel<<<grid, kThreads, smem, stream>>>(args) as a programmatic dependent of the
+ * Launches kernel over grid x kThreads with smem dynamic shared bytes as a programmatic dependent of the
  * kernel before it on the stream (cudaLaunchAttributeProgrammaticStreamSerialization; a
  * programmatic edge when a graph captures it): its CTAs may start once the previous kernel's
  * have all started and called allowNextGrid(), and must waitPrevGrid() before reading its outputs.
@@ -252,7 +252,7 @@ template <typename... KArgs, typename... Args>
 inline cudaError_t launchDependent(void (*kernel)(KArgs...), dim3 grid, size_t smem, cudaStream_t stream,
                                    Args... args) {
 #ifdef HS_ATTN_HOST_EMU
-  kernel<<<grid, kThreads, smem, stream>>>(args...);
+  hs_emu::launch(kernel, grid, dim3(kThreads), smem, stream, args...);
 #else
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

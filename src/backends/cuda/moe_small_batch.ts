@@ -120,7 +120,21 @@ export class CudaMoeSmallBatch implements MoeSmallBatchOps {
       rule.routedScalingFactor,
     );
     ctx.addon.moeDecodeGateUp(ctx.stream, xt.ptr, gateUp, sGateUp, plan.ptr, act.ptr, T, k, E, H, I, Is);
-    ctx.addon.moeDecodeDown(ctx.stream, act.ptr, down, sDown, ids.ptr, weights.ptr, out.ptr, T, k, E, H, I, Is);
+    ctx.addon.moeDecodeDown(
+      ctx.stream,
+      act.ptr,
+      down,
+      sDown,
+      ids.ptr,
+      weights.ptr,
+      out.ptr,
+      T,
+      k,
+      E,
+      H,
+      I,
+      Is,
+    );
     return out;
   }
 
