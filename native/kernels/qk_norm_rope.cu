@@ -75,13 +75,15 @@ extern "C" cudaError_t hsQkNormRotaryEmbedding(void* qkv, const void* qWeight, c
   const long long items = static_cast<long long>(numTokens) * (numHeads + numKvHeads);
   const int blocks = hs::ceilDiv(items, hs::kWarpsPerCta);
   cudaError_t err = cudaErrorInvalidValue;
-  hs::dispatchPair(dtype, wDtype, [&](auto xt, auto wt) {
-    using T = decltype(xt);
-    using W = decltype(wt);
-    hs::qkNormRopeKernel<T, W><<<blocks, hs::kWarpsPerCta * 32, 0, stream>>>(
-        static_cast<T*>(qkv), static_cast<const W*>(qWeight), static_cast<const W*>(kWeight), positions, cosSinCache,
-        numTokens, rowStride, numHeads, numKvHeads, headDim, rotaryDim, maxPositions, eps);
-    err = cudaGetLastError();
+  hs::dispatchFloat(dtype, [&](auto xt) {
+    hs::dispatchFloat(wDtype, [&](auto wt) {
+      using T = decltype(xt);
+      using W = decltype(wt);
+      hs::qkNormRopeKernel<T, W><<<blocks, hs::kWarpsPerCta * 32, 0, stream>>>(
+          static_cast<T*>(qkv), static_cast<const W*>(qWeight), static_cast<const W*>(kWeight), positions,
+          cosSinCache, numTokens, rowStride, numHeads, numKvHeads, headDim, rotaryDim, maxPositions, eps);
+      err = cudaGetLastError();
+    });
   });
   return err;
 }

@@ -176,8 +176,9 @@ inline float graphMs(cudaStream_t s, int reps, const std::function<void(cudaStre
  * Qwen3-30B-A3B's MoE layer at small T: the new path (router GEMV + route + plan, gate_up, down +
  * reduce) per kernel and as one graph, against the grouped path's graph (route, permute, gate_up,
  * down, unpermute; its router linear is a cuBLAS call outside this program, so the old column
- * leaves it out and the new one includes it). GB/s: the router and the distinct experts' weights
- * over the new graph's time; % of the 4.3 TB/s measured on the H200.
+ * leaves it out and the new one includes it). GB/s: the bytes the new path reads (router, gate_up
+ * of the distinct experts, down of every slot) over the new graph's time; % of the 4.3 TB/s
+ * measured on the H200.
  */
 inline void bench() {
   std::printf("== bench: small-batch MoE path, Qwen3-30B-A3B layer (E 128, k 8, H 2048, I 768), bf16, us\n");
@@ -209,7 +210,10 @@ inline void bench() {
       HS_CHECK(hsMoeRoute(L.logits.ptr, nullptr, L.ids.ptr, L.weights.ptr, T, c.E, c.k, 0, 1, 1, 1, 1.0, st));
       L.runGroupedOnly(st);
     });
-    const double bytes = (static_cast<double>(active) * 3.0 * c.H * c.I + static_cast<double>(c.E) * c.H) * 2.0;
+    // gate_up reads each distinct expert once, down each slot's expert once per token.
+    const double bytes = (static_cast<double>(active) * 2.0 * c.H * c.I + static_cast<double>(T) * c.k * c.H * c.I +
+                          static_cast<double>(c.E) * c.H) *
+                         2.0;
     const double gbs = bytes / (tNew * 1e-3) / 1e9;
     std::printf("%4d %8d %9.2f %9.2f %9.2f %9.2f %12.2f %8.2fx %8.0f %6.1f%%\n", T, active, tRoute * 1e3, tGu * 1e3,
                 tDown * 1e3, tNew * 1e3, tOld * 1e3, tOld / tNew, gbs, gbs / 4300.0 * 100);
