@@ -44,7 +44,7 @@ HISPARSE_MOE_PDL=0 timeout 50 node dist/bench/moe_bench.js --num-layers "$layers
   --json "$out/moe_bench_b1_nopdl.json" 2>&1 | tee "$out/moe_bench_b1_nopdl.log" || status=1
 if [ "${PROFILE:-1}" != 0 ]; then
   echo "== 4. ncu per kernel, batch-1 decode (cold caches: each kernel timed alone)"
-  OUT="$out" TIMEOUT=100 TAIL=200 bash scripts/gpu/kernel_profile.sh moe_b1 -- \
+  OUT="$out" TIMEOUT=90 TAIL=200 bash scripts/gpu/kernel_profile.sh moe_b1 -- \
     node dist/bench/moe_bench.js --num-layers "$layers" --batches 1 --prefill "" 2>&1 | tee "$out/moe_b1_ncu.log" ||
     status=1
 fi
