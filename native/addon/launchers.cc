@@ -35,6 +35,14 @@ Napi::Value QkNorm(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+Napi::Value QkNormRotaryEmbedding(const Napi::CallbackInfo& info) {
+  Args a(info, 16, "qkNormRotaryEmbedding");
+  HS_LAUNCH(hsQkNormRotaryEmbedding, a.stream(0), a.ptr(1), a.ptr(2), a.ptr(3), a.as<const int32_t>(4),
+            a.as<const float>(5), a.i32(6), a.i32(7), a.i32(8), a.i32(9), a.i32(10), a.i32(11), a.i32(12), a.f32(13),
+            a.i32(14), a.i32(15));
+  return info.Env().Undefined();
+}
+
 Napi::Value RotaryEmbedding(const Napi::CallbackInfo& info) {
   Args a(info, 11, "rotaryEmbedding");
   HS_LAUNCH(hsRotaryEmbedding, a.stream(0), a.ptr(1), a.as<const int32_t>(2), a.as<const float>(3), a.i32(4),
@@ -102,6 +110,7 @@ void initLaunchers(Napi::Env env, Napi::Object exports) {
   exports.Set("rmsNorm", Napi::Function::New(env, RmsNorm, "rmsNorm"));
   exports.Set("fusedAddRmsNorm", Napi::Function::New(env, FusedAddRmsNorm, "fusedAddRmsNorm"));
   exports.Set("qkNorm", Napi::Function::New(env, QkNorm, "qkNorm"));
+  exports.Set("qkNormRotaryEmbedding", Napi::Function::New(env, QkNormRotaryEmbedding, "qkNormRotaryEmbedding"));
   exports.Set("rotaryEmbedding", Napi::Function::New(env, RotaryEmbedding, "rotaryEmbedding"));
   exports.Set("siluAndMul", Napi::Function::New(env, SiluAndMul, "siluAndMul"));
   exports.Set("reshapeAndCache", Napi::Function::New(env, ReshapeAndCache, "reshapeAndCache"));

@@ -69,10 +69,9 @@ Napi::Value MoeDecodeGateUp(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value MoeDecodeDown(const Napi::CallbackInfo& info) {
-  Args a(info, 15, "moeDecodeDown");
+  Args a(info, 13, "moeDecodeDown");
   HS_LAUNCH(hsMoeDecodeDown, a.stream(0), a.ptr(1), a.ptr(2), a.ptr(3), a.as<const int32_t>(4),
-            a.as<const float>(5), a.ptr(6), a.ptr(7), a.as<int32_t>(8), a.i32(9), a.i32(10), a.i32(11), a.i32(12),
-            a.i32(13), a.i32(14));
+            a.as<const float>(5), a.ptr(6), a.i32(7), a.i32(8), a.i32(9), a.i32(10), a.i32(11), a.i32(12));
   return info.Env().Undefined();
 }
 

@@ -64,6 +64,16 @@ cudaError_t hsQkNorm(void* qkv, const void* qWeight, const void* kWeight, int nu
                      cudaStream_t stream);
 
 /**
+ * hsQkNorm then hsRotaryEmbedding (numRotHeads = numHeads + numKvHeads) in one launch, equal bit
+ * for bit to the two (qk_norm_rope.cu): Qwen3's attention prologue. Same arguments as the two;
+ * headDim <= 512.
+ */
+cudaError_t hsQkNormRotaryEmbedding(void* qkv, const void* qWeight, const void* kWeight, const int32_t* positions,
+                                    const float* cosSinCache, int numTokens, int rowStride, int numHeads,
+                                    int numKvHeads, int headDim, int rotaryDim, int maxPositions, float eps,
+                                    int dtype, int wDtype, cudaStream_t stream);
+
+/**
  * In place NeoX ("rotate_half") rotary embedding of the first numRotHeads heads of each row
  * (q heads then k heads of a fused qkv row), over the first R = rotaryDim dims of each head
  * (R = headDim: full rotary; R < headDim: partial rotary, dims [R, headDim) untouched): for i < R/2,

@@ -3,6 +3,9 @@
 // sync layouts. Internal to native/kernels.
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+
 #include "common.cuh"
 #include "moe_decode.h"
 
@@ -14,21 +17,41 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-/** sync[0]: the route ticket; the down-reduce counters start here (own 128-byte line). */
-constexpr int kSyncDownBase = 32;
-/** Down projection: rows per warp and per CTA (a CTA = one row block of one plan entry). */
+/** Down projection: rows per warp (one routed slot of one token per warp). */
 constexpr int kDownRowsPerWarp = 4;
-constexpr int kDownRowsPerCta = kWarps * kDownRowsPerWarp;
 /** Gate_up: outputs (a gate row and its up row) per warp and per CTA. */
 constexpr int kGateUpOutsPerCta = kWarps;
 /** Router GEMV: experts per CTA (one per warp). */
 constexpr int kRouterExpertsPerCta = kWarps;
 
-/** Down-reduce row blocks for hidden size H. */
-__host__ __device__ inline int downRowBlocks(int H) { return (H + kDownRowsPerCta - 1) / kDownRowsPerCta; }
+/**
+ * Rows of the output per down CTA for `slots` slots a token sums (k, + 1 with a shared expert):
+ * kDownRowsPerWarp x ceil(kWarps / slots), so that the CTA has about one (slot, 4 rows) item per warp.
+ */
+__host__ __device__ inline int downRowsPerCta(int slots) {
+  return kDownRowsPerWarp * ((kWarps + slots - 1) / slots);
+}
 
 /** Entries of the plan: distinct experts any batch of T tokens with top-k can hit. */
 __host__ __device__ inline int planEntries(int T, int k, int E) { return T * k < E ? T * k : E; }
+
+/**
+ * Programmatic dependent launch (PTX griddepcontrol, sm_90): waitPrevGrid() returns once the
+ * kernel launched before this one on the stream has completed and its writes are visible (at
+ * once when this launch was not programmatic); every thread calls it before its first read of
+ * the previous kernel's outputs and before any global write. allowNextGrid() lets the next
+ * kernel's CTAs start (they only prefetch weights until their own waitPrevGrid()).
+ */
+__device__ __forceinline__ void waitPrevGrid() {
+#ifndef HS_ATTN_HOST_EMU
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allowNextGrid() {
+#ifndef HS_ATTN_HOST_EMU
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 /** 16 bytes of a weight stream, read once: no L1 allocation (the token vectors keep L1). */
 __device__ __forceinline__ uint4 ldStream(const uint4* p) {
@@ -70,23 +93,14 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
 }
 
 /**
- * One warp: acc[r][n] = dot(rows[r], xs[n]) over K bf16 elements for NR weight rows and the
- * first `count` (<= NT) token vectors, every lane receiving the sums. Lane l reads 16-byte chunks
- * l, l + 32, ... of each row, B chunks per row in flight, and accumulates its chunks in ascending
- * order; the lane sums meet in a fixed butterfly. So acc[r][n] depends on rows[r] and xs[n] only,
- * not on NT, count or the other vectors. rows[r] == nullptr: a row outside the matrix (acc 0).
- * K % 8 == 0; rows and xs 16-byte aligned.
+ * B 16-byte chunks of each of NR weight rows for one warp: lane l holds chunks c0 + 32 q + l
+ * (q < B) of every row, zeros past the row's end or for a null row. Loading the first batch
+ * before the token vectors are known puts the weight bytes in flight during a kernel's prologue.
  */
-template <int NR, int NT, int B>
-__device__ __forceinline__ void warpDot(const bf16* const (&rows)[NR], const bf16* const* xs, int count, int K,
-                                        float (&acc)[NR][NT], int lane) {
-#pragma unroll
-  for (int r = 0; r < NR; ++r)
-#pragma unroll
-    for (int n = 0; n < NT; ++n) acc[r][n] = 0.f;
-  const int chunks = K / 8;
-  for (int c0 = 0; c0 < chunks; c0 += 32 * B) {
-    uint4 w[NR][B];
+template <int NR, int B>
+struct WeightChunks {
+  uint4 w[NR][B];
+  __device__ __forceinline__ void load(const bf16* const (&rows)[NR], int c0, int chunks, int lane) {
 #pragma unroll
     for (int r = 0; r < NR; ++r)
 #pragma unroll
@@ -95,6 +109,29 @@ __device__ __forceinline__ void warpDot(const bf16* const (&rows)[NR], const bf1
         w[r][q] = rows[r] != nullptr && ch < chunks ? ldStream(reinterpret_cast<const uint4*>(rows[r]) + ch)
                                                     : make_uint4(0, 0, 0, 0);
       }
+  }
+};
+
+/**
+ * One warp: acc[r][n] = dot(rows[r], xs[n]) over K bf16 elements for NR weight rows and the
+ * first `count` (<= NT) token vectors, every lane receiving the sums; `wc` holds the first batch
+ * of chunks (wc.load(rows, 0, K / 8, lane)) and is reloaded for the next ones. Lane l reads
+ * 16-byte chunks l, l + 32, ... of each row, B chunks per row in flight, and accumulates its
+ * chunks in ascending order; the lane sums meet in a fixed butterfly. So acc[r][n] depends on
+ * rows[r] and xs[n] only, not on NT, count or the other vectors. rows[r] == nullptr: a row
+ * outside the matrix (acc 0). K % 8 == 0; rows and xs 16-byte aligned.
+ */
+template <int NR, int NT, int B>
+__device__ __forceinline__ void warpDotFrom(WeightChunks<NR, B>& wc, const bf16* const (&rows)[NR],
+                                            const bf16* const* xs, int count, int K, float (&acc)[NR][NT],
+                                            int lane) {
+#pragma unroll
+  for (int r = 0; r < NR; ++r)
+#pragma unroll
+    for (int n = 0; n < NT; ++n) acc[r][n] = 0.f;
+  const int chunks = K / 8;
+  for (int c0 = 0; c0 < chunks; c0 += 32 * B) {
+    if (c0 > 0) wc.load(rows, c0, chunks, lane);
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       if (n >= count) break;  // uniform across the warp
@@ -105,7 +142,7 @@ __device__ __forceinline__ void warpDot(const bf16* const (&rows)[NR], const bf1
         if (ch >= chunks) break;  // q ascending: the rest of this lane's chunks are past the end too
         const uint4 x = __ldg(xv + ch);
 #pragma unroll
-        for (int r = 0; r < NR; ++r) acc[r][n] = dot8(w[r][q], x, acc[r][n]);
+        for (int r = 0; r < NR; ++r) acc[r][n] = dot8(wc.w[r][q], x, acc[r][n]);
       }
     }
   }
@@ -194,6 +231,43 @@ __device__ void loadEntry(const int32_t* plan, int idx, int T, int k, int A, Ent
     et.slot[n] = s;
     et.token[n] = s / k;
   }
+}
+
+/** False when HISPARSE_MOE_PDL=0: the path's kernels then launch as plain stream-ordered kernels. */
+inline bool pdlEnabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("HISPARSE_MOE_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+/**
+ * Launches kernel over grid x kThreads with smem dynamic shared bytes as a programmatic dependent of the
+ * kernel before it on the stream (cudaLaunchAttributeProgrammaticStreamSerialization; a
+ * programmatic edge when a graph captures it): its CTAs may start once the previous kernel's
+ * have all started and called allowNextGrid(), and must waitPrevGrid() before reading its outputs.
+ */
+template <typename... KArgs, typename... Args>
+inline cudaError_t launchDependent(void (*kernel)(KArgs...), dim3 grid, size_t smem, cudaStream_t stream,
+                                   Args... args) {
+#ifdef HS_ATTN_HOST_EMU
+  hs_emu::launch(kernel, grid, dim3(kThreads), smem, stream, args...);
+#else
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdlEnabled() ? 1 : 0;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, args...);
+  if (err != cudaSuccess) return err;
+#endif
+  return cudaGetLastError();
 }
 
 }  // namespace

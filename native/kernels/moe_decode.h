@@ -3,7 +3,10 @@
 // un-permute (moe.h), for the batch sizes where those six launches and their bookkeeping cost more
 // than the expert weights take to stream. Same conventions as moe.h: device pointers, row-major,
 // bf16 weights and activations, asynchronous on `stream`, grids that depend on (T, k, E) and the
-// model dims only (never on device data), so the three kernels replay inside a CUDA graph.
+// model dims only (never on device data), so the three kernels replay inside a CUDA graph. Each is
+// launched as a programmatic dependent of the kernel before it (PDL: it starts while that kernel
+// drains and streams its first weights before waiting for its inputs; HISPARSE_MOE_PDL=0 turns
+// this off).
 //
 // Data flow (x [T, H] the layer's normed input, S = T * k routed slots, slot s = t * k + j; a
 // shared expert, when given, is slot S + t of token t):
@@ -12,9 +15,9 @@
 //                      the distinct experts hit, each with the slots that use it;
 //   hsMoeDecodeGateUp: act[s] = silu_and_mul(gate_up[e] @ x[t]) for every slot, one weight read per
 //                      distinct expert (all its tokens at once), shared expert included;
-//   hsMoeDecodeDown:   y[s] = down[e] @ act[s]; the last CTA of each (token, row block) to finish
-//                      writes out[t] = sum_j w[t, j] * y[t * k + j] (+ y[S + t]) in slot order:
-//                      the sum is deterministic and nothing is un-permuted.
+//   hsMoeDecodeDown:   out[t] = sum_j w[t, j] * bf16(down[e] @ act[t * k + j]) (+ the shared slot)
+//                      in slot order, one CTA per (row block, token): deterministic, nothing is
+//                      un-permuted and no y buffer or counter is used.
 // Roundings are those of the grouped path (moe_gemm.cu + hsMoeUnpermute): gate and up products
 // rounded to bf16, silu rounded, their product rounded; y rounded to bf16; the weighted sum in f32
 // (each product and partial sum rounded), the shared expert added last, one rounding. The dot
@@ -24,9 +27,9 @@
 // tensor-core grouped GEMM's (a different summation order: bf16 tolerance).
 //
 // `sync` is a persistent, zero-initialised i32 buffer of hsMoeDecodeSyncInts(H) (one per stream:
-// layers run one after another); each kernel leaves it zero again. Workspace buffers per layer:
-// logits f32 [T, E], topkIds i32 [T, k], topkWeights f32 [T, k], plan i32 [hsMoeDecodePlanInts],
-// act bf16 [S + T, max(I, Is)], y bf16 [S + T, H], out bf16 [T, H].
+// layers run one after another); the route kernel leaves it zero again. Workspace buffers per
+// layer: logits f32 [T, E], topkIds i32 [T, k], topkWeights f32 [T, k], plan i32
+// [hsMoeDecodePlanInts], act bf16 [S + T, max(I, Is)], out bf16 [T, H].
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,7 +43,7 @@ extern "C" {
 /** Largest T of the small-batch path. */
 #define HS_MOE_DECODE_MAX_TOKENS 16
 
-/** i32 elements of the persistent sync buffer for hidden size H (route ticket + down-reduce counters). */
+/** i32 elements of the persistent sync buffer for hidden size H (the route ticket; 0 when H < 1). */
 size_t hsMoeDecodeSyncInts(int hidden);
 
 /**
@@ -74,14 +77,14 @@ cudaError_t hsMoeDecodeGateUp(const void* x, const void* gateUp, const void* sha
                               int sharedInter, cudaStream_t stream);
 
 /**
- * y[s] = bf16(down[e] @ act[s]) for every slot of the plan (and the shared slots with sharedDown),
- * then out[t] = bf16(sum_j f32(topkWeights[t, j] * y[t * k + j]) + y[S + t]) in slot order.
- * act: bf16 [S + T, max(I, Is)]; down: bf16 [E, H, I]; sharedDown: bf16 [H, Is] or null;
- * topkWeights: f32 [T, k]; y: bf16 [S + T, H]; out: bf16 [T, H]; sync as for hsMoeDecodeRoute.
+ * out[t] = bf16(sum_j f32(topkWeights[t, j] * bf16(down[e] @ act[t * k + j])) + bf16(sharedDown @
+ * act[S + t])) in slot order, e = topkIds[t, j] (clamped to [0, E)); the shared term only with
+ * sharedDown. act: bf16 [S + T, max(I, Is)]; down: bf16 [E, H, I]; sharedDown: bf16 [H, Is] or
+ * null; topkIds i32 / topkWeights f32 [T, k] (as hsMoeDecodeRoute writes them); out: bf16 [T, H].
  */
-cudaError_t hsMoeDecodeDown(const void* act, const void* down, const void* sharedDown, const int32_t* plan,
-                            const float* topkWeights, void* y, void* out, int32_t* sync, int numTokens, int topK,
-                            int numExperts, int hidden, int inter, int sharedInter, cudaStream_t stream);
+cudaError_t hsMoeDecodeDown(const void* act, const void* down, const void* sharedDown, const int32_t* topkIds,
+                            const float* topkWeights, void* out, int numTokens, int topK, int numExperts, int hidden,
+                            int inter, int sharedInter, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

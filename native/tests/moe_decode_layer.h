@@ -69,7 +69,7 @@ struct HostLayer {
 struct DecodeLayer {
   Shape c;
   int S, Imax;
-  DeviceBuffer<uint16_t> x, router, gateUp, down, sGateUp, sDown, act, y, out;
+  DeviceBuffer<uint16_t> x, router, gateUp, down, sGateUp, sDown, act, out;
   DeviceBuffer<float> bias, logits, weights;
   DeviceBuffer<int32_t> ids, plan, sync;
   // Grouped path.
@@ -80,7 +80,7 @@ struct DecodeLayer {
         router(static_cast<size_t>(s.E) * s.H), gateUp(static_cast<size_t>(s.E) * 2 * s.I * s.H),
         down(static_cast<size_t>(s.E) * s.H * s.I), sGateUp(static_cast<size_t>(2) * s.Is * s.H),
         sDown(static_cast<size_t>(s.H) * s.Is), act(static_cast<size_t>(S + s.T) * Imax),
-        y(static_cast<size_t>(S + s.T) * s.H), out(static_cast<size_t>(s.T) * s.H), bias(s.E),
+        out(static_cast<size_t>(s.T) * s.H), bias(s.E),
         logits(static_cast<size_t>(s.T) * s.E), weights(S), ids(S),
         plan(hsMoeDecodePlanInts(s.T, s.k, s.E)), sync(hsMoeDecodeSyncInts(s.H)),
         hidden(static_cast<size_t>(S) * s.H), gAct(static_cast<size_t>(S) * s.I), gY(static_cast<size_t>(S) * s.H),
@@ -88,7 +88,6 @@ struct DecodeLayer {
         sY(static_cast<size_t>(s.T) * s.H), off(s.E + 1), rows(S), sOff(2) {
     sync.poison(0);
     act.poison();
-    y.poison();
     sOff.upload({0, s.T});
   }
   void upload(const HostLayer& h) {
@@ -113,8 +112,8 @@ struct DecodeLayer {
     HS_CHECK(hsMoeDecodeGateUp(x.ptr, gateUp.ptr, sharedGateUp(), plan.ptr, act.ptr, c.T, c.k, c.E, c.H, c.I, c.Is, s));
   }
   void downKernel(cudaStream_t s) const {
-    HS_CHECK(hsMoeDecodeDown(act.ptr, down.ptr, sharedDown(), plan.ptr, weights.ptr, y.ptr, out.ptr, sync.ptr, c.T,
-                             c.k, c.E, c.H, c.I, c.Is, s));
+    HS_CHECK(hsMoeDecodeDown(act.ptr, down.ptr, sharedDown(), ids.ptr, weights.ptr, out.ptr, c.T, c.k, c.E, c.H, c.I,
+                             c.Is, s));
   }
   /** The small-batch path: 3 launches. */
   void run(cudaStream_t s) const {
@@ -177,8 +176,9 @@ inline float graphMs(cudaStream_t s, int reps, const std::function<void(cudaStre
  * Qwen3-30B-A3B's MoE layer at small T: the new path (router GEMV + route + plan, gate_up, down +
  * reduce) per kernel and as one graph, against the grouped path's graph (route, permute, gate_up,
  * down, unpermute; its router linear is a cuBLAS call outside this program, so the old column
- * leaves it out and the new one includes it). GB/s: the router and the distinct experts' weights
- * over the new graph's time; % of the 4.3 TB/s measured on the H200.
+ * leaves it out and the new one includes it). GB/s: the bytes the new path reads (router, gate_up
+ * of the distinct experts, down of every slot) over the new graph's time; % of the 4.3 TB/s
+ * measured on the H200.
  */
 inline void bench() {
   std::printf("== bench: small-batch MoE path, Qwen3-30B-A3B layer (E 128, k 8, H 2048, I 768), bf16, us\n");
@@ -210,7 +210,10 @@ inline void bench() {
       HS_CHECK(hsMoeRoute(L.logits.ptr, nullptr, L.ids.ptr, L.weights.ptr, T, c.E, c.k, 0, 1, 1, 1, 1.0, st));
       L.runGroupedOnly(st);
     });
-    const double bytes = (static_cast<double>(active) * 3.0 * c.H * c.I + static_cast<double>(c.E) * c.H) * 2.0;
+    // gate_up reads each distinct expert once, down each slot's expert once per token.
+    const double bytes = (static_cast<double>(active) * 2.0 * c.H * c.I + static_cast<double>(T) * c.k * c.H * c.I +
+                          static_cast<double>(c.E) * c.H) *
+                         2.0;
     const double gbs = bytes / (tNew * 1e-3) / 1e9;
     std::printf("%4d %8d %9.2f %9.2f %9.2f %9.2f %12.2f %8.2fx %8.0f %6.1f%%\n", T, active, tRoute * 1e3, tGu * 1e3,
                 tDown * 1e3, tNew * 1e3, tOld * 1e3, tOld / tNew, gbs, gbs / 4300.0 * 100);

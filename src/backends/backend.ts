@@ -310,6 +310,20 @@ export interface Backend {
    * positions: i32 [T].
    */
   rotaryEmbedding(qkv: Tensor, layout: QkvLayout, positions: Tensor, cosSinCache: Tensor): void;
+  /**
+   * Optional fusion, equal bit for bit to `qkNorm(qkv, layout, qWeight, kWeight, eps);
+   * rotaryEmbedding(qkv, layout, positions, cosSinCache)` (Qwen3's attention prologue in one
+   * kernel where the backend can).
+   */
+  qkNormRotaryEmbedding?(
+    qkv: Tensor,
+    layout: QkvLayout,
+    qWeight: Tensor,
+    kWeight: Tensor,
+    eps: number,
+    positions: Tensor,
+    cosSinCache: Tensor,
+  ): void;
   /** out = silu(x[:, :I]) * x[:, I:]. x: [T, 2I] -> [T, I]. */
   siluAndMul(x: Tensor): Tensor;
   /**

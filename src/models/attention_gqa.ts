@@ -45,14 +45,21 @@ class GqaAttentionLayer implements AttentionLayer {
     return reduceRowParallel(b.linear(attnOut, this.oProj, this.oBias), this.tp);
   }
 
-  /** qkv = RoPE(qkNorm?(x @ qkvProj^T + bias)); one fused op where the backend has it and no q/k norm sits between. */
+  /**
+   * qkv = RoPE(qkNorm?(x @ qkvProj^T + bias)): projection + RoPE in one op where the backend has it
+   * and no q/k norm sits between; else qkNorm + RoPE in one op where the backend has that.
+   */
   private projectQkv(x: Tensor, positions: Tensor): Tensor {
     const b = this.backend;
     if (this.qNorm === null && b.linearRotaryEmbedding !== undefined)
       return b.linearRotaryEmbedding(x, this.qkvProj, this.qkvBias, this.layout, positions, this.cosSinCache);
     const qkv = b.linear(x, this.qkvProj, this.qkvBias);
-    if (this.qNorm !== null && this.kNorm !== null)
-      b.qkNorm(qkv, this.layout, this.qNorm, this.kNorm, this.config.rmsNormEps);
+    const eps = this.config.rmsNormEps;
+    if (this.qNorm !== null && this.kNorm !== null && b.qkNormRotaryEmbedding !== undefined) {
+      b.qkNormRotaryEmbedding(qkv, this.layout, this.qNorm, this.kNorm, eps, positions, this.cosSinCache);
+      return qkv;
+    }
+    if (this.qNorm !== null && this.kNorm !== null) b.qkNorm(qkv, this.layout, this.qNorm, this.kNorm, eps);
     b.rotaryEmbedding(qkv, this.layout, positions, this.cosSinCache);
     return qkv;
   }

@@ -211,6 +211,44 @@ describe("CUDA element-wise ops", { skip }, () => {
     }
   });
 
+  it("qkNormRotaryEmbedding equals qkNorm then rotaryEmbedding bit for bit (full and partial rotary, padded rows)", () => {
+    const rope = {
+      type: "default",
+      theta: 1000000,
+      factor: 1,
+      lowFreqFactor: 1,
+      highFreqFactor: 1,
+      originalMaxPositionEmbeddings: 0,
+    } as const;
+    for (const [layout, R] of [
+      [{ numHeads: 32, numKvHeads: 4, headDim: 128 }, 128],
+      [{ numHeads: 4, numKvHeads: 2, headDim: 32 }, 16],
+      [{ numHeads: 2, numKvHeads: 1, headDim: 64 }, 12],
+    ] satisfies [QkvLayout, number][]) {
+      const D = layout.headDim;
+      const W = (layout.numHeads + 2 * layout.numKvHeads) * D;
+      const maxPos = 1024;
+      const cs = be.upload(buildCosSinCache(computeInvFreq({ ...rope }, R), maxPos), [maxPos, R], "f32");
+      const qw = Float32Array.from(randBf16(rng, D, 0.2), (v) => roundBf16(1 + v));
+      const kw = Float32Array.from(randBf16(rng, D, 0.2), (v) => roundBf16(1 + v));
+      const [qwT, kwT] = [be.upload(qw, [D], "bf16"), be.upload(kw, [D], "bf16")];
+      for (const T of TOKENS) {
+        fresh();
+        const data = randBf16(rng, T * W, 3);
+        const pos = Int32Array.from({ length: T }, () => rng.int(0, maxPos));
+        if (T > 1) pos[0] = -1; // padded row: normed, not rotated
+        const posT = be.stage(pos, [T], "i32");
+        const a = be.stage(data, [T, W], "bf16");
+        be.qkNorm(a, layout, qwT, kwT, 1e-6);
+        be.rotaryEmbedding(a, layout, posT, cs);
+        const b = be.stage(data, [T, W], "bf16");
+        be.qkNormRotaryEmbedding(b, layout, qwT, kwT, 1e-6, posT, cs);
+        assertSame(host(b), host(a), `qkNormRotaryEmbedding D=${D} R=${R} T=${T}`);
+      }
+      for (const t of [cs, qwT, kwT]) be.free(t);
+    }
+  });
+
   it("reshapeAndCache writes K/V to their slots (block sizes 16/32/64), skips slot -1", () => {
     const layout = { numHeads: 8, numKvHeads: 2, headDim: 128 };
     const D = layout.headDim;

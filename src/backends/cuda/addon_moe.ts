@@ -134,19 +134,17 @@ export interface NativeMoeApi {
     sharedInter: number,
   ): void;
   /**
-   * Small batch, 3/3: y [T*k + T, H] = down[e] @ act per slot, then out bf16 [T, H] = the weighted
-   * sum over each token's slots in slot order (+ the shared slot) (hsMoeDecodeDown).
+   * Small batch, 3/3: out bf16 [T, H] = the weighted sum over each token's slots in slot order of
+   * bf16(down[topkIds[t, j]] @ act[t*k + j]) (+ the shared slot) (hsMoeDecodeDown).
    */
   moeDecodeDown(
     stream: number,
     act: number,
     down: number,
     sharedDown: number,
-    plan: number,
+    topkIds: number,
     topkWeights: number,
-    y: number,
     out: number,
-    sync: number,
     numTokens: number,
     topK: number,
     numExperts: number,

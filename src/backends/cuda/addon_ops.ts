@@ -120,6 +120,25 @@ export interface NativeOpsApi {
     dtype: number,
     wDtype: number,
   ): void;
+  /** qkNorm then rotaryEmbedding (rotary heads: numHeads + numKvHeads) in one launch (hsQkNormRotaryEmbedding). */
+  qkNormRotaryEmbedding(
+    stream: number,
+    qkv: DevicePtr,
+    qWeight: DevicePtr,
+    kWeight: DevicePtr,
+    positions: DevicePtr,
+    cosSin: DevicePtr,
+    numTokens: number,
+    rowStride: number,
+    numHeads: number,
+    numKvHeads: number,
+    headDim: number,
+    rotaryDim: number,
+    maxPositions: number,
+    eps: number,
+    dtype: number,
+    wDtype: number,
+  ): void;
   rotaryEmbedding(
     stream: number,
     qkv: DevicePtr,

@@ -343,6 +343,17 @@ export class CudaBackend implements Backend {
   qkNorm(qkv: Tensor, layout: QkvLayout, qWeight: Tensor, kWeight: Tensor, eps: number): void {
     ops.qkNorm(this, qkv, layout, qWeight, kWeight, eps);
   }
+  qkNormRotaryEmbedding(
+    qkv: Tensor,
+    layout: QkvLayout,
+    qWeight: Tensor,
+    kWeight: Tensor,
+    eps: number,
+    positions: Tensor,
+    cosSinCache: Tensor,
+  ): void {
+    ops.qkNormRotaryEmbedding(this, qkv, layout, qWeight, kWeight, eps, positions, cosSinCache);
+  }
   rotaryEmbedding(qkv: Tensor, layout: QkvLayout, positions: Tensor, cosSinCache: Tensor): void {
     ops.rotaryEmbedding(this, qkv, layout, positions, cosSinCache);
   }

@@ -2,8 +2,8 @@
  * The CUDA backend's small-batch MoE path (BackendMoeOps.smallBatch; contract in ../backend.ts):
  * three launches per block (native/kernels/moe_decode.h) in place of the router linear, route,
  * permute, two grouped GEMMs, un-permute and the shared expert's three ops. Outputs come from the
- * step workspace; the one persistent buffer is the kernels' sync counters (zeroed once, left zero
- * by every launch sequence), reserved by prepare() at load so that nothing is allocated while a
+ * step workspace; the one persistent buffer is the route kernel's ticket (zeroed once, left zero
+ * by every launch), reserved by prepare() at load so that nothing is allocated while a
  * decode graph is being captured.
  */
 import type { MoeRoutingRule } from "../../config/moe_config.js";
@@ -92,7 +92,6 @@ export class CudaMoeSmallBatch implements MoeSmallBatchOps {
     const weights = ctx.out([T, k], "f32");
     const plan = ctx.out([ctx.addon.moeDecodePlanInts(T, k, E)], "i32");
     const act = ctx.out([S + T, Math.max(I, Is)], "bf16");
-    const y = ctx.out([S + T, H], "bf16");
     const out = ctx.out([T, H], "bf16");
     const syncPtr = ctx.dev(sync, "moe.smallBatch sync").ptr;
     const [gateUp, down] = [ptr(w.gateUp, "moe.smallBatch gateUp"), ptr(w.down, "moe.smallBatch down")];
@@ -126,11 +125,9 @@ export class CudaMoeSmallBatch implements MoeSmallBatchOps {
       act.ptr,
       down,
       sDown,
-      plan.ptr,
+      ids.ptr,
       weights.ptr,
-      y.ptr,
       out.ptr,
-      syncPtr,
       T,
       k,
       E,

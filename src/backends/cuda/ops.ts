@@ -134,6 +134,48 @@ export function fusedAddRmsNorm(
   );
 }
 
+/** The checked q/k norm weights of qkNorm: [headDim] each, one dtype. */
+function qkNormWeights(ctx: CudaOpsContext, layout: QkvLayout, qWeight: Tensor, kWeight: Tensor) {
+  const qw = ctx.dev(qWeight, "qkNorm qWeight");
+  const kw = ctx.dev(kWeight, "qkNorm kWeight");
+  expectShape(qWeight, "qkNorm qWeight", [layout.headDim]);
+  expectShape(kWeight, "qkNorm kWeight", [layout.headDim]);
+  expectDtype(kWeight, "qkNorm kWeight", [qWeight.dtype]);
+  return { qw: qw.ptr, kw: kw.ptr, wDtype: DTYPE_CODE[qWeight.dtype] };
+}
+
+/** The checked qkv [T, (Hq+2Hkv)*D] of the in-place q/k ops: pointer, T, row width. */
+function qkvRows(ctx: CudaOpsContext, qkv: Tensor, layout: QkvLayout, what: string) {
+  const q = ctx.dev(qkv, `${what} qkv`);
+  const W = qkvWidth(layout);
+  expectShape(qkv, `${what} qkv`, [null, W]);
+  expectDtype(qkv, `${what} qkv`, FLOAT_DTYPES);
+  return { ptr: q.ptr, T: dim(qkv, 0), W, dtype: DTYPE_CODE[qkv.dtype] };
+}
+
+/** The checked positions i32 [T] and cos/sin table f32 [maxPositions, R] of rotaryEmbedding. */
+function ropeTable(
+  ctx: CudaOpsContext,
+  T: number,
+  layout: QkvLayout,
+  positions: Tensor,
+  cosSinCache: Tensor,
+) {
+  const pos = ctx.dev(positions, "rotaryEmbedding positions");
+  const cs = ctx.dev(cosSinCache, "rotaryEmbedding cosSinCache");
+  expectShape(positions, "rotaryEmbedding positions", [T]);
+  expectDtype(positions, "rotaryEmbedding positions", ["i32"]);
+  expectShape(cosSinCache, "rotaryEmbedding cosSinCache", [null, null]);
+  expectDtype(cosSinCache, "rotaryEmbedding cosSinCache", ["f32"]);
+  const [maxPositions, R] = [dim(cosSinCache, 0), dim(cosSinCache, 1)];
+  if (!(R >= 2 && R % 2 === 0 && R <= layout.headDim)) {
+    throw new Error(
+      `rotaryEmbedding: cosSinCache width ${R} must be even and in [2, headDim ${layout.headDim}], got ${describe(cosSinCache)}`,
+    );
+  }
+  return { pos: pos.ptr, cs: cs.ptr, maxPositions, R };
+}
+
 /** In place per-head RMSNorm of the q and k heads of qkv (Qwen3). qWeight, kWeight: [headDim]. */
 export function qkNorm(
   ctx: CudaOpsContext,
@@ -143,30 +185,22 @@ export function qkNorm(
   kWeight: Tensor,
   eps: number,
 ): void {
-  const q = ctx.dev(qkv, "qkNorm qkv");
-  const qw = ctx.dev(qWeight, "qkNorm qWeight");
-  const kw = ctx.dev(kWeight, "qkNorm kWeight");
-  const W = qkvWidth(layout);
-  expectShape(qkv, "qkNorm qkv", [null, W]);
-  expectDtype(qkv, "qkNorm qkv", FLOAT_DTYPES);
-  expectShape(qWeight, "qkNorm qWeight", [layout.headDim]);
-  expectShape(kWeight, "qkNorm kWeight", [layout.headDim]);
-  expectDtype(kWeight, "qkNorm kWeight", [qWeight.dtype]);
-  const T = dim(qkv, 0);
+  const q = qkvRows(ctx, qkv, layout, "qkNorm");
+  const w = qkNormWeights(ctx, layout, qWeight, kWeight);
   const { numHeads, numKvHeads, headDim } = layout;
   ctx.addon.qkNorm(
     ctx.stream,
     q.ptr,
-    qw.ptr,
-    kw.ptr,
-    T,
-    W,
+    w.qw,
+    w.kw,
+    q.T,
+    q.W,
     numHeads,
     numKvHeads,
     headDim,
     eps,
-    DTYPE_CODE[qkv.dtype],
-    DTYPE_CODE[qWeight.dtype],
+    q.dtype,
+    w.wDtype,
   );
 }
 
@@ -182,36 +216,67 @@ export function rotaryEmbedding(
   positions: Tensor,
   cosSinCache: Tensor,
 ): void {
-  const q = ctx.dev(qkv, "rotaryEmbedding qkv");
-  const pos = ctx.dev(positions, "rotaryEmbedding positions");
-  const cs = ctx.dev(cosSinCache, "rotaryEmbedding cosSinCache");
-  const W = qkvWidth(layout);
-  expectShape(qkv, "rotaryEmbedding qkv", [null, W]);
-  expectDtype(qkv, "rotaryEmbedding qkv", FLOAT_DTYPES);
-  const T = dim(qkv, 0);
-  expectShape(positions, "rotaryEmbedding positions", [T]);
-  expectDtype(positions, "rotaryEmbedding positions", ["i32"]);
-  expectShape(cosSinCache, "rotaryEmbedding cosSinCache", [null, null]);
-  expectDtype(cosSinCache, "rotaryEmbedding cosSinCache", ["f32"]);
-  const [maxPositions, R] = [dim(cosSinCache, 0), dim(cosSinCache, 1)];
-  if (!(R >= 2 && R % 2 === 0 && R <= layout.headDim)) {
-    throw new Error(
-      `rotaryEmbedding: cosSinCache width ${R} must be even and in [2, headDim ${layout.headDim}], got ${describe(cosSinCache)}`,
-    );
-  }
+  const q = qkvRows(ctx, qkv, layout, "rotaryEmbedding");
+  const r = ropeTable(ctx, q.T, layout, positions, cosSinCache);
   const rotHeads = layout.numHeads + layout.numKvHeads;
   ctx.addon.rotaryEmbedding(
     ctx.stream,
     q.ptr,
-    pos.ptr,
-    cs.ptr,
-    T,
-    W,
+    r.pos,
+    r.cs,
+    q.T,
+    q.W,
     rotHeads,
     layout.headDim,
-    R,
-    maxPositions,
-    DTYPE_CODE[qkv.dtype],
+    r.R,
+    r.maxPositions,
+    q.dtype,
+  );
+}
+
+/** Largest headDim of the fused kernel (native/kernels/qk_norm_rope.cu kMaxHeadDim). */
+const QK_NORM_ROPE_MAX_HEAD_DIM = 512;
+
+/**
+ * qkNorm then rotaryEmbedding in one launch, equal bit for bit (Backend.qkNormRotaryEmbedding);
+ * the two launches past QK_NORM_ROPE_MAX_HEAD_DIM.
+ */
+export function qkNormRotaryEmbedding(
+  ctx: CudaOpsContext,
+  qkv: Tensor,
+  layout: QkvLayout,
+  qWeight: Tensor,
+  kWeight: Tensor,
+  eps: number,
+  positions: Tensor,
+  cosSinCache: Tensor,
+): void {
+  if (layout.headDim > QK_NORM_ROPE_MAX_HEAD_DIM) {
+    qkNorm(ctx, qkv, layout, qWeight, kWeight, eps);
+    rotaryEmbedding(ctx, qkv, layout, positions, cosSinCache);
+    return;
+  }
+  const q = qkvRows(ctx, qkv, layout, "qkNormRotaryEmbedding");
+  const w = qkNormWeights(ctx, layout, qWeight, kWeight);
+  const r = ropeTable(ctx, q.T, layout, positions, cosSinCache);
+  const { numHeads, numKvHeads, headDim } = layout;
+  ctx.addon.qkNormRotaryEmbedding(
+    ctx.stream,
+    q.ptr,
+    w.qw,
+    w.kw,
+    r.pos,
+    r.cs,
+    q.T,
+    q.W,
+    numHeads,
+    numKvHeads,
+    headDim,
+    r.R,
+    r.maxPositions,
+    eps,
+    q.dtype,
+    w.wDtype,
   );
 }
 

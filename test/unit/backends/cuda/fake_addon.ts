@@ -437,6 +437,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     rmsNorm: record("rmsNorm"),
     fusedAddRmsNorm: record("fusedAddRmsNorm"),
     qkNorm: record("qkNorm"),
+    qkNormRotaryEmbedding: record("qkNormRotaryEmbedding"),
     rotaryEmbedding: record("rotaryEmbedding"),
     siluAndMul: record("siluAndMul"),
     denseGemv: record("denseGemv"),

@@ -145,8 +145,7 @@ describe("LlamaForCausalLM on the CUDA backend's TS layer (fake addon)", () => {
     assert.equal(logits.dtype, "f32");
     const perLayer = [
       "linear",
-      "qkNorm",
-      "rotaryEmbedding",
+      "qkNormRotaryEmbedding",
       "reshapeAndCache",
       "pagedPrefillAttention",
       "linear",
@@ -179,8 +178,7 @@ describe("LlamaForCausalLM on the CUDA backend's TS layer (fake addon)", () => {
     model.forward(ids, pos, { meta: m, attention, kvCaches }, be.stage(Int32Array.from([4]), [1], "i32"));
     const perLayer = [
       "denseGemv",
-      "qkNorm",
-      "rotaryEmbedding",
+      "qkNormRotaryEmbedding",
       "reshapeAndCache",
       "pagedPrefillAttention",
       "denseGemv",

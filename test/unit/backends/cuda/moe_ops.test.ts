@@ -182,7 +182,7 @@ describe("CUDA Backend.moe marshalling (fake addon)", () => {
     );
     assert.deepEqual(fake.calls[0]!.args.slice(9), [3, H, E, 4, 1, 1, 4, 2, 2.5]);
     assert.deepEqual(fake.calls[1]!.args.slice(6), [3, 4, E, H, I, 2 * I]);
-    assert.deepEqual(fake.calls[2]!.args.slice(9), [3, 4, E, H, I, 2 * I]);
+    assert.deepEqual(fake.calls[2]!.args.slice(7), [3, 4, E, H, I, 2 * I]);
     assert.throws(
       () => {
         const T = DEFAULT_SMALL_BATCH_MAX_TOKENS + 1;
@@ -263,8 +263,7 @@ describe("a GLM-4.5-style MoE model on the CUDA backend's TS layer (fake addon)"
   };
   const attn = [
     "linear",
-    "qkNorm",
-    "rotaryEmbedding",
+    "qkNormRotaryEmbedding",
     "reshapeAndCache",
     "pagedPrefillAttention",
     "linear",
@@ -294,8 +293,10 @@ describe("a GLM-4.5-style MoE model on the CUDA backend's TS layer (fake addon)"
       ...moeMlp,
       "fusedAddRmsNorm", // final norm (no logits asked)
     ]);
-    const rope = calls.find((c) => c.fn === "rotaryEmbedding")!;
-    assert.deepEqual(rope.args.slice(6, 9), [6, 32, 16], "q + k heads, head_dim 32, rotary dims 16");
+    const rope = calls.find((c) => c.fn === "qkNormRotaryEmbedding")!;
+    // T, row width, q heads, kv heads, head_dim, rotary dims
+    assert.deepEqual(rope.args.slice(6, 9), [12, (4 + 2 * 2) * 32, 4]);
+    assert.deepEqual(rope.args.slice(9, 12), [2, 32, 16], "kv heads, head_dim 32, rotary dims 16");
     const route = calls.find((c) => c.fn === "moeRoute")!;
     assert.ok(route.args[2]! > 0, "correction bias passed");
     assert.deepEqual(route.args.slice(5), [T, 8, 2, 1, 1, 1, 1, 1]);
@@ -329,7 +330,11 @@ describe("a GLM-4.5-style MoE model on the CUDA backend's TS layer (fake addon)"
     assert.ok(gateUp.args[3]! > 0, "shared gate_up passed");
     assert.deepEqual(gateUp.args.slice(6), [T, 2, 8, 128, 64, 64]);
     const down = calls.find((c) => c.fn === "moeDecodeDown")!;
-    assert.ok(down.args[3]! > 0 && down.args[8] === route.args[8], "shared down and the same sync buffer");
-    assert.deepEqual(down.args.slice(9), [T, 2, 8, 128, 64, 64]);
+    assert.ok(down.args[3]! > 0, "shared down passed");
+    assert.ok(
+      down.args[4] === route.args[5] && down.args[5] === route.args[6],
+      "the route's ids and weights",
+    );
+    assert.deepEqual(down.args.slice(7), [T, 2, 8, 128, 64, 64]);
   });
 });
