@@ -59,3 +59,20 @@ export function defaultSinkTokens(topk: number, windowTokens: number, bs: number
 export function defaultDigestTokens(blockSize: number): number {
   return blockSize;
 }
+
+/**
+ * The digest granularity a set-up uses at the engine's block size: `digest_tokens` when given,
+ * else the block size ({@link defaultDigestTokens}). The resolved config's own default was made
+ * for the block size known at resolution (16 when resolved before the engine's), so an engine with
+ * another --block-size must not read it as if given. A config without `givenKeys` (built by
+ * hand) is taken as given.
+ */
+export function digestTokensFor(
+  c: { digestTokens: number; givenKeys?: readonly string[] },
+  blockSize: number,
+): number {
+  // A config built by hand (no givenKeys) means what it says.
+  return c.givenKeys === undefined || c.givenKeys.includes("digest_tokens")
+    ? c.digestTokens
+    : defaultDigestTokens(blockSize);
+}

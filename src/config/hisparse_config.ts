@@ -5,7 +5,12 @@
  * `--hisparse-config`). Token counts, not pages; validated by {@link validateHiSparseConfig}
  * (a list of reasons, reported all at once at start-up).
  */
-import { defaultDigestTokens, defaultSinkTokens, defaultWindowTokens } from "./hisparse_budget.js";
+import {
+  defaultDigestTokens,
+  defaultSinkTokens,
+  defaultWindowTokens,
+  digestTokensFor,
+} from "./hisparse_budget.js";
 
 export {
   DEFAULT_SINK_TOKENS,
@@ -283,8 +288,9 @@ export function validateHiSparseConfig(c: HiSparseConfig, ctx: HiSparseValidatio
   if (topkOk || !bufferDerived) pages("device_buffer_tokens", c.deviceBufferTokens, bs);
   pages("sink_tokens", c.sinkTokens, 0);
   pages("window_tokens", c.windowTokens, bs);
-  if (!Number.isInteger(c.digestTokens) || c.digestTokens < 1 || bs % c.digestTokens !== 0)
-    r.push(`digest_tokens must be a divisor of the block size (${bs}), got ${c.digestTokens}`);
+  const dt = digestTokensFor(c, bs);
+  if (!Number.isInteger(dt) || dt < 1 || bs % dt !== 0)
+    r.push(`digest_tokens must be a divisor of the block size (${bs}), got ${dt}`);
   if (topkComparable && (topkOk || !bufferDerived) && c.deviceBufferTokens < c.topk)
     r.push(`device_buffer_tokens (${c.deviceBufferTokens}) must be >= topk (${c.topk})`);
   if (topkComparable && c.sinkTokens + c.windowTokens > c.topk) r.push(sinkWindowReason(c));

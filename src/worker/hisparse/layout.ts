@@ -7,6 +7,7 @@
 import type { AttentionBackend } from "../../attention/backend.js";
 import type { Backend, Tensor } from "../../backends/backend.js";
 import { ConfigError } from "../../config/engine_args.js";
+import { digestTokensFor } from "../../config/hisparse_budget.js";
 import { type HiSparseConfig, sparseLayersOf } from "../../config/hisparse_config.js";
 import { KV_CACHE_DTYPE_BYTES, kvCacheDtypeBytes } from "../../core/kv/kv_cache_dtype.js";
 import {
@@ -76,7 +77,7 @@ export function layOutHiSparse(
     {
       denseLayers: hs.denseLayers,
       digestElementBytes: o.digestElementBytes,
-      digestsPerPage: bs / hs.digestTokens,
+      digestsPerPage: bs / digestTokensFor(hs, bs),
     },
   );
   const sizing = sizeKVMemory({

@@ -3,6 +3,7 @@ import { LruHotBufferResolver } from "../../attention/sparse/hot_buffer.js";
 import { QuestSelector } from "../../attention/sparse/quest.js";
 import type { Backend, Tensor } from "../../backends/backend.js";
 import { ConfigError, type EngineArgs } from "../../config/engine_args.js";
+import { digestTokensFor } from "../../config/hisparse_budget.js";
 import { type HiSparseConfig, validateHiSparseConfig } from "../../config/hisparse_config.js";
 import type { ModelConfig } from "../../config/model_config.js";
 import { DIGEST_ELEMENT_BYTES } from "../../core/kv/kv_cache_interface.js";
@@ -94,7 +95,7 @@ export function setupHiSparse(backend: Backend, ctx: KVCacheSetupContext, hs: Hi
       topk: hs.topk,
       sinkTokens: hs.sinkTokens,
       windowTokens: hs.windowTokens,
-      digestTokens: hs.digestTokens,
+      digestTokens: digestTokensFor(hs, ctx.args.blockSize),
     },
     view,
   );

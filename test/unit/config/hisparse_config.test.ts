@@ -1,6 +1,7 @@
 /** HiSparseConfig: JSON parsing, derived defaults, and every validation reason at once. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { digestTokensFor } from "../../../src/config/hisparse_budget.js";
 import {
   HISPARSE_CONFIG_JSON_KEYS,
   parseHiSparseConfigJson,
@@ -245,5 +246,15 @@ test("sink and window derive from topk and the block size; given values are hono
   const bad = resolveHiSparseConfig({ mode: "on", topk: 256, digestTokens: 3 });
   assert.deepEqual(validateHiSparseConfig(bad, { blockSize: 16, enablePrefixCaching: false }), [
     "digest_tokens must be a divisor of the block size (16), got 3",
+  ]);
+  // Resolved before the engine's --block-size is known (16), then used at block size 8: the
+  // default digest follows the engine's page, a given one is checked as given.
+  const early = resolveHiSparseConfig({ mode: "on", topk: 64, deviceBufferTokens: 128 });
+  assert.deepEqual(validateHiSparseConfig(early, { blockSize: 8, enablePrefixCaching: false }), []);
+  assert.equal(digestTokensFor(early, 8), 8);
+  const given = resolveHiSparseConfig({ mode: "on", topk: 64, digestTokens: 16 });
+  assert.equal(digestTokensFor(given, 8), 16);
+  assert.deepEqual(validateHiSparseConfig(given, { blockSize: 8, enablePrefixCaching: false }), [
+    "digest_tokens must be a divisor of the block size (8), got 16",
   ]);
 });

@@ -4,6 +4,7 @@ import { CudaQuestSelector } from "../../../attention/sparse/cuda/cuda_quest.js"
 import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
 import { BF16_HOST_KV, type HostKvFormat } from "../../../backends/cuda/hisparse_ops.js";
 import { ConfigError } from "../../../config/engine_args.js";
+import { digestTokensFor } from "../../../config/hisparse_budget.js";
 import { type HiSparseConfig, sparseLayersOf } from "../../../config/hisparse_config.js";
 import { DEFAULT_KV_CACHE_SCALE } from "../../../core/kv/kv_cache_dtype.js";
 import { DIGEST_ELEMENT_BYTES } from "../../../core/kv/kv_cache_interface.js";
@@ -67,7 +68,7 @@ export function setupCudaHiSparse(
       topk: hs.topk,
       sinkTokens: hs.sinkTokens,
       windowTokens: hs.windowTokens,
-      digestTokens: hs.digestTokens,
+      digestTokens: digestTokensFor(hs, ctx.args.blockSize),
     },
     tables,
     hs.benchSelectionOverlap ?? null,
