@@ -173,7 +173,7 @@ describe("hisparse serve --enable-hybrid-sparse on (child process, ref-small, CP
       assert.ok(summary >= 0 && summary < ready, log());
       assert.match(
         lines[summary]!,
-        /^INFO \S+ \S+ HiSparse on: residency host, topk 512, device_buffer_tokens 1024, min_sparse_tokens 1344; device pool 15360 blocks \(0\.47 GiB\) \+ 0\.53 GiB of dense-layer KV and digests, host pool 16384 pages \(0\.50 GiB\)$/,
+        /^INFO \S+ \S+ HiSparse on: residency host, topk 512, device_buffer_tokens 1024, min_sparse_tokens 1120; device pool 15360 blocks \(0\.47 GiB\) \+ 0\.53 GiB of dense-layer KV and digests, host pool 16384 pages \(0\.50 GiB\)$/,
       );
       assert.match(lines[ready]!, /, 15360 KV blocks\)$/);
     } finally {

@@ -184,7 +184,7 @@ describe("hisparse eval (CLI)", () => {
             ...base,
             compare: [
               "dense",
-              "sp: --enable-hybrid-sparse on --hybrid-sparse-topk 64 --enable-prefix-caching",
+              "sp: --enable-hybrid-sparse on --hybrid-sparse-topk 8 --enable-prefix-caching",
               "short: --max-model-len 32",
               "big: --max-model-len 99999",
             ],
@@ -193,7 +193,7 @@ describe("hisparse eval (CLI)", () => {
         ),
       {
         message:
-          '--compare variant "sp": invalid configuration: sink_tokens + window_tokens (64 + 256 = 320, the defaults) must be <= topk (64); set sink_tokens / window_tokens in --hisparse-config; ' +
+          '--compare variant "sp": invalid configuration: topk must be an integer >= 16, got 8; ' +
           '--compare variant "short": invalid configuration: --ctx (64) must be <= --max-model-len (32); ' +
           '--compare variant "big": --max-model-len 99999 exceeds the model\'s max_position_embeddings (16384)',
       },

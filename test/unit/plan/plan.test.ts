@@ -198,8 +198,9 @@ describe("plan arithmetic", () => {
     assert.deepEqual(planHiSparseKnobs({ topk: 256 }), {
       topk: 256,
       deviceBufferTokens: 512,
-      sinkTokens: 64,
-      windowTokens: 256,
+      sinkTokens: 16,
+      windowTokens: 32,
+      digestTokens: 16,
       denseLayers: [0, 1],
       hostPoolBytes: null,
     });
