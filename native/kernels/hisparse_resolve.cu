@@ -15,6 +15,7 @@
 #include "hisparse.h"
 #include "hisparse_common.cuh"
 #include "hisparse_copy.cuh"
+#include "pdl.cuh"
 
 namespace hs_sparse {
 namespace {
@@ -157,6 +158,9 @@ __global__ void __launch_bounds__(kThreads) resolveKernel(const HsResolveParams 
     if (p.missCount != nullptr && threadIdx.x == 0) p.missCount[item] = 0;  // nothing for the copy pass
     return;
   }
+  // The split resolver's copy pass (launched with PDL) may start its CTAs now: they wait in
+  // pdlWait until this grid has completed, so its launch and ramp-up overlap the plan.
+  hs::pdlLaunchDependents();
   const ResolveSmem s(smem, p.numHot, p.selStride);
   const int seqLen = max(p.seqLens[r], 0);  // read now: its load overlaps the passes below
   const int n = min(max(p.selCount[item], 0), p.selStride);

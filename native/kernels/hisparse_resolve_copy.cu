@@ -8,11 +8,14 @@
 // CTAs per SM keep megabytes of host reads in flight whatever the batch (the link's latency is
 // microseconds: bandwidth needs concurrency, Little's law). Units are hisparse_copy.cuh's: a
 // bf16 host tier copies 8 elements per unit, an fp8 one 16, dequantised into the bf16 hot block.
+// The pass is launched with programmatic dependent launch (pdl.cuh): its CTAs may be resident
+// while the plan runs and wait in pdlWait, so the batch-1 swap-in does not pay a second launch.
 #include <algorithm>
 
 #include "hisparse.h"
 #include "hisparse_common.cuh"
 #include "hisparse_copy.cuh"
+#include "pdl.cuh"
 
 namespace hs_sparse {
 namespace {
@@ -71,6 +74,7 @@ int chunkItemsOf(const HsResolveParams& p, const SliceGeom& geom) {
 __global__ void __launch_bounds__(kThreads) resolveCopyKernel(const HsResolveParams p, const SliceGeom geom,
                                                              int chunkItems) {
   extern __shared__ __align__(16) unsigned char smem[];
+  hs::pdlWait();  // the plan's miss lists (launched with PDL: it may start while the plan runs)
   int* prefix = reinterpret_cast<int*>(smem);
   int* warpSums = prefix + kScanItems + 1;
   const uint4* host = static_cast<const uint4*>(p.hostKv);
@@ -128,8 +132,8 @@ cudaError_t launchResolveCopy(const HsResolveParams& p, cudaStream_t stream) {
   const long long perCta = static_cast<long long>(kThreads) * kCopyUnroll;
   const long long want = (maxUnits + perCta - 1) / perCta;
   const int grid = static_cast<int>(max(1LL, min(want, static_cast<long long>(sms) * kCopyCtasPerSm)));
-  resolveCopyKernel<<<grid, kThreads, copySmemBytes(), stream>>>(p, geom, chunkItemsOf(p, geom));
-  return cudaGetLastError();
+  return hs::launchPdl(resolveCopyKernel, dim3(grid), dim3(kThreads), copySmemBytes(), stream, p, geom,
+                       chunkItemsOf(p, geom));
 }
 
 }  // namespace hs_sparse
