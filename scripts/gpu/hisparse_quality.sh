@@ -11,7 +11,9 @@
 # Perplexity text: C headers under /usr/include (the model's training mix has C), else this
 # repository's native/ sources. Tables and JSON in $OUT (or /tmp/hisparse-quality).
 # BLOCK=8 sets the KV block (page) size (default 16); TRIALS (default 8) documents per depth;
-# LENGTHS (default "4096 8192").
+# LENGTHS (default "4096 8192"); PPL_WINDOWS (default 4) perplexity windows per length; NEEDLE=0
+# skips the passkey runs; PPL_VARIANTS=dense_fp8 measures only dense and fp8 KV (the fp8 target
+# on more text).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="${OUT:-/tmp/hisparse-quality}"
@@ -30,10 +32,12 @@ common=(--model "$model" --device cuda --block-size "${BLOCK:-16}" --max-model-l
 sparse() { echo "$1: --enable-hybrid-sparse on --host-pool-gib 8 --hybrid-sparse-topk $2 --hisparse-config '{\"min_sparse_tokens\":0,\"device_buffer_tokens\":$(( $2 * 2 ))${3:-}}'"; }
 for n in ${LENGTHS:-4096 8192}; do
   k=$(( n / 8 ))
-  timeout 240 node bin/hisparse.js eval needle "${common[@]}" "${filler[@]}" --lengths "$n" --depths 5 --trials "${TRIALS:-8}" \
+  quest=("$(sparse quest$k $k)" "$(sparse quest${k}_dt4 $k ',"digest_tokens":4')")
+  [ "${PPL_VARIANTS:-all}" = dense_fp8 ] && quest=()
+  [ "${NEEDLE:-1}" = 0 ] || timeout 240 node bin/hisparse.js eval needle "${common[@]}" "${filler[@]}" --lengths "$n" --depths 5 --trials "${TRIALS:-8}" \
     --needles 1-4 --compare dense "$(sparse quest$k $k)" "$(sparse quest${k}_dt4 $k ',"digest_tokens":4')" \
     --json "$out/needle_$n.json" 2>&1 | tee "$out/needle_$n.log"
   timeout 240 node bin/hisparse.js eval ppl "${common[@]}" --file "$out/text.txt" --ctx "$n" --prefix-tokens $(( n * 3 / 4 )) \
-    --max-windows 4 --compare dense "fp8: --kv-cache-dtype fp8" "$(sparse quest$k $k)" \
-    "$(sparse quest${k}_dt4 $k ',"digest_tokens":4')" --json "$out/ppl_$n.json" 2>&1 | tee "$out/ppl_$n.log"
+    --max-windows "${PPL_WINDOWS:-4}" --compare dense "fp8: --kv-cache-dtype fp8" "${quest[@]}" \
+    --json "$out/ppl_$n.json" 2>&1 | tee "$out/ppl_$n.log"
 done
