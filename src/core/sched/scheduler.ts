@@ -1,5 +1,6 @@
 import {
   type CacheConfig,
+  LONG_PREFILL_THRESHOLD_OFF,
   type SchedulerConfig,
   validateCacheConfig,
   validateSchedulerConfig,
@@ -159,7 +160,8 @@ export class Scheduler implements SchedulerView {
   /*
    * schedule(): one step of vLLM v1's single-token-budget loop (full statement and the
    * no-deadlock argument: src/core/README.md).
-   * 1. Running requests, oldest first, get min(rest, budget) tokens; when blocks run out, the
+   * 1. Running requests, oldest first, get min(rest, budget) tokens (rest capped at
+   *    longPrefillTokenThreshold when set); when blocks run out, the
    *    pressure handler may free some, else the newest running request is preempted (possibly
    *    the request itself).
    * 2. If nothing was preempted: waiting requests, FCFS, with prefix-cache hits, within
@@ -181,7 +183,8 @@ export class Scheduler implements SchedulerView {
     let i = 0;
     while (i < this.running.length && st.tokenBudget > 0) {
       const request = this.running[i]!;
-      const numNewTokens = Math.min(request.numTokens - request.numComputedTokens, st.tokenBudget);
+      const numRest = this.capLongPrefill(request.numTokens - request.numComputedTokens);
+      const numNewTokens = Math.min(numRest, st.tokenBudget);
       if (numNewTokens <= 0) {
         // Nothing to compute (its last token was not returned yet); it keeps its place.
         i++;
@@ -241,7 +244,8 @@ export class Scheduler implements SchedulerView {
 
   /**
    * Plans and allocates a waiting request's first chunk: prefix-cache hits, then
-   * min(rest, budget) tokens (the whole rest without chunked prefill). Waiting requests have
+   * min(rest, budget) tokens (the whole rest without chunked prefill; rest capped at
+   * longPrefillTokenThreshold when set). Waiting requests have
    * numComputedTokens 0 (new, or reset by preemption).
    * @returns hits (tokens, and those of host-only pages) and chunk size, or null when it must keep waiting (does not fit the budget
    *   unchunked, or the pool cannot take it even after the pressure handler).
@@ -253,7 +257,7 @@ export class Scheduler implements SchedulerView {
     for (;;) {
       // Looked up again after each relief, in case the handler touched the prefix cache.
       const hits = this.kvCacheManager.getComputedBlocks(request);
-      const numRest = request.numTokens - hits.numComputedTokens;
+      const numRest = this.capLongPrefill(request.numTokens - hits.numComputedTokens);
       if (!this.schedulerConfig.enableChunkedPrefill && numRest > st.tokenBudget) return null;
       const numNewTokens = Math.min(numRest, st.tokenBudget);
       if (this.kvCacheManager.allocateSlots(request, numNewTokens, hits.blocks) !== null) {
@@ -262,6 +266,17 @@ export class Scheduler implements SchedulerView {
       }
       if (!this.relievePressure("waiting", request, numNewTokens, hits.blocks, st)) return null;
     }
+  }
+
+  /**
+   * vLLM v1's long-prefill cap (vllm/v1/core/sched/scheduler.py schedule(), running and waiting
+   * requests: `if 0 < threshold < num_new_tokens: num_new_tokens = threshold`), applied before the
+   * budget: a prefill wanting more than `longPrefillTokenThreshold` tokens gets that many this step.
+   * @param numNewTokens tokens the request still has to compute (tokens)
+   */
+  private capLongPrefill(numNewTokens: number): number {
+    const t = this.schedulerConfig.longPrefillTokenThreshold ?? LONG_PREFILL_THRESHOLD_OFF;
+    return t > LONG_PREFILL_THRESHOLD_OFF && t < numNewTokens ? t : numNewTokens;
   }
 
   private addScheduled(st: StepState, request: Request, numNewTokens: number): void {
