@@ -1,6 +1,5 @@
 import {
   type CacheConfig,
-  LONG_PREFILL_THRESHOLD_OFF,
   type SchedulerConfig,
   validateCacheConfig,
   validateSchedulerConfig,
@@ -23,6 +22,7 @@ import type { EngineCoreOutput, ModelRunnerOutput, SchedulerOutput } from "./out
 import { RequestQueue } from "./request_queue.js";
 import {
   buildSchedulerOutput,
+  capLongPrefill,
   makeEngineCoreOutput,
   maxKvTokens,
   newStepState,
@@ -161,9 +161,8 @@ export class Scheduler implements SchedulerView {
    * schedule(): one step of vLLM v1's single-token-budget loop (full statement and the
    * no-deadlock argument: src/core/README.md).
    * 1. Running requests, oldest first, get min(rest, budget) tokens (rest capped at
-   *    longPrefillTokenThreshold when set); when blocks run out, the
-   *    pressure handler may free some, else the newest running request is preempted (possibly
-   *    the request itself).
+   *    longPrefillTokenThreshold when set); when blocks run out, the pressure handler may free
+   *    some, else the newest running request is preempted (possibly the request itself).
    * 2. If nothing was preempted: waiting requests, FCFS, with prefix-cache hits, within
    *    maxNumSeqs and the budget (whole prompts only without chunked prefill).
    * 3. Emit the output, let extensions attach data, then advance numComputedTokens.
@@ -268,15 +267,9 @@ export class Scheduler implements SchedulerView {
     }
   }
 
-  /**
-   * vLLM v1's long-prefill cap (vllm/v1/core/sched/scheduler.py schedule(), running and waiting
-   * requests: `if 0 < threshold < num_new_tokens: num_new_tokens = threshold`), applied before the
-   * budget: a prefill wanting more than `longPrefillTokenThreshold` tokens gets that many this step.
-   * @param numNewTokens tokens the request still has to compute (tokens)
-   */
+  /** The rest a request may compute this step before the budget ({@link capLongPrefill}). */
   private capLongPrefill(numNewTokens: number): number {
-    const t = this.schedulerConfig.longPrefillTokenThreshold ?? LONG_PREFILL_THRESHOLD_OFF;
-    return t > LONG_PREFILL_THRESHOLD_OFF && t < numNewTokens ? t : numNewTokens;
+    return capLongPrefill(numNewTokens, this.schedulerConfig.longPrefillTokenThreshold);
   }
 
   private addScheduled(st: StepState, request: Request, numNewTokens: number): void {
