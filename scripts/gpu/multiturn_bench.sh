@@ -10,7 +10,9 @@
 #                 history: the costliest runs, so only at CONVS_OFF = 1,8, and last)
 #   auto_prefix_lp  (not in the default SWEEPS) auto_prefix with vLLM's scheduler knobs for short
 #                 prefills: --long-prefill-token-threshold LP_THRESHOLD (1024) and
-#                 --max-num-batched-tokens LP_MAX_BATCHED (default MAX_BATCHED), at CONVS
+#                 --max-num-batched-tokens LP_MAX_BATCHED (default MAX_BATCHED), at CONVS;
+#                 auto_prefix_lpT and auto_prefix_lpT_bB name them in the sweep instead
+#                 (auto_prefix_lp512_b2048: threshold 512, budget 2048), so one call compares several
 # Every server gets --max-num-batched-tokens MAX_BATCHED (8192) and, when LONG_PREFILL > 0,
 # --long-prefill-token-threshold LONG_PREFILL (default 0 = off); auto_prefix_lp's own values win.
 # Every server gets the same --gpu-memory-utilization (GPU_UTIL 0.30: a device KV budget of
@@ -33,7 +35,8 @@
 #   FIRST_LEN=256 TURNS=3 TURN_LEN=64 OUT_LEN=4 CONVS=1,2 CONVS_OFF=1 HOST_GIB=0.1 \
 #   PREHEAT_DOC=512 PREHEAT_REF=256 QUESTION_LEN=32 MAX_MODEL_LEN=2048 bash scripts/gpu/multiturn_bench.sh
 # Each bench run is capped (RUN_LIMIT_S, default 75 s; a probe PROBE_LIMIT_S, 40 s), none starts after DEADLINE_S (250 s from
-# the start) and a skipped or cut run shows "no result" in the table.
+# the start; raise it, and the call's timeout_s, for more than three sweeps: a prefix sweep
+# takes ~110 s on the H200) and a skipped or cut run shows "no result" in the table.
 # Prepare here:  npm run build && npm run build:native && bash scripts/device/pack.sh
 # Run there (carry .device, dist, build/Release; one call, timeout_s 360):
 #   bash scripts/device/unpack.sh && source .device/prelude.sh && bash scripts/gpu/multiturn_bench.sh
@@ -136,8 +139,13 @@ for s in $SWEEPS; do
     off_prefix) sweep off_prefix "$CONVS" "$heat" --enable-hybrid-sparse off --enable-prefix-caching ;;
     auto_prefix) sweep auto_prefix "$CONVS" "$heat" --enable-hybrid-sparse auto --enable-prefix-caching \
       --host-pool-gib "$HOST_GIB" ;;
-    auto_prefix_lp) sweep auto_prefix_lp "$CONVS" "$heat" --enable-hybrid-sparse auto --enable-prefix-caching \
-      --host-pool-gib "$HOST_GIB" --long-prefill-token-threshold "$LP_THRESHOLD" --max-num-batched-tokens "$LP_MAX_BATCHED" ;;
+    auto_prefix_lp*)
+      # auto_prefix_lp[T][_bB]: threshold T (default LP_THRESHOLD), budget B (default LP_MAX_BATCHED).
+      if [[ $s =~ ^auto_prefix_lp([0-9]*)(_b([0-9]+))?$ ]]; then
+        sweep "$s" "$CONVS" "$heat" --enable-hybrid-sparse auto --enable-prefix-caching --host-pool-gib "$HOST_GIB" \
+          --long-prefill-token-threshold "${BASH_REMATCH[1]:-$LP_THRESHOLD}" \
+          --max-num-batched-tokens "${BASH_REMATCH[3]:-$LP_MAX_BATCHED}"
+      else echo "multiturn_bench.sh: bad sweep $s (auto_prefix_lp, auto_prefix_lpT, auto_prefix_lpT_bB)" >&2; fi ;;
     off) sweep off "$CONVS_OFF" "" --enable-hybrid-sparse off ;;
     *) echo "multiturn_bench.sh: unknown sweep $s (off_prefix, auto_prefix, auto_prefix_lp, off)" >&2 ;;
   esac
