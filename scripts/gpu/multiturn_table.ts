@@ -6,7 +6,11 @@
  *   node dist/scripts/gpu/multiturn_table.js LABEL=RESULT.json ... probe:LABEL=PROBE.json ...
  * 1. per engine and conversation count: median TTFT of turns 2..T and its ratio to a cold
  *    753-token prefill on the same server (`--turn-ref`, default 753), decode rate, prefix hit
- *    rate, preemptions; then the largest conversation count each engine ran without preemption;
+ *    rate, preemptions, and the TTFT split over all turns: the client's mean TTFT beside the
+ *    server's mean queue time and mean prefill time (vllm:request_queue_time_seconds,
+ *    vllm:request_prefill_time_seconds: their histograms have no turn, so every request of the run
+ *    counts, turn 1 included); then the largest conversation count each engine ran without
+ *    preemption;
  * 2. median TTFT per turn, with the cold prefill as the last column;
  * 3. the preheat figure (a probe with `preheat`): the first question's TTFT after a preheated
  *    document against a cold prefill of `--preheat-ref` tokens (default 1024).
@@ -26,6 +30,10 @@ interface Row {
   prefix_cache_hit_rate: number | null;
   prefix_cache_host_hit_rate: number | null;
   num_preemptions: number | null;
+  /** Absent in results written before the split existed. */
+  mean_ttft_ms_all_turns?: number | null;
+  mean_queue_time_ms?: number | null;
+  mean_prefill_time_ms?: number | null;
   turns: number;
   first_turn_len: number;
   later_turn_len: number;
@@ -90,20 +98,25 @@ if (first !== undefined)
   );
 console.log();
 console.log(
-  `| engine | conversations | median TTFT turns 2-${first?.turns ?? "T"} (ms) | vs cold ${turnRef}-token prefill | decode tok/s per request | output tok/s | prefix hit rate (host share) | preemptions | failed | duration (s) |`,
+  `| engine | conversations | median TTFT turns 2-${first?.turns ?? "T"} (ms) | vs cold ${turnRef}-token prefill | mean TTFT all turns (ms) | server queue / prefill, all turns (ms) | decode tok/s per request | output tok/s | prefix hit rate (host share) | preemptions | failed | duration (s) |`,
 );
-console.log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+console.log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
 for (const r of results) {
   if (r.rows === null) {
     const c = /_c(\d+)\.json$/.exec(r.file)?.[1] ?? "–";
-    console.log(`| ${r.label} | ${c} | no result (${r.error}) | | | | | | | |`);
+    console.log(`| ${r.label} | ${c} | no result (${r.error}) | | | | | | | | | |`);
     continue;
   }
   for (const row of r.rows)
     console.log(
-      `| ${r.label} | ${row.conversations} | ${f(row.median_ttft_ms_later_turns)} | ${ratio(row.median_ttft_ms_later_turns, refOf(r.label))} | ${f(row.mean_decode_tokens_per_s, 1)} | ${f(row.output_throughput, 1)} | ${pct(row.prefix_cache_hit_rate)} (${pct(row.prefix_cache_host_hit_rate)}) | ${row.num_preemptions ?? "n/a"} | ${row.failed} | ${f(row.duration, 1)} |`,
+      `| ${r.label} | ${row.conversations} | ${f(row.median_ttft_ms_later_turns)} | ${ratio(row.median_ttft_ms_later_turns, refOf(r.label))} | ${f(row.mean_ttft_ms_all_turns)} | ${f(row.mean_queue_time_ms)} / ${f(row.mean_prefill_time_ms)} | ${f(row.mean_decode_tokens_per_s, 1)} | ${f(row.output_throughput, 1)} | ${pct(row.prefix_cache_hit_rate)} (${pct(row.prefix_cache_host_hit_rate)}) | ${row.num_preemptions ?? "n/a"} | ${row.failed} | ${f(row.duration, 1)} |`,
     );
 }
+
+console.log();
+console.log(
+  "Mean TTFT all turns: the client's, over every request of the run; server queue / prefill: the server's means over the same requests (vllm:request_queue_time_seconds: arrival to first scheduled; vllm:request_prefill_time_seconds: first scheduled to first token, every step of the prompt, shared steps included), turn 1 included since the histograms have no turn; their sum is the server's TTFT.",
+);
 
 // The capacity target: most conversations run to the end with no preemption and no failure.
 console.log();

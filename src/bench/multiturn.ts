@@ -13,7 +13,11 @@
  * length, and only the reply's pages miss.
  * Reports per turn TTFT (median, mean), the median TTFT of turns 2.. (the blog's figure), decode
  * rate, and the server's own counters read from /metrics before and after the run: prefix-cache
- * hit rate (tokens, by tier when reported) and preemptions.
+ * hit rate (tokens, by tier when reported), preemptions, and the server-side split of TTFT into
+ * queue time and prefill time (vLLM's `vllm:request_queue_time_seconds` and
+ * `vllm:request_prefill_time_seconds`, vllm/v1/metrics/stats.py). Those histograms carry no turn,
+ * so their means cover every request of the run, turn 1 included; the report says so and sets
+ * them beside the client's mean TTFT over the same requests.
  */
 import type { DatasetTokenizer } from "./datasets.js";
 import { DatasetError } from "./datasets.js";
@@ -25,6 +29,7 @@ import {
   systemClock,
 } from "./request_func.js";
 import type { Rng } from "./rng.js";
+import { meanMs, readServerCounters, type ServerCounters, serverCountersDelta } from "./server_metrics.js";
 import { mean, median } from "./stats.js";
 
 /** Shape of the workload (the flags `--multiturn-*`, `--output-len`). */
@@ -75,14 +80,6 @@ export interface MultiTurnConfig {
   options: MultiTurnOptions;
 }
 
-/** Server counters read from /metrics (absent ones are null). */
-export interface ServerCounters {
-  prefixQueries: number | null;
-  prefixHits: number | null;
-  prefixHostHits: number | null;
-  preemptions: number | null;
-}
-
 /** What a multi-turn run measured (times in seconds). */
 export interface MultiTurnResult {
   durationS: number;
@@ -93,42 +90,6 @@ export interface MultiTurnResult {
   /** Server counters over the run (after − before), null when /metrics was not readable. */
   server: ServerCounters | null;
 }
-
-/** Sums of a Prometheus series over its label sets (null when absent). */
-function seriesSum(text: string, name: string, label?: string): number | null {
-  let sum: number | null = null;
-  for (const line of text.split("\n")) {
-    if (!line.startsWith(name)) continue;
-    const rest = line.slice(name.length);
-    if (!(rest.startsWith("{") || rest.startsWith(" "))) continue;
-    if (label !== undefined && !rest.includes(label)) continue;
-    const v = Number(line.slice(line.lastIndexOf(" ") + 1));
-    if (Number.isFinite(v)) sum = (sum ?? 0) + v;
-  }
-  return sum;
-}
-
-/** Reads the counters of a server's /metrics; null when it has none. */
-export async function readServerCounters(baseUrl: string, apiKey?: string): Promise<ServerCounters | null> {
-  try {
-    const r = await fetch(`${baseUrl}/metrics`, {
-      headers: apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` },
-    });
-    if (!r.ok) return null;
-    const t = await r.text();
-    return {
-      prefixQueries: seriesSum(t, "vllm:prefix_cache_queries_total"),
-      prefixHits: seriesSum(t, "vllm:prefix_cache_hits_total"),
-      prefixHostHits: seriesSum(t, "vllm:prefix_cache_hits_total", 'tier="host"'),
-      preemptions: seriesSum(t, "vllm:num_preemptions_total"),
-    };
-  } catch {
-    return null;
-  }
-}
-
-/** after − before; a series first seen after the run started from 0 (prom-client shows a labelled counter once incremented). */
-const diff = (a: number | null, b: number | null) => (a === null ? null : a - (b ?? 0));
 
 /**
  * Runs every conversation at once, each turn after the previous one's reply.
@@ -182,15 +143,7 @@ export async function runMultiTurn(
   }
   const durationS = clock.now() - start;
   const after = await readServerCounters(cfg.baseUrl, cfg.apiKey);
-  const server =
-    before === null || after === null
-      ? null
-      : {
-          prefixQueries: diff(after.prefixQueries, before.prefixQueries),
-          prefixHits: diff(after.prefixHits, before.prefixHits),
-          prefixHostHits: diff(after.prefixHostHits, before.prefixHostHits),
-          preemptions: diff(after.preemptions, before.preemptions),
-        };
+  const server = before === null || after === null ? null : serverCountersDelta(after, before);
   return { durationS, turns, promptTokens, server };
 }
 
@@ -213,6 +166,16 @@ export interface MultiTurnSummary {
   prefix_cache_hit_rate: number | null;
   prefix_cache_host_hit_rate: number | null;
   num_preemptions: number | null;
+  /** Client mean TTFT in ms over every successful request (all turns: the population of the server split). */
+  mean_ttft_ms_all_turns: number | null;
+  /**
+   * The server's split of TTFT, means in ms over every request the server finished during the run
+   * (all turns; `server_requests` of them): TTFT at the engine = queue + prefill.
+   */
+  server_requests: number | null;
+  mean_server_ttft_ms: number | null;
+  mean_queue_time_ms: number | null;
+  mean_prefill_time_ms: number | null;
 }
 
 /** Computes the summary. */
@@ -248,6 +211,11 @@ export function summarizeMultiTurn(r: MultiTurnResult, o: MultiTurnOptions): Mul
     prefix_cache_hit_rate: rate(s?.prefixHits),
     prefix_cache_host_hit_rate: rate(s?.prefixHostHits),
     num_preemptions: s?.preemptions ?? null,
+    mean_ttft_ms_all_turns: ok(all).length === 0 ? null : mean(ok(all).map((x) => x.ttft * 1000)),
+    server_requests: s?.prefillTime?.count ?? null,
+    mean_server_ttft_ms: meanMs(s?.ttft),
+    mean_queue_time_ms: meanMs(s?.queueTime),
+    mean_prefill_time_ms: meanMs(s?.prefillTime),
   };
 }
 
@@ -278,6 +246,11 @@ export function formatMultiTurnReport(
     `Mean decode rate per request (tok/s): ${f(sum.mean_decode_tokens_per_s)}`,
     `Prefix cache hit rate (server): ${pct(sum.prefix_cache_hit_rate)} (host tier: ${pct(sum.prefix_cache_host_hit_rate)})`,
     `Preemptions (server): ${sum.num_preemptions ?? "n/a"}`,
+    `TTFT split (server /metrics, all turns: ${sum.server_requests ?? "n/a"} requests; its histograms have no turn):`,
+    `  Mean queue time (ms): ${f(sum.mean_queue_time_ms)}`,
+    `  Mean prefill time (ms): ${f(sum.mean_prefill_time_ms)}`,
+    `  Mean TTFT, server (ms): ${f(sum.mean_server_ttft_ms)}`,
+    `  Mean TTFT, client, all turns (ms): ${f(sum.mean_ttft_ms_all_turns)}`,
     "=".repeat(52),
   );
   return lines;

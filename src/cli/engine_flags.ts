@@ -43,6 +43,12 @@ export function addEngineFlags(cmd: Command): Command {
     .option("--max-num-seqs <n>", "maximum running requests", parseIntArg, 256)
     .option("--max-num-batched-tokens <n>", "token budget of one engine step", parseIntArg, 2048)
     .option("--no-enable-chunked-prefill", "do not split long prompts across steps")
+    .option(
+      "--long-prefill-token-threshold <n>",
+      "most prefill tokens one request takes per step, so short prompts get in beside long ones (0 = off)",
+      parseIntArg,
+      0,
+    )
     .option("--enable-prefix-caching", "reuse the KV of identical prompt prefixes", false)
     .option("--enforce-eager", "disable CUDA graphs", false)
     .option(
@@ -97,6 +103,7 @@ export function engineArgsFromOptions(o: Record<string, unknown>): EngineArgs {
     maxNumSeqs: pick<number>("maxNumSeqs") ?? 256,
     maxNumBatchedTokens: pick<number>("maxNumBatchedTokens") ?? 2048,
     enableChunkedPrefill: pick<boolean>("enableChunkedPrefill") ?? true,
+    longPrefillTokenThreshold: pick<number>("longPrefillTokenThreshold") ?? 0,
     enablePrefixCaching: pick<boolean>("enablePrefixCaching") ?? false,
     enforceEager: pick<boolean>("enforceEager") ?? false,
     tensorParallelSize: pick<number>("tensorParallelSize") ?? 1,

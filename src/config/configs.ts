@@ -13,7 +13,18 @@ export interface SchedulerConfig {
   maxModelLen: number;
   /** Split long prefills across steps (vLLM v1 default: on). */
   enableChunkedPrefill: boolean;
+  /**
+   * Most tokens one request's prefill may take in a step, in tokens (`--long-prefill-token-threshold`,
+   * vLLM's SchedulerConfig.long_prefill_token_threshold, applied in vllm/v1/core/sched/scheduler.py
+   * schedule() to running and waiting requests alike): a longer prefill is cut to chunks of this
+   * size, so the rest of the step's budget stays for other requests' short prefills. 0 (the
+   * default, as vLLM's; also when absent) = no cap. Needs chunked prefill.
+   */
+  longPrefillTokenThreshold?: number;
 }
+
+/** `longPrefillTokenThreshold` value that turns the cap off (vLLM's default). */
+export const LONG_PREFILL_THRESHOLD_OFF = 0;
 
 /** KV cache geometry (vllm/config/cache.py). */
 export interface CacheConfig {
@@ -43,6 +54,24 @@ export function validateSchedulerConfig(c: SchedulerConfig): string[] {
   if (!c.enableChunkedPrefill && c.maxNumBatchedTokens < c.maxModelLen)
     r.push(
       `--max-num-batched-tokens (${c.maxNumBatchedTokens}) must be >= --max-model-len (${c.maxModelLen}) when chunked prefill is off`,
+    );
+  r.push(...longPrefillThresholdReasons(c));
+  return r;
+}
+
+/** Reasons `longPrefillTokenThreshold` is invalid: an integer >= 0, at most maxModelLen, with chunked prefill. */
+function longPrefillThresholdReasons(c: SchedulerConfig): string[] {
+  const t = c.longPrefillTokenThreshold ?? LONG_PREFILL_THRESHOLD_OFF;
+  if (!Number.isInteger(t) || t < 0)
+    return [`--long-prefill-token-threshold must be an integer >= 0 (0 = off), got ${t}`];
+  if (t === LONG_PREFILL_THRESHOLD_OFF) return [];
+  const r: string[] = [];
+  // vLLM refuses a threshold above max_model_len (vllm/config/scheduler.py _verify_args).
+  if (t > c.maxModelLen)
+    r.push(`--long-prefill-token-threshold (${t}) cannot be greater than --max-model-len (${c.maxModelLen})`);
+  if (!c.enableChunkedPrefill)
+    r.push(
+      `--long-prefill-token-threshold ${t} splits prefills into chunks of ${t} tokens: it needs chunked prefill (drop --no-enable-chunked-prefill)`,
     );
   return r;
 }

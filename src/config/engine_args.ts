@@ -1,5 +1,5 @@
 import type { CacheConfig, SchedulerConfig } from "./configs.js";
-import { validateCacheConfig, validateSchedulerConfig } from "./configs.js";
+import { LONG_PREFILL_THRESHOLD_OFF, validateCacheConfig, validateSchedulerConfig } from "./configs.js";
 import type { HiSparseConfig } from "./hisparse_config.js";
 import { hisparseReasonsFor } from "./hisparse_dsa.js";
 import type { ModelConfig } from "./model_config.js";
@@ -35,6 +35,8 @@ export interface EngineArgs {
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
   enableChunkedPrefill: boolean;
+  /** Cap of one request's prefill tokens per step, tokens; 0 = off (SchedulerConfig.longPrefillTokenThreshold). */
+  longPrefillTokenThreshold: number;
   enablePrefixCaching: boolean;
   /** Disable CUDA graphs (`--enforce-eager`). */
   enforceEager: boolean;
@@ -71,6 +73,7 @@ export function defaultEngineArgs(): EngineArgs {
     maxNumSeqs: 256,
     maxNumBatchedTokens: 2048,
     enableChunkedPrefill: true,
+    longPrefillTokenThreshold: LONG_PREFILL_THRESHOLD_OFF,
     enablePrefixCaching: false,
     enforceEager: false,
     tensorParallelSize: 1,
@@ -91,6 +94,7 @@ export function schedulerConfigOf(a: EngineArgs, maxModelLen: number): Scheduler
     maxNumBatchedTokens: a.maxNumBatchedTokens,
     maxModelLen,
     enableChunkedPrefill: a.enableChunkedPrefill,
+    longPrefillTokenThreshold: a.longPrefillTokenThreshold,
   };
 }
 

@@ -1,6 +1,7 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { StepStats } from "../engine/llm_engine.js";
-import type { RequestOutput } from "../engine/outputs.js";
+import type { RequestMetrics, RequestOutput } from "../engine/outputs.js";
+import { type RequestPhaseTimes, requestPhaseTimes } from "./request_phases.js";
 
 /** Live engine gauges, read at each scrape and by the stats line. */
 export interface EngineGauges {
@@ -79,7 +80,11 @@ export class MetricsRegistry {
   private readonly ttft: Histogram<Label>;
   private readonly itl: Histogram<Label>;
   private readonly e2e: Histogram<Label>;
+  /** vLLM's request phase histograms (seconds; {@link RequestPhaseTimes}), observed at the finish. */
   private readonly queueTime: Histogram<Label>;
+  private readonly prefillTime: Histogram<Label>;
+  private readonly decodeTime: Histogram<Label>;
+  private readonly inferenceTime: Histogram<Label>;
   private readonly requestPromptTokens: Histogram<Label>;
   private readonly requestGenerationTokens: Histogram<Label>;
 
@@ -133,11 +138,13 @@ export class MetricsRegistry {
       "End-to-end request latency in seconds.",
       REQUEST_LATENCY_BUCKETS,
     );
-    this.queueTime = histogram(
-      "vllm:request_queue_time_seconds",
-      "Time spent waiting before the first scheduling, in seconds.",
-      REQUEST_LATENCY_BUCKETS,
-    );
+    // Names, help and buckets of vllm/v1/metrics/loggers.py PrometheusStatLogger.
+    const phase = (name: string, what: string) =>
+      histogram(name, `Histogram of time spent in ${what} phase for request.`, REQUEST_LATENCY_BUCKETS);
+    this.queueTime = phase("vllm:request_queue_time_seconds", "WAITING");
+    this.inferenceTime = phase("vllm:request_inference_time_seconds", "RUNNING");
+    this.prefillTime = phase("vllm:request_prefill_time_seconds", "PREFILL");
+    this.decodeTime = phase("vllm:request_decode_time_seconds", "DECODE");
     this.requestPromptTokens = histogram(
       "vllm:request_prompt_tokens",
       "Number of prefill tokens processed, per request.",
@@ -232,12 +239,22 @@ export class MetricsRegistry {
     return new RequestTracker(this);
   }
 
-  /** @internal Prompt tokens, TTFT and queue time (s) of a request's first output (RequestTracker). */
-  recordFirstToken(numPromptTokens: number, ttft: number, queueTime: number | null): void {
+  /** @internal Prompt tokens and TTFT (s) of a request's first output (RequestTracker). */
+  recordFirstToken(numPromptTokens: number, ttft: number): void {
     this.numPromptTokens += numPromptTokens;
     this.promptTokens.inc(this.labels, numPromptTokens);
     this.ttft.observe(this.labels, ttft);
-    if (queueTime !== null) this.queueTime.observe(this.labels, queueTime);
+  }
+
+  /**
+   * @internal A request's phases (RequestTracker, at its finish, as vLLM records its
+   * FinishedRequestStats): each known interval goes to its histogram.
+   */
+  recordPhases(p: RequestPhaseTimes): void {
+    this.queueTime.observe(this.labels, p.queued);
+    if (p.prefill !== null) this.prefillTime.observe(this.labels, p.prefill);
+    if (p.decode !== null) this.decodeTime.observe(this.labels, p.decode);
+    if (p.inference !== null) this.inferenceTime.observe(this.labels, p.inference);
   }
 
   /** @internal Adds `n` generated tokens and, after the first output, one inter-token latency (s). */
@@ -261,13 +278,18 @@ export class MetricsRegistry {
  * Timing and token counts of one engine request, from its "delta" RequestOutputs
  * (RequestOutput.metrics holds times in seconds): TTFT = firstTokenTime - arrivalTime, one
  * inter-token latency per output after the first (the gap between the steps that produced
- * them, as vLLM's per-iteration ITL), E2E = finishedTime - arrivalTime.
+ * them, as vLLM's per-iteration ITL), E2E = finishedTime - arrivalTime; at the finish, the
+ * queue, prefill, decode and inference times ({@link requestPhaseTimes}). An aborted request
+ * that had its first token keeps its queue time (as before the phase histograms; no E2E, no
+ * other phase).
  */
 export class RequestTracker {
   private started = false;
   private done = false;
   private lastTokenTime: number | null = null;
   private numOutputTokens = 0;
+  /** Timestamps of the latest output (for an abort's queue time). */
+  private lastMetrics: RequestMetrics | null = null;
 
   constructor(private readonly m: MetricsRegistry) {}
 
@@ -281,8 +303,7 @@ export class RequestTracker {
       if (!this.started) {
         this.started = true;
         const first = t.firstTokenTime ?? t.lastTokenTime ?? t.arrivalTime;
-        const queue = t.firstScheduledTime === null ? null : t.firstScheduledTime - t.arrivalTime;
-        this.m.recordFirstToken(out.promptTokenIds.length, first - t.arrivalTime, queue);
+        this.m.recordFirstToken(out.promptTokenIds.length, first - t.arrivalTime);
         this.m.recordTokens(n, null);
       } else {
         const last = t.lastTokenTime;
@@ -293,9 +314,12 @@ export class RequestTracker {
       }
       this.lastTokenTime = t.lastTokenTime;
       this.numOutputTokens += n;
+      this.lastMetrics = t;
     }
     if (out.finished) {
       this.done = true;
+      const phases = requestPhaseTimes(t);
+      if (phases !== null) this.m.recordPhases(phases);
       const e2e = t.finishedTime === null ? null : t.finishedTime - t.arrivalTime;
       this.m.recordFinished(c?.finishReason ?? "stop", e2e, out.promptTokenIds.length, this.numOutputTokens);
     }
@@ -305,6 +329,9 @@ export class RequestTracker {
   abort(): void {
     if (this.done) return;
     this.done = true;
+    const phases = this.lastMetrics === null ? null : requestPhaseTimes(this.lastMetrics);
+    if (phases !== null)
+      this.m.recordPhases({ queued: phases.queued, prefill: null, decode: null, inference: null });
     this.m.recordFinished("abort", null, 0, 0);
   }
 }

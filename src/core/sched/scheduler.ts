@@ -22,6 +22,7 @@ import type { EngineCoreOutput, ModelRunnerOutput, SchedulerOutput } from "./out
 import { RequestQueue } from "./request_queue.js";
 import {
   buildSchedulerOutput,
+  capLongPrefill,
   makeEngineCoreOutput,
   maxKvTokens,
   newStepState,
@@ -159,9 +160,9 @@ export class Scheduler implements SchedulerView {
   /*
    * schedule(): one step of vLLM v1's single-token-budget loop (full statement and the
    * no-deadlock argument: src/core/README.md).
-   * 1. Running requests, oldest first, get min(rest, budget) tokens; when blocks run out, the
-   *    pressure handler may free some, else the newest running request is preempted (possibly
-   *    the request itself).
+   * 1. Running requests, oldest first, get min(rest, budget) tokens (rest capped at
+   *    longPrefillTokenThreshold when set); when blocks run out, the pressure handler may free
+   *    some, else the newest running request is preempted (possibly the request itself).
    * 2. If nothing was preempted: waiting requests, FCFS, with prefix-cache hits, within
    *    maxNumSeqs and the budget (whole prompts only without chunked prefill).
    * 3. Emit the output, let extensions attach data, then advance numComputedTokens.
@@ -181,7 +182,8 @@ export class Scheduler implements SchedulerView {
     let i = 0;
     while (i < this.running.length && st.tokenBudget > 0) {
       const request = this.running[i]!;
-      const numNewTokens = Math.min(request.numTokens - request.numComputedTokens, st.tokenBudget);
+      const numRest = this.capLongPrefill(request.numTokens - request.numComputedTokens);
+      const numNewTokens = Math.min(numRest, st.tokenBudget);
       if (numNewTokens <= 0) {
         // Nothing to compute (its last token was not returned yet); it keeps its place.
         i++;
@@ -241,7 +243,8 @@ export class Scheduler implements SchedulerView {
 
   /**
    * Plans and allocates a waiting request's first chunk: prefix-cache hits, then
-   * min(rest, budget) tokens (the whole rest without chunked prefill). Waiting requests have
+   * min(rest, budget) tokens (the whole rest without chunked prefill; rest capped at
+   * longPrefillTokenThreshold when set). Waiting requests have
    * numComputedTokens 0 (new, or reset by preemption).
    * @returns hits (tokens, and those of host-only pages) and chunk size, or null when it must keep waiting (does not fit the budget
    *   unchunked, or the pool cannot take it even after the pressure handler).
@@ -253,7 +256,7 @@ export class Scheduler implements SchedulerView {
     for (;;) {
       // Looked up again after each relief, in case the handler touched the prefix cache.
       const hits = this.kvCacheManager.getComputedBlocks(request);
-      const numRest = request.numTokens - hits.numComputedTokens;
+      const numRest = this.capLongPrefill(request.numTokens - hits.numComputedTokens);
       if (!this.schedulerConfig.enableChunkedPrefill && numRest > st.tokenBudget) return null;
       const numNewTokens = Math.min(numRest, st.tokenBudget);
       if (this.kvCacheManager.allocateSlots(request, numNewTokens, hits.blocks) !== null) {
@@ -262,6 +265,11 @@ export class Scheduler implements SchedulerView {
       }
       if (!this.relievePressure("waiting", request, numNewTokens, hits.blocks, st)) return null;
     }
+  }
+
+  /** The rest a request may compute this step before the budget ({@link capLongPrefill}). */
+  private capLongPrefill(numNewTokens: number): number {
+    return capLongPrefill(numNewTokens, this.schedulerConfig.longPrefillTokenThreshold);
   }
 
   private addScheduled(st: StepState, request: Request, numNewTokens: number): void {

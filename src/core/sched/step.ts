@@ -1,3 +1,4 @@
+import { LONG_PREFILL_THRESHOLD_OFF } from "../../config/configs.js";
 import { newExtensionData } from "../extension_data.js";
 import type { BlockId, RequestId } from "../ids.js";
 import type { KVCacheManager } from "../kv/kv_cache_manager.js";
@@ -30,6 +31,19 @@ export function newStepState(tokenBudget: number): StepState {
     scheduledResumed: [],
     preempted: [],
   };
+}
+
+/**
+ * vLLM v1's long-prefill cap (vllm/v1/core/sched/scheduler.py schedule(), for running and
+ * waiting requests alike: `if 0 < threshold < num_new_tokens: num_new_tokens = threshold`),
+ * applied before the step's budget. Decodes (1 token) are never cut.
+ * @param numNewTokens tokens the request still has to compute (prompt and outputs, after
+ *   prefix-cache hits)
+ * @param threshold SchedulerConfig.longPrefillTokenThreshold in tokens; 0 or absent = no cap
+ * @returns the tokens it may take this step, before the budget
+ */
+export function capLongPrefill(numNewTokens: number, threshold = LONG_PREFILL_THRESHOLD_OFF): number {
+  return threshold > LONG_PREFILL_THRESHOLD_OFF && threshold < numNewTokens ? threshold : numNewTokens;
 }
 
 /**

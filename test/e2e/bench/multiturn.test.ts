@@ -2,8 +2,9 @@
  * `bench serve --dataset multiturn` against a live server (ref-small on the CPU backend, HiSparse
  * auto with prefix caching): every turn of every conversation completes, each later turn resends
  * its history exactly (its earlier prompt's pages are prefix-cache hits: the server-reported hit
- * rate is the share of the history in the prompts), and the summary's per-turn figures and the
- * text report are consistent with the outputs.
+ * rate is the share of the history in the prompts), the summary's per-turn figures and the
+ * text report are consistent with the outputs, and the server's TTFT split (queue + prefill, from
+ * its /metrics, over all turns) adds up.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -67,7 +68,22 @@ describe("bench serve --dataset multiturn", () => {
     assert.equal(sum.num_preemptions, 0);
     assert.equal(sum.median_ttft_ms_by_turn.length, 3);
     assert.ok(sum.median_ttft_ms_later_turns !== null && sum.median_ttft_ms_later_turns > 0);
+    // The server's TTFT split over all 6 requests (its histograms have no turn): queue + prefill
+    // = the server's TTFT, request by request, so the means add up too; the client sees more
+    // (HTTP, tokenization, the step the request arrived during).
+    assert.equal(sum.server_requests, 6);
+    assert.ok(sum.mean_queue_time_ms !== null && sum.mean_queue_time_ms >= 0);
+    assert.ok(sum.mean_prefill_time_ms !== null && sum.mean_prefill_time_ms > 0);
+    assert.ok(Math.abs(sum.mean_queue_time_ms + sum.mean_prefill_time_ms - sum.mean_server_ttft_ms!) < 1e-6);
+    assert.ok(sum.mean_ttft_ms_all_turns! >= sum.mean_server_ttft_ms!, JSON.stringify(sum));
     const report = formatMultiTurnReport(sum, O, r);
+    assert.ok(
+      report.includes("TTFT split (server /metrics, all turns: 6 requests; its histograms have no turn):"),
+    );
+    assert.ok(
+      report.some((l) => /^ {2}Mean prefill time \(ms\): \d+\.\d\d$/.test(l)),
+      report.join("\n"),
+    );
     assert.ok(report.some((l) => l.startsWith("Median TTFT of turns 2-3 (ms): ")));
     assert.ok(
       report.some((l) => /^Prefix cache hit rate \(server\): \d+\.\d%/.test(l)),

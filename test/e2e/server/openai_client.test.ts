@@ -335,6 +335,12 @@ describe("OpenAI client against hisparse serve (ref-small, CPU)", () => {
     assert.equal(d("vllm:e2e_request_latency_seconds_count"), 1);
     assert.equal(d("vllm:time_to_first_token_seconds_count"), 1);
     assert.equal(d("vllm:inter_token_latency_seconds_count"), r.usage!.completion_tokens - 1);
+    // vLLM's phase histograms: one observation each; queue + prefill time = the server's TTFT.
+    for (const h of ["queue", "prefill", "decode", "inference"])
+      assert.equal(d(`vllm:request_${h}_time_seconds_count`), 1, h);
+    const split = d("vllm:request_queue_time_seconds_sum") + d("vllm:request_prefill_time_seconds_sum");
+    assert.ok(Math.abs(split - d("vllm:time_to_first_token_seconds_sum")) < 1e-9);
+    assert.ok(d("vllm:request_decode_time_seconds_sum") > 0, "4 tokens after the first took steps");
     assert.equal(m.get("test_extension_gauge"), 42, "an extension's series is served");
     await assertPoolFullyFree(server.url);
   });

@@ -88,7 +88,18 @@ describe("MetricsRegistry", () => {
     assert.equal(v.get(`vllm:inter_token_latency_seconds_count${L}`), 2);
     assert.equal(v.get(`vllm:inter_token_latency_seconds_sum${L}`), 0.5);
     assert.equal(v.get(`vllm:e2e_request_latency_seconds_sum${L}`), 1.0);
+    // Phases (vLLM's, at the finish): queued 10.0 -> 10.25, prefill 10.25 -> 10.5 (first token),
+    // decode 10.5 -> 11.0 (last token), inference 10.25 -> 11.0; queued + prefill = TTFT.
     assert.equal(v.get(`vllm:request_queue_time_seconds_sum${L}`), 0.25);
+    assert.equal(v.get(`vllm:request_prefill_time_seconds_sum${L}`), 0.25);
+    assert.equal(v.get(`vllm:request_decode_time_seconds_sum${L}`), 0.5);
+    assert.equal(v.get(`vllm:request_inference_time_seconds_sum${L}`), 0.75);
+    for (const h of ["queue", "prefill", "decode", "inference"])
+      assert.equal(v.get(`vllm:request_${h}_time_seconds_count${L}`), 1, h);
+    // vLLM's request latency buckets: 0.25 s falls in le=0.3, 0.75 s in le=0.8.
+    assert.equal(v.get('vllm:request_prefill_time_seconds_bucket{le="0.3",model_name="m"}'), 1);
+    assert.equal(v.get('vllm:request_inference_time_seconds_bucket{le="0.5",model_name="m"}'), 0);
+    assert.equal(v.get('vllm:request_inference_time_seconds_bucket{le="0.8",model_name="m"}'), 1);
     assert.equal(v.get(`vllm:request_generation_tokens_sum${L}`), 4);
     assert.equal(v.get(`vllm:request_prompt_tokens_sum${L}`), 7);
     assert.equal(v.get('vllm:request_success_total{model_name="m",finished_reason="length"}'), 1);
@@ -108,6 +119,12 @@ describe("MetricsRegistry", () => {
       0,
       "no latency for an aborted request",
     );
+    // It was scheduled and had its first token: its queue time counts, no other phase.
+    assert.equal(v.get(`vllm:request_queue_time_seconds_count${L}`), 1);
+    assert.equal(v.get(`vllm:request_queue_time_seconds_sum${L}`), 0.25);
+    // (prom-client prints a series only once it has been observed.)
+    assert.equal(v.get(`vllm:request_prefill_time_seconds_count${L}`) ?? 0, 0);
+    assert.equal(v.get(`vllm:request_inference_time_seconds_count${L}`) ?? 0, 0);
   });
 
   it("step events turn the scheduler's cumulative counters into counter increments", async () => {
