@@ -21,12 +21,12 @@ Napi::Value SwapInPages(const Napi::CallbackInfo& info) {
 }
 
 /** reshapeAndCacheDigest(stream, qkv, kvCache, slotMapping, digests, hostSlotMapping, numTokens, rowStride,
- *  numHeads, numKvHeads, headDim, blockSize, digestTokens, numBlocks, numHostBlocks). */
+ *  numHeads, numKvHeads, headDim, blockSize, digestTokens, numBlocks, numHostBlocks, digestDtype). */
 Napi::Value ReshapeAndCacheDigest(const Napi::CallbackInfo& info) {
-  Args a(info, 15, "reshapeAndCacheDigest");
+  Args a(info, 16, "reshapeAndCacheDigest");
   HS_LAUNCH(hsReshapeAndCacheDigest, a.stream(0), a.ptr(1), a.ptr(2), a.as<const int32_t>(3), a.ptr(4),
             a.as<const int32_t>(5), a.i32(6), a.i32(7), a.i32(8), a.i32(9), a.i32(10), a.i32(11), a.i32(12),
-            a.i32(13), a.i32(14));
+            a.i32(13), a.i32(14), a.i32(15));
   return info.Env().Undefined();
 }
 

@@ -9,7 +9,7 @@ bool haveAttention();
 bool haveSampling();
 
 /** Version of the JS-visible surface; addon.ts refuses a mismatching build. */
-constexpr int kAbiVersion = 8;
+constexpr int kAbiVersion = 9;
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("abiVersion", Napi::Number::New(env, kAbiVersion));

@@ -55,6 +55,7 @@ inline void readParams(const ParamObject& o, HsQuestSelectParams& p) {
   p.qkvRowStride = o.i32("qkvRowStride");
   p.tokenRow = o.ptr("tokenRow");
   p.digests = o.ptr("digests");
+  p.digestDtype = o.i32("digestDtype");
   p.numHostBlocks = o.i32("numHostBlocks");
   p.seqLens = o.ptr("seqLens");
   p.rowFlags = o.ptr("rowFlags");

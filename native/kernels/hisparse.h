@@ -8,7 +8,8 @@
 // Layouts (bf16 unless named otherwise; Hkv kv heads, D head dim, bs block size):
 //   KV cache of a layer      [numBlocks, 2, bs, Hkv, D]            (DESIGN.md §3)
 //   digests of a sparse layer [numHostBlocks, S, 2, Hkv, D]: min then max of the keys of each
-//   of the page's S = blockSize / digestTokens sub-pages (S = 1: the page's)
+//   of the page's S = blockSize / digestTokens sub-pages (S = 1: the page's); bf16, or e4m3
+//   codes rounded outward (HS_DIGEST_FP8: min toward -inf, max toward +inf)
 //   host tier of a layer     [numHostBlocks, Hkv, 2, bs, D]: head-major, so the K and V of one
 //                            (page, kv head) are one contiguous 2*bs*D slice (one UVA read burst)
 //   per-request tables       [numSlots, tableStride] i32, row = the request's slot (reqSlot[r])
@@ -40,8 +41,12 @@ extern "C" {
 cudaError_t hsSwapInPages(void* dst, const void* src, const int64_t* srcOffsets, const int64_t* dstOffsets,
                           const int32_t* count, int maxCopies, size_t bytesPerCopy, cudaStream_t stream);
 
+/** Digest element types (hsReshapeAndCacheDigest, HsQuestSelectParams.digestDtype): kernels.h HsDtype codes. */
+#define HS_DIGEST_BF16 1 /* HS_DTYPE_BF16: the keys' exact min / max */
+#define HS_DIGEST_FP8 4  /* HS_DTYPE_FP8: e4m3 codes (scale 1), min rounded down, max rounded up */
+
 /**
- * vLLM reshape_and_cache fused with the Quest digest update (bf16 only). For each token t:
+ * vLLM reshape_and_cache fused with the Quest digest update (bf16 keys). For each token t:
  * - K and V of qkv row t go to kvCache at slotMapping[t] (skipped when < 0 or out of range), as
  *   hsReshapeAndCache does;
  * - its key (all kv heads) is folded into digest hostSlotMapping[t] / digestTokens (host block
@@ -52,8 +57,13 @@ cudaError_t hsSwapInPages(void* dst, const void* src, const int64_t* srcOffsets,
  *   of the run's first token, so no two CTAs touch one digest.
  *   Skipped when hostSlotMapping[t] < 0 or out of range.
  * bf16 digests are exact here: the keys are bf16, and min / max of bf16 values are bf16 values.
+ * fp8 digests (digestDtype HS_DIGEST_FP8) hold e4m3 codes: the stored codes are converted to
+ * float, the keys folded in as above, and the result written with the min rounded down and the
+ * max rounded up onto the e4m3 grid (fp8.cuh floatToE4m3Down / Up: saturating at +-448, zero
+ * as +0), so the box still contains every key and Quest's score stays an upper bound; rounding
+ * being monotone, this equals the oracle's rounding after each key, code for code.
  * qkv: [numTokens, rowStride] (k at column numHeads*D, v after it); kvCache: [numBlocks, 2, bs,
- * Hkv, D]; slotMapping, hostSlotMapping: i32 [numTokens]; digests: [numHostBlocks, S, 2, Hkv, D];
+ * Hkv, D]; slotMapping, hostSlotMapping: i32 [numTokens]; digests: bf16 or e4m3 [numHostBlocks, S, 2, Hkv, D];
  * digestTokens a divisor of bs (bs: one digest per page).
  * Requirements: Hkv*D and rowStride multiples of 8, numHeads*D a multiple of 8, pointers 16-byte
  * aligned. Grid: numTokens CTAs.
@@ -61,7 +71,7 @@ cudaError_t hsSwapInPages(void* dst, const void* src, const int64_t* srcOffsets,
 cudaError_t hsReshapeAndCacheDigest(const void* qkv, void* kvCache, const int32_t* slotMapping, void* digests,
                                     const int32_t* hostSlotMapping, int numTokens, int rowStride, int numHeads,
                                     int numKvHeads, int headDim, int blockSize, int digestTokens, int numBlocks,
-                                    int numHostBlocks, cudaStream_t stream);
+                                    int numHostBlocks, int digestDtype, cudaStream_t stream);
 
 /** Arguments of hsQuestSelect (device pointers; see the file comment for the tables). */
 typedef struct HsQuestSelectParams {
@@ -70,8 +80,10 @@ typedef struct HsQuestSelectParams {
   int qkvRowStride;
   /** i32 [numReqs] qkv row of request r's query token; NULL: row r. */
   const int32_t* tokenRow;
-  /** bf16 [numHostBlocks, digestsPerPage, 2, Hkv, D] this sparse layer's digests. */
+  /** [numHostBlocks, digestsPerPage, 2, Hkv, D] this sparse layer's digests, of digestDtype. */
   const void* digests;
+  /** HS_DIGEST_BF16 (bf16 values) or HS_DIGEST_FP8 (e4m3 codes, read exactly as floats). */
+  int digestDtype;
   int numHostBlocks;
   /** i32 [numReqs] context length after this step (tokens, this step's included). */
   const int32_t* seqLens;

@@ -4,8 +4,14 @@
 // sub-page of digestTokens tokens), it folds the run's keys into the sub-page's digest in token
 // order. So each digest is touched by exactly one CTA per launch, and the result equals the CPU
 // oracle's sequential fold (QuestSelector.updateDigests in src/attention/sparse/quest.ts).
+// bf16 digests fold on the bits; fp8 digests (e4m3 codes) are read, converted to float, folded
+// with the run's keys in float and written rounded outward (min down, max up: fp8.cuh
+// floatToE4m3Down / Up), which equals the oracle's key-by-key rounded fold (rounding is monotone).
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
+#include "fp8.cuh"
 #include "hisparse.h"
 #include "hisparse_common.cuh"
 
@@ -17,7 +23,7 @@ struct DigestArgs {
   const uint4* qkv;
   uint4* cache;
   const int32_t* slots;
-  uint4* digests;
+  void* digests;  // 8 elements a vector: uint4 (bf16) or uint2 (e4m3)
   const int32_t* hostSlots;
   int numTokens;
   int rowVecs;  // qkv row stride
@@ -40,7 +46,72 @@ __device__ __forceinline__ void fold(uint32_t (&mn)[8], uint32_t (&mx)[8], const
   }
 }
 
+/** Float min/max fold of 8 bf16 keys into (mn, mx), the oracle's comparisons (v < min, v > max). */
+__device__ __forceinline__ void foldFloat(float (&mn)[8], float (&mx)[8], const uint4& key) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const float v = bf16Bits(lane16(key, e));
+    if (v < mn[e]) mn[e] = v;
+    if (v > mx[e]) mx[e] = v;
+  }
+}
+
+/** Byte e (0..7) of 8 e4m3 codes. */
+__device__ __forceinline__ uint8_t code8(const uint2& c, int e) {
+  return static_cast<uint8_t>(((e < 4 ? c.x : c.y) >> (8 * (e & 3))) & 0xffu);
+}
+
+/** 8 floats rounded onto the e4m3 grid, down (up = false) or up, packed as 8 codes. */
+__device__ __forceinline__ uint2 packDirected(const float (&v)[8], bool up) {
+  uint2 c{0u, 0u};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const uint32_t b = hs_fp8::floatToE4m3Directed(v[e], up);
+    if (e < 4) c.x |= b << (8 * e);
+    else c.y |= b << (8 * (e - 4));
+  }
+  return c;
+}
+
+/**
+ * bf16 digests: the stored (lo, hi) extended by the run's keys (key, then k[j * rowVecs] for
+ * j < n), on the bits (signed zeros kept); without `extend` the digest starts over at `key`.
+ */
+__device__ __forceinline__ void foldRun(uint4& lo, uint4& hi, bool extend, const uint4& key, const uint4* k, int n,
+                                        int rowVecs) {
+  uint32_t mn[8];
+  uint32_t mx[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    mn[e] = lane16(extend ? lo : key, e);
+    mx[e] = lane16(extend ? hi : key, e);
+  }
+  if (extend) fold(mn, mx, key);
+  for (int j = 1; j < n; ++j) fold(mn, mx, k[static_cast<size_t>(j) * rowVecs]);
+  lo = pack16(mn);
+  hi = pack16(mx);
+}
+
+/** fp8 digests: as above on float values (stored codes converted exactly), then rounded outward. */
+__device__ __forceinline__ void foldRun(uint2& lo, uint2& hi, bool extend, const uint4& key, const uint4* k, int n,
+                                        int rowVecs) {
+  float mn[8];
+  float mx[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    mn[e] = extend ? hs_fp8::e4m3ToFloat(code8(lo, e)) : bf16Bits(lane16(key, e));
+    mx[e] = extend ? hs_fp8::e4m3ToFloat(code8(hi, e)) : mn[e];
+  }
+  if (extend) foldFloat(mn, mx, key);
+  for (int j = 1; j < n; ++j) foldFloat(mn, mx, k[static_cast<size_t>(j) * rowVecs]);
+  lo = packDirected(mn, false);
+  hi = packDirected(mx, true);
+}
+
+/** kFp8: digests of e4m3 codes (uint2 = 8 codes a vector), else bf16 (uint4 = 8 bf16). */
+template <bool kFp8>
 __global__ void __launch_bounds__(256) reshapeDigestKernel(const DigestArgs a) {
+  using DVec = std::conditional_t<kFp8, uint2, uint4>;
   const int t = blockIdx.x;
   const uint4* __restrict__ k = a.qkv + static_cast<size_t>(t) * a.rowVecs + a.kVecs;
   // Every index is read up front, and each thread issues its loads (K, V and the digest it
@@ -67,15 +138,15 @@ __global__ void __launch_bounds__(256) reshapeDigestKernel(const DigestArgs a) {
   }
   // Digests [numHostBlocks * S, 2, Hkv, D]: sub-page hs / digestTokens (host block * S + sub-page).
   const size_t digestAt = folds ? static_cast<size_t>(hs / a.digestTokens) * 2 * a.kvVecs : 0;
-  uint4* __restrict__ dmin = folds ? a.digests + digestAt : nullptr;
-  uint4* __restrict__ dmax = folds ? a.digests + digestAt + a.kvVecs : nullptr;
+  DVec* __restrict__ dmin = folds ? static_cast<DVec*>(a.digests) + digestAt : nullptr;
+  DVec* __restrict__ dmax = folds ? static_cast<DVec*>(a.digests) + digestAt + a.kvVecs : nullptr;
   const bool extend = folds && off != 0;  // else the digest starts over (the host block may be reused)
   if (!cached && !folds) return;           // padding: nothing to write
   for (int i = threadIdx.x; i < a.kvVecs; i += blockDim.x) {
     const uint4 key = k[i];
     const uint4 val = cached ? k[a.kvVecs + i] : uint4{};
-    uint4 lo{};
-    uint4 hi{};
+    DVec lo{};
+    DVec hi{};
     if (extend) {
       lo = dmin[i];
       hi = dmax[i];
@@ -85,17 +156,9 @@ __global__ void __launch_bounds__(256) reshapeDigestKernel(const DigestArgs a) {
       vd[i] = val;
     }
     if (!folds) continue;
-    uint32_t mn[8];
-    uint32_t mx[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      mn[e] = lane16(extend ? lo : key, e);
-      mx[e] = lane16(extend ? hi : key, e);
-    }
-    if (extend) fold(mn, mx, key);
-    for (int j = 1; j < n; ++j) fold(mn, mx, k[static_cast<size_t>(j) * a.rowVecs + i]);
-    dmin[i] = pack16(mn);
-    dmax[i] = pack16(mx);
+    foldRun(lo, hi, extend, key, k + i, n, a.rowVecs);
+    dmin[i] = lo;
+    dmax[i] = hi;
   }
 }
 
@@ -106,10 +169,11 @@ extern "C" cudaError_t hsReshapeAndCacheDigest(const void* qkv, void* kvCache, c
                                                void* digests, const int32_t* hostSlotMapping, int numTokens,
                                                int rowStride, int numHeads, int numKvHeads, int headDim,
                                                int blockSize, int digestTokens, int numBlocks, int numHostBlocks,
-                                               cudaStream_t stream) {
+                                               int digestDtype, cudaStream_t stream) {
   using namespace hs_sparse;
   if (numTokens < 0 || numHeads <= 0 || numKvHeads <= 0 || headDim <= 0 || blockSize <= 0 || numBlocks < 0 ||
-      numHostBlocks < 0 || digestTokens <= 0 || blockSize % digestTokens != 0)
+      numHostBlocks < 0 || digestTokens <= 0 || blockSize % digestTokens != 0 ||
+      (digestDtype != HS_DIGEST_BF16 && digestDtype != HS_DIGEST_FP8))
     return cudaErrorInvalidValue;
   const int kvElems = numKvHeads * headDim;
   if (kvElems % 8 != 0 || (numHeads * headDim) % 8 != 0 || rowStride % 8 != 0 ||
@@ -123,7 +187,7 @@ extern "C" cudaError_t hsReshapeAndCacheDigest(const void* qkv, void* kvCache, c
   a.qkv = static_cast<const uint4*>(qkv);
   a.cache = static_cast<uint4*>(kvCache);
   a.slots = slotMapping;
-  a.digests = static_cast<uint4*>(digests);
+  a.digests = digests;
   a.hostSlots = hostSlotMapping;
   a.numTokens = numTokens;
   a.rowVecs = rowStride / 8;
@@ -134,6 +198,9 @@ extern "C" cudaError_t hsReshapeAndCacheDigest(const void* qkv, void* kvCache, c
   a.numSlots = static_cast<long long>(numBlocks) * blockSize;
   a.numHostSlots = static_cast<long long>(numHostBlocks) * blockSize;
   const int threads = a.kvVecs >= 256 ? 256 : (a.kvVecs + 31) / 32 * 32;
-  reshapeDigestKernel<<<numTokens, threads, 0, stream>>>(a);
+  if (digestDtype == HS_DIGEST_FP8)
+    reshapeDigestKernel<true><<<numTokens, threads, 0, stream>>>(a);
+  else
+    reshapeDigestKernel<false><<<numTokens, threads, 0, stream>>>(a);
   return cudaGetLastError();
 }

@@ -6,8 +6,9 @@
 //    memory, laid out per (head, half-chunk, lane) so that a lane's 16-byte loads are
 //    conflict-free;
 // 2. L = questScoreLanes(D) lanes per page (8 head dims each; 2 pages per warp at D = 128): lane
-//    l loads 16 bytes of the page's min digest and 16 of its max (the lanes of a page read 2 x
-//    D x 2 contiguous bytes: coalesced), sums qPos*max + qNeg*min over its 8 dims in float32
+//    l loads its 8 elements of the page's min digest and 8 of its max (16 bytes each in bf16, 8
+//    in e4m3, converted exactly to float; the lanes of a page read 2 x D elements contiguously:
+//    coalesced), sums qPos*max + qNeg*min over its 8 dims in float32
 //    without FMA, then a butterfly of shuffles over the L lanes; the page's score is the
 //    largest head bound (quest.ts questScore: the same operation order, so the same ranks), and
 //    lane 0 stores an order-preserving 64-bit key of it (0 marks a forced page); with
@@ -18,7 +19,7 @@
 // 4. one ordered pass over the pages (CTA scans) takes the forced pages, the keys > T and the
 //    first keys == T in page order (the oracle's tie rule: lower page first), and writes the
 //    selection ascending.
-// Scoring reads 4 * D * S bytes of digest per page and kv head and does 4 * D float32 operations
+// Scoring reads 4 * D * S bytes of bf16 digest (2 * D * S of e4m3) per page and kv head and does 4 * D float32 operations
 // per q head of the group: memory-bound at any group size on an H100/H200 class GPU
 // (bench: native/tests/quest_score_bench.cu).
 #include <cuda_bf16.h>
@@ -27,6 +28,7 @@
 #include <climits>
 #include <cmath>
 
+#include "fp8.cuh"
 #include "hisparse.h"
 #include "hisparse_common.cuh"
 #include "radix_select.cuh"
@@ -40,9 +42,44 @@ namespace {
 __device__ __forceinline__ const uint16_t* qkvBits(const HsQuestSelectParams& a) {
   return static_cast<const uint16_t*>(a.qkv);
 }
-/** bf16 bits of the digests [numHostBlocks, digestsPerPage, 2, Hkv, D]. */
-__device__ __forceinline__ const uint16_t* digestBits(const HsQuestSelectParams& a) {
-  return static_cast<const uint16_t*>(a.digests);
+/**
+ * Lane l's 8 elements of one sub-page digest's min and max (kv head g), as floats; zeros when
+ * !load (an unscored page, or the lanes past D). Digests [numHostBlocks * S, 2, Hkv, D] of bf16
+ * (kFp8 false: one 16-byte load each) or e4m3 codes (one 8-byte load each, converted exactly).
+ */
+template <bool kFp8>
+__device__ __forceinline__ void loadDigest(const HsQuestSelectParams& a, size_t sub, int g, int l, bool load,
+                                           float (&mn)[8], float (&mx)[8]) {
+  const size_t at = (sub * 2 * a.numKvHeads + g) * a.headDim;  // elements
+  const size_t half = static_cast<size_t>(a.numKvHeads) * a.headDim / 8;  // min -> max, in 8-element vectors
+  if constexpr (kFp8) {
+    uint2 lo{0u, 0u};
+    uint2 hi{0u, 0u};
+    if (load) {
+      const uint2* d = reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(a.digests) + at);
+      lo = d[l];
+      hi = d[half + l];
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int sh = 8 * (e & 3);
+      mn[e] = hs_fp8::e4m3ToFloat(static_cast<uint8_t>(((e < 4 ? lo.x : lo.y) >> sh) & 0xffu));
+      mx[e] = hs_fp8::e4m3ToFloat(static_cast<uint8_t>(((e < 4 ? hi.x : hi.y) >> sh) & 0xffu));
+    }
+  } else {
+    uint4 lo = make_uint4(0u, 0u, 0u, 0u);
+    uint4 hi = lo;
+    if (load) {
+      const uint4* d = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.digests) + at);
+      lo = d[l];
+      hi = d[half + l];
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      mn[e] = bf16Bits(lane16(lo, e));
+      mx[e] = bf16Bits(lane16(hi, e));
+    }
+  }
 }
 /** The sort keys in the scratch: [numReqs, Hkv, tableStride]. */
 __device__ __forceinline__ unsigned long long* sortKeys(const HsQuestSelectParams& a) {
@@ -112,10 +149,11 @@ __device__ __forceinline__ SelectRow selectRow(const HsQuestSelectParams& a, int
 /**
  * The score of one page for one lane's 8 dims, all heads of the group (step 2 of the file
  * comment); every lane of the warp calls it (the butterfly shuffles span the warp). qs: the
- * group's [G][2][L] float4 qPos then [G][2][L] float4 qNeg; mn / mx: this lane's 8 bf16 of the
+ * group's [G][2][L] float4 qPos then [G][2][L] float4 qNeg; mn / mx: this lane's 8 values of the
  * page's min / max digest (zeros past D or for an unscored page).
  */
-__device__ __forceinline__ float laneScore(const float4* qs, int G, int L, int l, const uint4& mn, const uint4& mx) {
+__device__ __forceinline__ float laneScore(const float4* qs, int G, int L, int l, const float (&mn)[8],
+                                           const float (&mx)[8]) {
   const float4* qNeg = qs + static_cast<size_t>(G) * 2 * L;
   float best = -INFINITY;
   for (int h = 0; h < G; ++h) {
@@ -129,8 +167,8 @@ __device__ __forceinline__ float laneScore(const float4* qs, int G, int L, int l
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int k = half * 4 + e;
-        s = __fadd_rn(s, __fmul_rn(qp[e], bf16Bits(lane16(mx, k))));
-        s = __fadd_rn(s, __fmul_rn(qn[e], bf16Bits(lane16(mn, k))));
+        s = __fadd_rn(s, __fmul_rn(qp[e], mx[k]));
+        s = __fadd_rn(s, __fmul_rn(qn[e], mn[k]));
       }
     }
     for (int o = L >> 1; o >= 1; o >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
@@ -141,6 +179,7 @@ __device__ __forceinline__ float laneScore(const float4* qs, int G, int L, int l
 }
 
 /** Scores the live pages of one (row, kv head) into the keys (steps 1-2 of the file comment). */
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads) questScoreKernel(const HsQuestSelectParams a) {
   extern __shared__ __align__(16) unsigned char smem[];
   float4* qs = reinterpret_cast<float4*>(smem);  // [2 (pos, neg)][G][2][L] float4
@@ -176,7 +215,6 @@ __global__ void __launch_bounds__(kThreads) questScoreKernel(const HsQuestSelect
   const int lane = threadIdx.x & 31;
   const int sub = lane / L;  // page of this lane within the warp's group
   const int l = lane - sub * L;
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   const uint8_t* prev = a.prevSelected != nullptr
                             ? a.prevSelected + (static_cast<size_t>(row.slot) * a.numKvHeads + g) * a.tableStride
                             : nullptr;
@@ -193,14 +231,9 @@ __global__ void __launch_bounds__(kThreads) questScoreKernel(const HsQuestSelect
     // The page's score: the largest bound of its S sub-page digests (S uniform: full-warp shuffles).
     float best = -INFINITY;
     for (int j = 0; j < a.digestsPerPage; ++j) {
-      uint4 mn = zero;
-      uint4 mx = zero;
-      if (scored && 8 * l < D) {
-        const size_t sub = static_cast<size_t>(hb) * a.digestsPerPage + j;
-        const uint4* dmn = reinterpret_cast<const uint4*>(digestBits(a) + (sub * 2 * a.numKvHeads + g) * D);
-        mn = dmn[l];
-        mx = dmn[static_cast<size_t>(a.numKvHeads) * D / 8 + l];
-      }
+      float mn[8];
+      float mx[8];
+      loadDigest<kFp8>(a, static_cast<size_t>(hb) * a.digestsPerPage + j, g, l, scored && 8 * l < D, mn, mx);
       const float v = laneScore(qs, G, L, l, mn, mx);
       if (v > best) best = v;
     }
@@ -321,6 +354,7 @@ extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t 
       p->numHeads % p->numKvHeads != 0 || p->headDim <= 0 || p->headDim % 8 != 0 || p->headDim > 256 ||
       p->blockSize <= 0 || p->tableStride <= 0 || p->numSlots <= 0 || p->budgetPages <= 0 || p->sinkPages < 0 ||
       p->windowPages < 1 || p->digestsPerPage < 1 || p->qkvRowStride < p->numHeads * p->headDim ||
+      (p->digestDtype != HS_DIGEST_BF16 && p->digestDtype != HS_DIGEST_FP8) ||
       scoreSmemBytes(p->numHeads / p->numKvHeads, p->headDim) > 48 * 1024)
     return cudaErrorInvalidValue;
   if (p->numReqs == 0) return cudaSuccess;
@@ -331,7 +365,11 @@ extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t 
     return cudaErrorInvalidValue;
   const dim3 scoreGrid(scoreCtasPerItem(p), p->numKvHeads, p->numReqs);
   if (p->numKvHeads > 65535) return cudaErrorInvalidValue;
-  questScoreKernel<<<scoreGrid, kThreads, scoreSmemBytes(p->numHeads / p->numKvHeads, p->headDim), stream>>>(*p);
+  const size_t smem = scoreSmemBytes(p->numHeads / p->numKvHeads, p->headDim);
+  if (p->digestDtype == HS_DIGEST_FP8)
+    questScoreKernel<true><<<scoreGrid, kThreads, smem, stream>>>(*p);
+  else
+    questScoreKernel<false><<<scoreGrid, kThreads, smem, stream>>>(*p);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const dim3 grid(p->numKvHeads, p->numReqs);

@@ -1,7 +1,8 @@
 // C++ ports of the CPU oracles of the HiSparse kernels, line for line, for the standalone kernel
 // tests (hisparse_test.cu): QuestSelector.updateDigests / select (src/attention/sparse/quest.ts)
 // and HotBufferLru / LruHotBufferResolver.resolve (src/attention/sparse/hot_buffer.ts). Digests
-// are f32 here as in the oracle; the kernels' bf16 digests must hold the same values.
+// are f32 here as in the oracle; the kernels' bf16 digests must hold the same values, their fp8
+// digests the codes of the same values (on the e4m3 grid, rounded outward by refE4m3Directed).
 #pragma once
 
 #include <algorithm>
@@ -11,13 +12,37 @@
 #include <stdexcept>
 #include <vector>
 
+#include "../kernels/fp8.cuh"
 #include "test_common.h"
 
 namespace hs_test {
 
-/** QuestSelector.updateDigests for one layer: digests f32 [numHostBlocks, 2, Hkv, D]. */
+/**
+ * The e4m3 value next to x on the grid, below (up = false) or above it, by brute force over the
+ * codes (the spec of src/backends/fp8.ts floatToE4m3Down / Up, independent of fp8.cuh's bit
+ * arithmetic): saturating at +-448; a zero result is +0; NaN stays NaN.
+ */
+inline float refE4m3Directed(float x, bool up) {
+  if (x != x) return x;
+  if (x >= 448.f) return 448.f;
+  if (x <= -448.f) return -448.f;
+  float best = up ? 448.f : -448.f;
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) == 0x7f) continue;
+    const float v = hs_fp8::e4m3ToFloat(static_cast<uint8_t>(c));
+    if (up ? (v >= x && v < best) : (v <= x && v > best)) best = v;
+  }
+  return best == 0.f ? 0.f : best;  // +0 for both zeros
+}
+
+/**
+ * QuestSelector.updateDigests for one layer: digests f32 [numHostBlocks, 2, Hkv, D] (bs: tokens
+ * per digest); fp8: the min rounded down and the max up after every key, as quest.ts does.
+ */
 inline void refUpdateDigests(std::vector<float>& dg, const std::vector<uint16_t>& qkv, int rowStride, int Hq,
-                             int Hkv, int D, int bs, const std::vector<int>& hostSlots) {
+                             int Hkv, int D, int bs, const std::vector<int>& hostSlots, bool fp8 = false) {
+  const auto down = [fp8](float v) { return fp8 ? refE4m3Directed(v, false) : v; };
+  const auto up = [fp8](float v) { return fp8 ? refE4m3Directed(v, true) : v; };
   const int kvDim = Hkv * D;
   for (size_t t = 0; t < hostSlots.size(); ++t) {
     const int slot = hostSlots[t];
@@ -26,13 +51,16 @@ inline void refUpdateDigests(std::vector<float>& dg, const std::vector<uint16_t>
     const size_t mx = mn + kvDim;
     const size_t k = t * rowStride + static_cast<size_t>(Hq) * D;
     if (slot % bs == 0) {
-      for (int i = 0; i < kvDim; ++i) dg[mn + i] = dg[mx + i] = bf16ToFloat(qkv[k + i]);
+      for (int i = 0; i < kvDim; ++i) {
+        dg[mn + i] = down(bf16ToFloat(qkv[k + i]));
+        dg[mx + i] = up(bf16ToFloat(qkv[k + i]));
+      }
       continue;
     }
     for (int i = 0; i < kvDim; ++i) {
       const float v = bf16ToFloat(qkv[k + i]);
-      if (v < dg[mn + i]) dg[mn + i] = v;
-      if (v > dg[mx + i]) dg[mx + i] = v;
+      if (v < dg[mn + i]) dg[mn + i] = down(v);
+      if (v > dg[mx + i]) dg[mx + i] = up(v);
     }
   }
 }

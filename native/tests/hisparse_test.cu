@@ -5,8 +5,9 @@
 // This file holds main() and the --only filter; the cases sit in hisparse_test_{kv,select,
 // resolve,attention}.cu (one per kernel group, see hisparse_test_common.h), all linked together.
 // Usage: hisparse_test [--quick] [--only TEXT] (the resolver's swap-in bandwidth: resolver_bench.cu)
-// Exact checks: KV rows and digests written by hsReshapeAndCacheDigest (bits), selections of
-// hsQuestSelect (pages, ties included), hsResolve over a scripted multi-step sequence (blocks,
+// Exact checks: KV rows and digests written by hsReshapeAndCacheDigest (bits; bf16 and fp8
+// digests, the fp8 directed rounding exhaustively), selections of hsQuestSelect over bf16 and
+// fp8 digests (pages, ties included), hsResolve over a scripted multi-step sequence (blocks,
 // lengths, LRU state, hits / misses, held pages, every copied byte), the mirror's host layout,
 // sparse attention with dense-equal tables (bits equal to hsPagedDecodeAttention). Tolerance
 // checks: sparse attention with per-head tables against float64 (relative error < 1e-2).
@@ -33,10 +34,15 @@ int main(int argc, char** argv) {
   HS_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   Tally tally;
+  directedRoundingCase(tally);
   digestCase(tally, 4, 2, 64, 8);
   digestCase(tally, 4, 2, 64, 16, 4);  // sub-page digests: 4 per page
+  digestCase(tally, 4, 2, 64, 8, 0, true);  // fp8 digests, rounded outward
+  digestCase(tally, 4, 2, 64, 16, 4, true);
   selectCase(tally, 8, 2, 64, 16, 11);
   selectCase(tally, 8, 2, 64, 16, 17, 4);  // a page scores as the best of its 4 sub-page digests
+  selectCase(tally, 8, 2, 64, 16, 11, 1, true);  // fp8 digests
+  selectCase(tally, 8, 2, 64, 16, 17, 4, true);
   selectCase(tally, 20, 2, 64, 16, 14);  // 10 heads per group: two head tiles of the scoring kernel
   selectCase(tally, 2, 2, 64, 16, 15);   // 1 head per group
   selectCase(tally, 16, 2, 64, 16, 16);  // 8 heads per group
@@ -47,6 +53,7 @@ int main(int argc, char** argv) {
   selectCase(tally, 4, 2, 96, 16, 22);
   selectCase(tally, 4, 2, 32, 16, 23);
   selectCase(tally, 4, 2, 32, 16, 24, 2);
+  selectCase(tally, 4, 2, 96, 16, 25, 2, true);
   hsQuestSetScoreCtaCap(0);
   overlapCase(tally);
   resolveCase(tally, 2, 64, 8, quick ? 6 : 40, ResolveMode::kFused);
@@ -58,7 +65,9 @@ int main(int argc, char** argv) {
   sparseAttentionCase(tally, 8, 2, 64, 16, {300, 1, 0, 777, 64}, 1024);
   if (!quick) {
     digestCase(tally, 32, 8, 128, 16);
+    digestCase(tally, 32, 8, 128, 16, 4, true);  // the Llama-3.1-8B shape with the defaults
     selectCase(tally, 32, 8, 128, 16, 12);
+    selectCase(tally, 32, 8, 128, 16, 12, 4, true);
     selectCase(tally, 28, 4, 128, 32, 13);
     resolveCase(tally, 8, 128, 16, 60, ResolveMode::kFused);
     resolveCase(tally, 8, 128, 16, 60, ResolveMode::kSplit);

@@ -1,6 +1,7 @@
 // Shared pieces of the HiSparse kernel test: hisparse_test.cu (main, the --only filter) and its
 // case files, one per kernel group, linked into one program (hisparse_test):
-//   hisparse_test_kv.cu         hsReshapeAndCacheDigest (KV rows + digests), hsMirrorPages
+//   hisparse_test_kv.cu         hsReshapeAndCacheDigest (KV rows + digests), fp8.cuh directed
+//                               rounding, hsMirrorPages
 //   hisparse_test_select.cu     hsQuestSelect
 //   hisparse_test_resolve.cu    hsResolve (scripted sequence: fused, split, fp8 host; error case)
 //   hisparse_test_attention.cu  hsSparseDecodeAttention
@@ -57,10 +58,16 @@ struct Tables {
 
 // ---- the cases, in the order main() runs them ------------------------------------------------------
 
-/** hsReshapeAndCacheDigest: KV rows and digests against refUpdateDigests (hisparse_test_kv.cu). */
-void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs, int dt = 0);
-/** hsQuestSelect against refSelectOne, ties included (hisparse_test_select.cu). */
-void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed, int digestsPerPage = 1);
+/**
+ * hsReshapeAndCacheDigest: KV rows and digests against refUpdateDigests (hisparse_test_kv.cu);
+ * fp8: e4m3 digests rounded outward, keys in the subnormal and saturating ranges too.
+ */
+void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs, int dt = 0, bool fp8 = false);
+/** floatToE4m3Down / Up (fp8.cuh) against refE4m3Directed over every bf16 value (hisparse_test_kv.cu). */
+void directedRoundingCase(Tally& tally);
+/** hsQuestSelect against refSelectOne, ties included, over bf16 or fp8 digests (hisparse_test_select.cu). */
+void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed, int digestsPerPage = 1,
+                bool fp8 = false);
 /** hsQuestSelect's benchmark overlap knob (prevSelected) at p = 1 and 0 (hisparse_test_select.cu). */
 void overlapCase(Tally& tally);
 /** Resolver variants: the fused copy, the split plan + copy pass (bf16 host tier), split with an fp8 host tier. */

@@ -1,5 +1,6 @@
 // HiSparse kernel test, KV write paths (part of hisparse_test; see hisparse_test.cu):
-// hsReshapeAndCacheDigest (KV rows and Quest digests, bits) and hsMirrorPages (host tier layout).
+// hsReshapeAndCacheDigest (KV rows and Quest digests, bits; bf16 and fp8 digests), the directed
+// e4m3 rounding of fp8 digests (fp8.cuh, exhaustive over bf16 inputs) and hsMirrorPages (host tier layout).
 #include <numeric>
 
 #include <cstring>
@@ -11,10 +12,29 @@ namespace hs_test {
 
 // ---- 1. reshape_and_cache + digests ---------------------------------------------------------------
 
-void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs, int dt) {
+namespace {
+
+/**
+ * Keys for the fp8 digest case: `v` with every 5th value moved to the e4m3 subnormal range
+ * (|x| < 2^-6) and every 7th beyond saturation (|x| in [300, 600]), signs kept.
+ */
+void stretchKeys(Rng& rng, std::vector<uint16_t>& v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float sign = (v[i] & 0x8000) ? -1.f : 1.f;
+    if (i % 5 == 3) v[i] = floatToBf16(sign * static_cast<float>(0.0005 + 0.012 * rng.uniform()));
+    if (i % 7 == 5) v[i] = floatToBf16(sign * static_cast<float>(300 + 300 * rng.uniform()));
+  }
+}
+
+/** Stored fp8 digest code c holds ref value v: same value, and +0 as code 0x00 (no -0, no NaN). */
+bool codeHolds(uint8_t c, float v) { return c != 0x80 && (c & 0x7f) != 0x7f && hs_fp8::e4m3ToFloat(c) == v; }
+
+}  // namespace
+
+void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs, int dt, bool fp8) {
   if (dt <= 0) dt = bs;
   char name[96];
-  std::snprintf(name, sizeof name, "digest Hq%d Hkv%d D%d bs%d dt%d", Hq, Hkv, D, bs, dt);
+  std::snprintf(name, sizeof name, "digest Hq%d Hkv%d D%d bs%d dt%d %s", Hq, Hkv, D, bs, dt, fp8 ? "fp8" : "bf16");
   if (!selected(name)) return;
   Rng rng(1000 + D + bs);
   const int stride = (Hq + 2 * Hkv) * D;
@@ -37,25 +57,36 @@ void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs, int dt) {
   std::iota(perm.begin(), perm.end(), 0);
   for (int i = static_cast<int>(perm.size()) - 1; i > 0; --i) std::swap(perm[i], perm[rng.below(i + 1)]);
   for (int t = 0; t < T; ++t) slots.push_back(t == T - 2 ? perm[t] : (t == T - 1 || t == bs + 6 ? -1 : perm[t]));
-  const auto qkv = randomBf16Vec(rng, static_cast<size_t>(T) * stride);
-  // [numHostBlocks, bs / dt, 2, Hkv, D]: one digest per sub-page of dt tokens.
+  auto qkv = randomBf16Vec(rng, static_cast<size_t>(T) * stride);
+  if (fp8) stretchKeys(rng, qkv);
+  // [numHostBlocks, bs / dt, 2, Hkv, D]: one digest per sub-page of dt tokens; fp8: random codes
+  // of those values (rounded to nearest: any grid value will do as the stored digest).
   const auto dg0 = randomBf16Vec(rng, static_cast<size_t>(numHostBlocks) * (bs / dt) * 2 * Hkv * D, false);
+  std::vector<uint8_t> dg0Fp8(dg0.size());
+  for (size_t i = 0; i < dg0.size(); ++i) dg0Fp8[i] = hs_fp8::floatToE4m3(bf16ToFloat(dg0[i]));
   const size_t cacheElems = static_cast<size_t>(numBlocks) * 2 * bs * Hkv * D;
   std::vector<uint16_t> cache0(cacheElems, kBf16NaN);
   auto dQkv = toDevice(qkv);
   auto dCache = toDevice(cache0);
   auto dDg = toDevice(dg0);
+  auto dDg8 = toDevice(dg0Fp8);
   auto dSlots = toDevice(slots);
   auto dHost = toDevice(hostSlots);
-  HS_CHECK(hsReshapeAndCacheDigest(dQkv.ptr, dCache.ptr, dSlots.ptr, dDg.ptr, dHost.ptr, T, stride, Hq, Hkv, D, bs,
-                                   dt, numBlocks, numHostBlocks, 0));
+  HS_CHECK(hsReshapeAndCacheDigest(dQkv.ptr, dCache.ptr, dSlots.ptr, fp8 ? static_cast<void*>(dDg8.ptr) : dDg.ptr,
+                                   dHost.ptr, T, stride, Hq, Hkv, D, bs, dt, numBlocks, numHostBlocks,
+                                   fp8 ? HS_DIGEST_FP8 : HS_DIGEST_BF16, 0));
   HS_CHECK(cudaDeviceSynchronize());
   std::vector<float> ref(dg0.size());
-  for (size_t i = 0; i < ref.size(); ++i) ref[i] = bf16ToFloat(dg0[i]);
-  refUpdateDigests(ref, qkv, stride, Hq, Hkv, D, dt, hostSlots);  // digest index = host slot / dt
-  const auto dg = fromDevice(dDg, dg0.size());
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] = fp8 ? hs_fp8::e4m3ToFloat(dg0Fp8[i]) : bf16ToFloat(dg0[i]);
+  refUpdateDigests(ref, qkv, stride, Hq, Hkv, D, dt, hostSlots, fp8);  // digest index = host slot / dt
   long bad = 0;
-  for (size_t i = 0; i < ref.size(); ++i) bad += dg[i] != floatToBf16(ref[i]) ? 1 : 0;
+  if (fp8) {
+    const auto dg = fromDevice(dDg8, dg0.size());
+    for (size_t i = 0; i < ref.size(); ++i) bad += codeHolds(dg[i], ref[i]) ? 0 : 1;
+  } else {
+    const auto dg = fromDevice(dDg, dg0.size());
+    for (size_t i = 0; i < ref.size(); ++i) bad += dg[i] != floatToBf16(ref[i]) ? 1 : 0;
+  }
   std::vector<uint16_t> cacheRef = cache0;
   const size_t kv = static_cast<size_t>(Hkv) * D;
   for (int t = 0; t < T; ++t) {
@@ -71,6 +102,32 @@ void digestCase(Tally& tally, int Hq, int Hkv, int D, int bs, int dt) {
   const bool ok = bad == 0 && badKv == 0;
   std::printf("%-52s digest mismatches=%ld kv mismatches=%ld %s\n", name, bad, badKv, ok ? "ok" : "FAIL");
   tally.record(ok, name);
+}
+
+// ---- 1b. directed e4m3 rounding (fp8 digests) ------------------------------------------------------
+
+void directedRoundingCase(Tally& tally) {
+  const char* name = "fp8 directed rounding (every bf16 value, down and up)";
+  if (!selected(name)) return;
+  long bad = 0;
+  for (uint32_t b = 0; b < 0x10000u; ++b) {
+    const float x = bf16ToFloat(static_cast<uint16_t>(b));
+    if (x != x) continue;
+    for (const bool up : {false, true}) {
+      const uint8_t c = hs_fp8::floatToE4m3Directed(x, up);
+      if (!codeHolds(c, refE4m3Directed(x, up)) && bad++ < 4)
+        std::printf("  %s(%g) = code 0x%02x, want %g\n", up ? "up" : "down", x, c, refE4m3Directed(x, up));
+    }
+  }
+  // Pinned from src/backends/fp8.ts (test/unit/backends/fp8_directed.test.ts): the same codes.
+  const struct { float x; uint8_t down, up; } pins[] = {
+      {0.1f, 0x1c, 0x1d}, {0.3f, 0x29, 0x2a}, {-2.f, 0xc0, 0xc0}, {1000.f, 0x7e, 0x7e},
+      {-0.f, 0x00, 0x00}, {-0.0001f, 0x81, 0x00}, {1.9f, 0x3f, 0x40}, {7.5f / 512, 0x07, 0x08},
+      {-600.f, 0xfe, 0xfe}, {0.0009765625f, 0x00, 0x01}};
+  for (const auto& p : pins)
+    bad += hs_fp8::floatToE4m3Down(p.x) == p.down && hs_fp8::floatToE4m3Up(p.x) == p.up ? 0 : 1;
+  std::printf("%-52s mismatches=%ld %s\n", name, bad, bad == 0 ? "ok" : "FAIL");
+  tally.record(bad == 0, name);
 }
 
 // ---- 4. mirror and load ------------------------------------------------------------------------------

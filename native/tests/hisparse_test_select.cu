@@ -1,14 +1,16 @@
 // HiSparse kernel test, Quest selection (part of hisparse_test; see hisparse_test.cu):
-// hsQuestSelect against refSelectOne (pages per (row, kv head), ties included).
+// hsQuestSelect against refSelectOne (pages per (row, kv head), ties included), over bf16 and
+// fp8 (e4m3) digests.
+#include "../kernels/fp8.cuh"
 #include "hisparse_test_common.h"
 
 namespace hs_test {
 
 // ---- 2. Quest selection ----------------------------------------------------------------------------
 
-void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed, int S) {
+void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed, int S, bool fp8) {
   char name[96];
-  std::snprintf(name, sizeof name, "select Hq%d Hkv%d D%d bs%d S%d", Hq, Hkv, D, bs, S);
+  std::snprintf(name, sizeof name, "select Hq%d Hkv%d D%d bs%d S%d %s", Hq, Hkv, D, bs, S, fp8 ? "fp8" : "bf16");
   if (!selected(name)) return;
   Rng rng(seed);
   const RefSelectConfig c{Hq, Hkv, D, bs, 8, 1, 2, S};
@@ -29,6 +31,9 @@ void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed, int
   for (int p : {10, 11, 40}) tb.pin(0)[p] = 1;
   for (int p = 3; p < 12; ++p) tb.pin(4)[p] = 1;
   const auto dg = randomBf16Vec(rng, static_cast<size_t>(numHostBlocks) * S * 2 * Hkv * D);
+  // fp8: the e4m3 codes of those values (both zeros among them), read by the kernel as their values.
+  std::vector<uint8_t> dg8(dg.size());
+  for (size_t i = 0; i < dg.size(); ++i) dg8[i] = hs_fp8::floatToE4m3(bf16ToFloat(dg[i]));
   const int stride = (Hq + 2 * Hkv) * D;
   const int T = R + 3;
   const auto qkv = randomBf16Vec(rng, static_cast<size_t>(T) * stride);
@@ -36,6 +41,7 @@ void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed, int
   for (int r = 0; r < R; ++r) tokenRow[r] = (r * 5 + 2) % T;
   auto dQkv = toDevice(qkv);
   auto dDg = toDevice(dg);
+  auto dDg8 = toDevice(dg8);
   auto dSeq = toDevice(seqLens);
   auto dFlags = toDevice(flags);
   auto dSlot = toDevice(reqSlot);
@@ -51,7 +57,8 @@ void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed, int
   p.qkv = dQkv.ptr;
   p.qkvRowStride = stride;
   p.tokenRow = dTok.ptr;
-  p.digests = dDg.ptr;
+  p.digests = fp8 ? static_cast<const void*>(dDg8.ptr) : dDg.ptr;
+  p.digestDtype = fp8 ? HS_DIGEST_FP8 : HS_DIGEST_BF16;
   p.numHostBlocks = numHostBlocks;
   p.seqLens = dSeq.ptr;
   p.rowFlags = dFlags.ptr;
@@ -78,7 +85,7 @@ void selectCase(Tally& tally, int Hq, int Hkv, int D, int bs, uint64_t seed, int
   const auto sel = fromDevice(dSel, dSel.count);
   const auto cnt = fromDevice(dCnt, dCnt.count);
   std::vector<float> dgF(dg.size());
-  for (size_t i = 0; i < dg.size(); ++i) dgF[i] = bf16ToFloat(dg[i]);
+  for (size_t i = 0; i < dg.size(); ++i) dgF[i] = fp8 ? hs_fp8::e4m3ToFloat(dg8[i]) : bf16ToFloat(dg[i]);
   int bad = 0;
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < Hkv; ++g) {
@@ -134,6 +141,7 @@ void overlapCase(Tally& tally) {
     a.qkv = dQkv.ptr;
     a.qkvRowStride = stride;
     a.digests = dDg.ptr;
+    a.digestDtype = HS_DIGEST_BF16;
     a.numHostBlocks = numHostBlocks;
     a.seqLens = dSeq.ptr;
     a.reqSlot = dSlot.ptr;

@@ -70,6 +70,7 @@ double runShape(const Shape& sh, bool check) {
   p.sinkPages = 4;
   p.windowPages = 8;
   p.digestsPerPage = 1;
+  p.digestDtype = HS_DIGEST_BF16;  // bf16 digests (4 D bytes per page and kv head)
   hsQuestSetScoreCtaCap(sh.ctaCap);
   cudaEvent_t e0, e1;
   HS_CHECK(cudaEventCreate(&e0));

@@ -33,7 +33,8 @@ echo "== compiling (parallel)"
 p1=$!
 "$NVCC" "${F[@]}" -o build/fp8/hisparse_test $T/hisparse_test.cu $T/hisparse_test_kv.cu $T/hisparse_test_select.cu \
   $T/hisparse_test_resolve.cu $T/hisparse_test_attention.cu $K/hisparse_digest.cu $K/hisparse_select.cu \
-  $K/hisparse_resolve.cu $K/hisparse_resolve_copy.cu $K/hisparse_mirror.cu $K/attention_decode.cu >"$out/nvcc_hisparse.log" 2>&1 &
+  $K/hisparse_resolve.cu $K/hisparse_resolve_copy.cu $K/hisparse_mirror.cu $K/attention_decode.cu $K/attention_prefill.cu \
+  >"$out/nvcc_hisparse.log" 2>&1 &
 p2=$!
 "$NVCC" "${F[@]}" -o build/fp8/quest_score_bench $T/quest_score_bench.cu $K/hisparse_select.cu \
   >"$out/nvcc_bench.log" 2>&1 &

@@ -73,7 +73,7 @@ run build_kernel_test 240 "$NVCC" -std=c++17 -O3 -lineinfo -gencode=arch=compute
   -o build/hisparse_test/hisparse_test native/tests/hisparse_test.cu native/tests/hisparse_test_kv.cu \
   native/tests/hisparse_test_select.cu native/tests/hisparse_test_resolve.cu native/tests/hisparse_test_attention.cu \
   native/kernels/hisparse_digest.cu native/kernels/hisparse_select.cu native/kernels/hisparse_resolve.cu native/kernels/hisparse_resolve_copy.cu \
-  native/kernels/hisparse_mirror.cu native/kernels/attention_decode.cu
+  native/kernels/hisparse_mirror.cu native/kernels/attention_decode.cu native/kernels/attention_prefill.cu
 [ "$LAST_RC" -ne 0 ] && fails=$((fails + 1))
 row "nvcc hisparse_test" "$LAST_RC" "-" "$LAST_SECS" ""
 if [ -x build/hisparse_test/hisparse_test ]; then

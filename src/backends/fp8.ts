@@ -73,3 +73,51 @@ export function roundToE4m3(a: Float32Array, start: number, end: number, scale: 
   const inv = Math.fround(1 / scale);
   for (let i = start; i < end; i++) a[i] = E4M3_VALUES[floatToE4m3(a[i]! * inv)]! * scale;
 }
+
+/**
+ * Directed rounding onto the e4m3 grid, scale 1 (no per-tensor scale), for Quest digests stored
+ * in fp8 (HiSparse `digest_dtype` "fp8", attention/sparse/quest.ts): {@link floatToE4m3Down} is
+ * the code of the largest e4m3 value <= x, {@link floatToE4m3Up} of the smallest >= x, so a min
+ * rounded down and a max rounded up still bound every key and the Quest score stays an upper
+ * bound of the logits. Rules (bit-exact with native/kernels/fp8.cuh floatToE4m3Down / Up):
+ * - x is rounded to f32 first; NaN stays NaN (sign kept, code S.1111.111);
+ * - saturating at +-448: x > 448 rounds down to 448 (exact) and up to 448 (saturated), x < -448
+ *   rounds up to -448 (exact) and down to -448 (saturated); infinities likewise. Only there is the
+ *   bound not kept (a key beyond +-448 at scale 1);
+ * - a zero result is +0 (code 0x00) whatever the sign of x (so -0 and a tiny negative round up
+ *   to +0, and -0 rounds down to +0): equal values get equal codes, NaN aside.
+ * Rounding down is monotone (a <= b implies rd(a) <= rd(b)), so min(rd(a), rd(b)) = rd(min(a, b))
+ * and max(ru(a), ru(b)) = ru(max(a, b)) as values: folding a key into a stored rounded digest
+ * gives the rounded digest of the exact min / max.
+ */
+export function floatToE4m3Down(x: number): number {
+  return e4m3Directed(x, false);
+}
+
+/** The code of the smallest e4m3 value >= x (saturating at 448; see {@link floatToE4m3Down}). */
+export function floatToE4m3Up(x: number): number {
+  return e4m3Directed(x, true);
+}
+
+/** {@link floatToE4m3Down} / {@link floatToE4m3Up}: up = true rounds toward +infinity. */
+function e4m3Directed(x: number, up: boolean): number {
+  f32[0] = x;
+  const u = u32[0]!;
+  const sign = (u >>> 24) & 0x80;
+  const a = Math.abs(f32[0]!);
+  if (Number.isNaN(a)) return sign | E4M3_NAN;
+  // The magnitude rounds away from zero when the direction points away from zero.
+  const away = up === (sign === 0);
+  let m: number; // magnitude code, 0 .. E4M3_MAX_CODE
+  if (a >= FP8_E4M3_MAX) m = E4M3_MAX_CODE;
+  else if (a < E4M3_MIN_NORMAL) {
+    const s = a * 512; // exact: multiples of 2^-9
+    m = away ? Math.ceil(s) : Math.floor(s); // 8 (from ceil) is the code of 2^-6
+  } else {
+    const exp = ((u >>> 23) & 0xff) - 127;
+    const mant = u & 0x7fffff;
+    // A carry (mantissa 7 + 1) moves the exponent; below 448 it never passes 0x7e.
+    m = ((exp + 7) << 3) + (mant >>> 20) + (away && (mant & 0xfffff) !== 0 ? 1 : 0);
+  }
+  return m === 0 ? 0 : sign | m;
+}

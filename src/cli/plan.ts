@@ -33,7 +33,7 @@ import {
 } from "../plan/format.js";
 import { planHiSparseKnobs } from "../plan/hisparse_knobs.js";
 import {
-  CUDA_DIGEST_ELEMENT_BYTES,
+  cudaDigestElementBytes,
   kvBudgetFromGpu,
   noKvBudgetError,
   PlanError,
@@ -188,6 +188,7 @@ function refuseWhatTheEngineWould(
         sinkTokens: h.sinkTokens,
         windowTokens: h.windowTokens,
         digestTokens: h.digestTokens,
+        digestDtype: h.digestDtype,
         denseLayers: [...h.denseLayers],
         minSparseTokens: h.unplanned?.minSparseTokens,
         selector: h.unplanned?.selector as HiSparseConfig["selector"] | undefined,
@@ -259,6 +260,23 @@ async function runPlan(o: PlanOptions): Promise<void> {
     throw noKvBudgetError(gpu, fp8);
   }
   const kvDtype = resolveKVCacheDtype(o.kvCacheDtype, PLAN_ACTIVATION_DTYPE);
+  const hisparse =
+    config.mla?.indexer != null
+      ? planDsaKnobs({
+          json: o.hisparseConfig,
+          topk: o.hybridSparseTopk,
+          hostPoolBytes: o.hostPoolGib,
+          blockSize: o.blockSize,
+          mla: config.mla,
+          numLayers: config.numHiddenLayers,
+          architecture: config.architecture,
+        })
+      : planHiSparseKnobs({
+          json: o.hisparseConfig,
+          topk: o.hybridSparseTopk,
+          hostPoolBytes: o.hostPoolGib,
+          blockSize: o.blockSize,
+        });
   const input: PlanInput = {
     model: config,
     kvBudgetBytes,
@@ -266,24 +284,8 @@ async function runPlan(o: PlanOptions): Promise<void> {
     blockSize: o.blockSize,
     kvElementBytes: KV_CACHE_DTYPE_BYTES[kvDtype],
     tensorParallelSize: o.tensorParallelSize,
-    digestElementBytes: CUDA_DIGEST_ELEMENT_BYTES,
-    hisparse:
-      config.mla?.indexer != null
-        ? planDsaKnobs({
-            json: o.hisparseConfig,
-            topk: o.hybridSparseTopk,
-            hostPoolBytes: o.hostPoolGib,
-            blockSize: o.blockSize,
-            mla: config.mla,
-            numLayers: config.numHiddenLayers,
-            architecture: config.architecture,
-          })
-        : planHiSparseKnobs({
-            json: o.hisparseConfig,
-            topk: o.hybridSparseTopk,
-            hostPoolBytes: o.hostPoolGib,
-            blockSize: o.blockSize,
-          }),
+    digestElementBytes: cudaDigestElementBytes(hisparse),
+    hisparse,
   };
   const maxLen = { len: derivedMaxModelLen(config), what: derivedMaxModelLenSource(config) };
   refuseWhatTheEngineWould(input, maxLen, config.numHiddenLayers);

@@ -1,7 +1,8 @@
 /**
  * The Quest budget split and digest granularity by default (HiSparseConfig's derived knobs):
  * how much of topk the sinks and the recent window take, and how many tokens one min/max digest
- * covers. Measured on ref-small: bench/results/hisparse_quest_quality_cpu.md.
+ * covers. Measured on ref-small (bench/results/hisparse_quest_quality_cpu.md) and ref-base
+ * (bench/results/gpu_session3_20261202_h200.md).
  */
 
 /**
@@ -47,22 +48,31 @@ export function defaultSinkTokens(topk: number, windowTokens: number, bs: number
   const s = pagesBetween(topk / SINK_BUDGET_DIVISOR, bs, bs, DEFAULT_SINK_TOKENS);
   return Math.max(0, Math.min(s, Math.floor((topk - windowTokens) / bs) * bs));
 }
+/** Tokens per Quest digest by default, where it divides the block size ({@link defaultDigestTokens}). */
+export const DEFAULT_DIGEST_TOKENS = 4;
+
 /**
- * Tokens per Quest digest when digest_tokens is not given: the block size (one min/max digest per
- * page, 2 / blockSize of K's bytes in bf16). `digest_tokens` 4 at 16-token pages keeps four
- * sub-page digests per page and scores a page as its best one: a tighter bound that ranks pages
- * nearly as 4-token pages do (ref-small, sink 64 / window 128: perplexity +15.7% vs +30.1% of
- * dense, bench/results/hisparse_quest_quality_cpu.md), at 4x the digest memory (1/2 of K's bytes in
- * bf16), which costs HiSparse capacity; so it is opt-in until digests are stored in fp8.
+ * Tokens per Quest digest when digest_tokens is not given: {@link DEFAULT_DIGEST_TOKENS} (4) when
+ * it divides the block size and is smaller, else the block size (one min/max digest per page).
+ * Why 4 (ref-base on CUDA, topk = context / 8, perplexity at 4K / 8K,
+ * bench/results/gpu_session3_20261202_h200.md): one digest per 16-token page loses +7.3% / +4.1%
+ * vs dense (the target is < 1%); four sub-page digests of 4 tokens, a page scoring as its best
+ * one, lose +0.57% / +0.56% (measured with bf16 digests; fp8's outward rounding only loosens the
+ * bound, not measured yet). Four digests cost 4x the bytes of one (in bf16 1/2 of K's bytes: at
+ * the Llama-3.1-8B shape the device bytes per host page grow from 248 KiB to 608 KiB), which the
+ * default `digest_dtype` fp8 halves (outward-rounded e4m3: 128 KiB of dense-layer KV + 30 sparse
+ * layers x 8 KiB of digests = 368 KiB).
  * @param blockSize tokens per page
  */
 export function defaultDigestTokens(blockSize: number): number {
-  return blockSize;
+  return DEFAULT_DIGEST_TOKENS < blockSize && blockSize % DEFAULT_DIGEST_TOKENS === 0
+    ? DEFAULT_DIGEST_TOKENS
+    : blockSize;
 }
 
 /**
  * The digest granularity a set-up uses at the engine's block size: `digest_tokens` when given,
- * else the block size ({@link defaultDigestTokens}). The resolved config's own default was made
+ * else {@link defaultDigestTokens} of it. The resolved config's own default was made
  * for the block size known at resolution (16 when resolved before the engine's), so an engine with
  * another --block-size must not read it as if given. A config without `givenKeys` (built by
  * hand) is taken as given.

@@ -5,6 +5,7 @@
  * `--hisparse-config`). Token counts, not pages; validated by {@link validateHiSparseConfig}
  * (a list of reasons, reported all at once at start-up).
  */
+import { DEFAULT_DIGEST_DTYPE, DIGEST_DTYPES, type DigestDtype } from "../core/kv/kv_cache_interface.js";
 import {
   defaultDigestTokens,
   defaultSinkTokens,
@@ -12,6 +13,7 @@ import {
   digestTokensFor,
 } from "./hisparse_budget.js";
 
+export { DEFAULT_DIGEST_DTYPE, DIGEST_DTYPES, type DigestDtype } from "../core/kv/kv_cache_interface.js";
 export {
   DEFAULT_SINK_TOKENS,
   DEFAULT_WINDOW_TOKENS,
@@ -87,6 +89,12 @@ export interface HiSparseConfig {
    * blockSize / digestTokens sub-page digests and scores as its best sub-page (quest.ts).
    */
   digestTokens: number;
+  /**
+   * Quest: element type of the digests (`digest_dtype`): `fp8` (default) stores e4m3 rounded
+   * outward (min toward -inf, max toward +inf), so the score stays an upper bound at half the
+   * bytes of `bf16`, which keeps the keys' exact min / max (core/kv/kv_cache_interface.ts).
+   */
+  digestDtype: DigestDtype;
   /** Layers that attend densely over every page (their KV stays on the device). */
   denseLayers: number[];
   /** `on` mode: requests at most this long stay dense. */
@@ -148,6 +156,11 @@ const JSON_KEYS = {
   sink_tokens: { field: "sinkTokens", ...INTEGER },
   window_tokens: { field: "windowTokens", ...INTEGER },
   digest_tokens: { field: "digestTokens", ...INTEGER },
+  digest_dtype: {
+    field: "digestDtype",
+    expected: `a string (${DIGEST_DTYPES.join(" or ")})`,
+    isValid: (v) => typeof v === "string",
+  },
   dense_layers: {
     field: "denseLayers",
     expected: "a list of integers",
@@ -240,6 +253,7 @@ export function resolveHiSparseConfig(
     sinkTokens,
     windowTokens,
     digestTokens,
+    digestDtype: o.digestDtype ?? DEFAULT_DIGEST_DTYPE,
     denseLayers: [...(o.denseLayers ?? DEFAULT_DENSE_LAYERS)],
     minSparseTokens: o.minSparseTokens ?? sinkTokens + windowTokens + deviceBufferTokens,
     selector: o.selector ?? "quest",
@@ -291,6 +305,8 @@ export function validateHiSparseConfig(c: HiSparseConfig, ctx: HiSparseValidatio
   const dt = digestTokensFor(c, bs);
   if (!Number.isInteger(dt) || dt < 1 || bs % dt !== 0)
     r.push(`digest_tokens must be a divisor of the block size (${bs}), got ${dt}`);
+  if (!DIGEST_DTYPES.includes(c.digestDtype))
+    r.push(`digest_dtype must be one of ${DIGEST_DTYPES.join(", ")}, got ${c.digestDtype}`);
   if (topkComparable && (topkOk || !bufferDerived) && c.deviceBufferTokens < c.topk)
     r.push(`device_buffer_tokens (${c.deviceBufferTokens}) must be >= topk (${c.topk})`);
   if (topkComparable && c.sinkTokens + c.windowTokens > c.topk) r.push(sinkWindowReason(c));

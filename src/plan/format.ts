@@ -90,10 +90,21 @@ export function groupTokenTerm(g: KVCacheGroupSpec): string {
   }
 }
 
-/** One group's bytes per page: "mla latent 76 layers × 16 tokens × 576 B", "quest digest 30 layers × 4,096 B". */
+/** Digest element types by their bytes (core DIGEST_ELEMENT_BYTES: fp8 or bf16 on CUDA, f32 on the CPU). */
+const DIGEST_DTYPE_BY_BYTES: Record<number, string> = { 1: "fp8", 2: "bf16", 4: "f32" };
+
+/**
+ * One group's bytes per page: "mla latent 76 layers × 16 tokens × 576 B", "quest digest 30 layers
+ * × 8,192 B (4 × min/max of 4 tokens, fp8)".
+ */
 function groupPageTerm(g: KVCacheGroupSpec, blockSize: number): string {
   const s = g.spec;
   const L = g.layers.length;
+  if (s.kind === "page_digest") {
+    const perPage = s.bytesPerPage / (2 * s.numKvHeads * s.headDim * s.elementBytes); // sub-page digests
+    const dtype = DIGEST_DTYPE_BY_BYTES[s.elementBytes] ?? `${s.elementBytes} B`;
+    return `${g.name} ${L} layers × ${formatInt(s.bytesPerPage)} B (${perPage} × min/max of ${blockSize / perPage} tokens, ${dtype})`;
+  }
   if (s.bytesPerToken === 0) return `${g.name} ${L} layers × ${formatInt(s.bytesPerPage)} B`;
   const page = s.bytesPerPage > 0 ? ` + ${formatInt(s.bytesPerPage)} B` : "";
   return `${g.name} ${L} layers × (${blockSize} tokens × ${formatInt(s.bytesPerToken)} B${page})`;

@@ -42,6 +42,7 @@ export function planHiSparseKnobs(o: {
     denseLayers: c.denseLayers,
     hostPoolBytes: o.hostPoolBytes ?? null,
     ...(c.hostKvCacheDtype === "fp8" ? { hostKvCacheDtype: c.hostKvCacheDtype } : {}),
+    ...(overrides.digestDtype !== undefined ? { digestDtype: c.digestDtype } : {}),
     ...(Object.keys(unplanned).length > 0 ? { unplanned } : {}),
   };
 }

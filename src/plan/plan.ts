@@ -9,8 +9,8 @@
  * - every page of every request has a host block (all sparse layers' K and V, in the host pool
  *   `--host-pool-gib`), and on the device its dense layers' K and V (default: the first two
  *   layers) and its Quest digest (per sparse layer, KV head and sub-page of digest_tokens, min and
- *   max of the keys: 2 × headDim values, f32 on the CPU engine, bf16 on CUDA: 2/digest_tokens of
- *   K's size in bf16);
+ *   max of the keys: 2 × headDim values, f32 on the CPU engine, on CUDA `digest_dtype`: fp8 (1 B,
+ *   the default) or bf16 (2 B): 1/digest_tokens or 2/digest_tokens of K's size in bf16);
  * - so the device budget = gpu blocks × main bytes per block + host blocks × device bytes per
  *   host block;
  * - a request's prefill (whole, chunked, or a recompute after preemption) attends densely over
@@ -22,9 +22,10 @@
  * the formula's answers; it computes no size of its own.
  */
 
-import type { HostKvCacheDtype } from "../config/hisparse_config.js";
+import type { DigestDtype, HostKvCacheDtype } from "../config/hisparse_config.js";
 import { KV_CACHE_DTYPE_BYTES } from "../core/kv/kv_cache_dtype.js";
 import {
+  digestElementBytes,
   DIGEST_ELEMENT_BYTES as ENGINE_DIGEST_BYTES,
   groupPageBytes,
   hisparseKVCacheGroups,
@@ -68,6 +69,8 @@ export interface PlanHiSparse {
   windowTokens: number;
   /** Tokens per Quest digest (`digest_tokens`); absent: one digest per page. */
   digestTokens?: number;
+  /** `digest_dtype` (config/hisparse_config.ts); absent: fp8. Sizes CUDA's digests ({@link cudaDigestElementBytes}). */
+  digestDtype?: DigestDtype;
   denseLayers: readonly number[];
   /** Host pool in bytes; null = the engine's default, HOST_POOL_DEFAULT_RATIO × the device pool's pages. */
   hostPoolBytes: number | null;
@@ -82,8 +85,13 @@ export interface PlanHiSparse {
 
 /** Bytes of one digest value by default: the CPU engine keeps digests in f32. */
 export const DIGEST_ELEMENT_BYTES: number = ENGINE_DIGEST_BYTES.cpu;
-/** Bytes of one digest value on the CUDA engine (bf16, exact there: the keys are bf16); `hisparse plan` uses it. */
-export const CUDA_DIGEST_ELEMENT_BYTES: number = ENGINE_DIGEST_BYTES.cuda;
+/**
+ * Bytes of one digest value on the CUDA engine, which `hisparse plan` plans for: 1 with
+ * `digest_dtype` fp8 (the default: e4m3 rounded outward), 2 with bf16 (exact: the keys are bf16).
+ */
+export function cudaDigestElementBytes(h: Pick<PlanHiSparse, "digestDtype">): number {
+  return digestElementBytes("cuda", h.digestDtype ?? "fp8");
+}
 
 /** Everything the plan is computed from. */
 export interface PlanInput {
@@ -101,7 +109,7 @@ export interface PlanInput {
    */
   tensorParallelSize?: number;
   hisparse: PlanHiSparse;
-  /** Bytes per digest element; default DIGEST_ELEMENT_BYTES (the CUDA engine keeps bf16 digests: 2). */
+  /** Bytes per digest element; default DIGEST_ELEMENT_BYTES (the CUDA engine: {@link cudaDigestElementBytes}). */
   digestElementBytes?: number;
 }
 

@@ -1,7 +1,8 @@
 /**
  * The HiSparse kernels through CudaBackend against part 1's CPU oracles, on the same inputs
- * (GPU machine; skipped elsewhere): Quest digests and selection (CUDA vs QuestSelector, page for
- * page, ties and pins included), the resolver over a scripted sequence (CUDA vs
+ * (GPU machine; skipped elsewhere): Quest digests and selection over bf16 and fp8 (e4m3 rounded
+ * outward) digests (CUDA vs QuestSelector: the same digest values, page for page the same
+ * selection, ties and pins included), the resolver over a scripted sequence (CUDA vs
  * LruHotBufferResolver: blocks, lengths, hits, misses, SPARSE pages, every copied byte), the
  * eager mirror's host layout, and sparse decode attention (dense-equal tables give
  * pagedAttention's bits; per-head page subsets match a float64 reference). Llama-3.1-8B head
@@ -38,6 +39,25 @@ const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
 const QKV_W = (Hq + 2 * Hkv) * D;
 const BS = 16;
 const tensorOf = (shape: number[]): Tensor => ({ shape, dtype: "f32" });
+const DIGEST_DTYPES = ["bf16", "fp8"] as const;
+
+/**
+ * Digests on the device from host values: bf16 tensors directly; fp8 ones as the e4m3 codes of
+ * the values rounded to nearest (uploaded as i32 words, then copied byte for byte).
+ * @returns the tensor and the values it holds (what the CPU oracle's digests must start from)
+ */
+function uploadDigests(
+  be: CudaBackend,
+  values: Float32Array,
+  shape: number[],
+  dtype: (typeof DIGEST_DTYPES)[number],
+): { t: Tensor; held: Float32Array } {
+  if (dtype === "bf16") return { t: be.upload(values, shape, "bf16"), held: values };
+  const codes = Uint8Array.from(values, (v) => floatToE4m3(v));
+  const t = be.allocateFilled(shape, "fp8");
+  be.copyTensor(t, be.upload(new Int32Array(codes.buffer), [codes.length / 4], "i32"));
+  return { t, held: Float32Array.from(codes, (c) => E4M3_VALUES[c]!) };
+}
 
 describe("HiSparse kernels vs the CPU oracles (GPU)", { skip: skip() }, () => {
   let be: CudaBackend;
@@ -48,163 +68,171 @@ describe("HiSparse kernels vs the CPU oracles (GPU)", { skip: skip() }, () => {
   after(() => be?.dispose());
 
   // dt: tokens per digest (BS: one per page; 4: sub-page digests, the default at 16-token pages).
-  for (const dt of [BS, 4])
-    it(`digests (digest tokens ${dt}): the fused KV write gives QuestSelector.updateDigests's digests; K/V land at the slots`, () => {
-      be.resetWorkspace();
-      const S = BS / dt;
-      const numHostBlocks = 64;
-      const numBlocks = 64;
-      // A 40-token prefill (pages 3, 9, 4 from offset 0), 3 decodes continuing pages, padding, one token with no page.
-      const hostSlots: number[] = [];
-      for (let i = 0; i < 40; i++) hostSlots.push([3, 9, 4][Math.floor(i / BS)]! * BS + (i % BS));
-      hostSlots.push(11 * BS + 7, 12 * BS + 15, 20 * BS + 0, -1, -1);
-      const T = hostSlots.length;
-      const slots = hostSlots.map((_h, t) =>
-        t === T - 2 ? -1 : t === T - 1 ? 63 * BS + 2 : (t * 7) % (60 * BS),
-      );
-      const qkv = randBf16(rng, T * QKV_W);
-      const dg0 = randBf16(rng, numHostBlocks * S * 2 * Hkv * D);
-      const cpu = new QuestSelector(
-        {
+  for (const digestDtype of DIGEST_DTYPES)
+    for (const dt of [BS, 4])
+      it(`digests (${digestDtype}, digest tokens ${dt}): the fused KV write gives QuestSelector.updateDigests's digests; K/V land at the slots`, () => {
+        be.resetWorkspace();
+        const S = BS / dt;
+        const numHostBlocks = 64;
+        const numBlocks = 64;
+        // A 40-token prefill (pages 3, 9, 4 from offset 0), 3 decodes continuing pages, padding, one token with no page.
+        const hostSlots: number[] = [];
+        for (let i = 0; i < 40; i++) hostSlots.push([3, 9, 4][Math.floor(i / BS)]! * BS + (i % BS));
+        hostSlots.push(11 * BS + 7, 12 * BS + 15, 20 * BS + 0, -1, -1);
+        const T = hostSlots.length;
+        const slots = hostSlots.map((_h, t) =>
+          t === T - 2 ? -1 : t === T - 1 ? 63 * BS + 2 : (t * 7) % (60 * BS),
+        );
+        const qkv = randBf16(rng, T * QKV_W);
+        const dg0 = randBf16(rng, numHostBlocks * S * 2 * Hkv * D);
+        const cpu = new QuestSelector(
+          {
+            layout,
+            blockSize: BS,
+            numSparseLayers: 1,
+            numHostBlocks,
+            topk: 64,
+            sinkTokens: 16,
+            windowTokens: 16,
+            digestTokens: dt,
+            digestDtype,
+          },
+          () => qkv,
+        );
+        const { t: dg, held } = uploadDigests(be, dg0, [numHostBlocks, S, 2, Hkv, D], digestDtype);
+        cpu.digests[0]!.set(held);
+        cpu.updateDigests(0, tensorOf([T, QKV_W]), Int32Array.from(hostSlots));
+        const dQkv = be.upload(qkv, [T, QKV_W], "bf16");
+        const cache = be.allocateFilled([numBlocks, 2, BS, Hkv, D], "bf16", 0xff);
+        hs.reshapeAndCacheDigest(
+          be,
+          dQkv,
           layout,
-          blockSize: BS,
-          numSparseLayers: 1,
-          numHostBlocks,
-          topk: 64,
-          sinkTokens: 16,
-          windowTokens: 16,
-          digestTokens: dt,
-        },
-        () => qkv,
-      );
-      cpu.digests[0]!.set(dg0);
-      cpu.updateDigests(0, tensorOf([T, QKV_W]), Int32Array.from(hostSlots));
-      const dQkv = be.upload(qkv, [T, QKV_W], "bf16");
-      const dg = be.upload(dg0, [numHostBlocks, S, 2, Hkv, D], "bf16");
-      const cache = be.allocateFilled([numBlocks, 2, BS, Hkv, D], "bf16", 0xff);
-      hs.reshapeAndCacheDigest(
-        be,
-        dQkv,
-        layout,
-        cache,
-        be.upload(Int32Array.from(slots), [T], "i32"),
-        dg,
-        be.upload(Int32Array.from(hostSlots), [T], "i32"),
-        BS,
-        dt,
-      );
-      assertSame(be.toHost(dg), cpu.digests[0]!, "digests");
-      const got = be.toHost(cache);
-      const kv = Hkv * D;
-      for (let t = 0; t < T; t++) {
-        if (slots[t]! < 0) continue;
-        const [b, o] = [Math.floor(slots[t]! / BS), slots[t]! % BS];
-        for (const which of [0, 1]) {
-          const at = ((b * 2 + which) * BS + o) * kv;
-          const src = t * QKV_W + (Hq + which * Hkv) * D;
-          assertSame(
-            got.subarray(at, at + kv),
-            qkv.subarray(src, src + kv),
-            `token ${t} ${which ? "V" : "K"}`,
-          );
+          cache,
+          be.upload(Int32Array.from(slots), [T], "i32"),
+          dg,
+          be.upload(Int32Array.from(hostSlots), [T], "i32"),
+          BS,
+          dt,
+        );
+        assertSame(be.toHost(dg), cpu.digests[0]!, "digests");
+        const got = be.toHost(cache);
+        const kv = Hkv * D;
+        for (let t = 0; t < T; t++) {
+          if (slots[t]! < 0) continue;
+          const [b, o] = [Math.floor(slots[t]! / BS), slots[t]! % BS];
+          for (const which of [0, 1]) {
+            const at = ((b * 2 + which) * BS + o) * kv;
+            const src = t * QKV_W + (Hq + which * Hkv) * D;
+            assertSame(
+              got.subarray(at, at + kv),
+              qkv.subarray(src, src + kv),
+              `token ${t} ${which ? "V" : "K"}`,
+            );
+          }
         }
-      }
-    });
+      });
 
-  for (const dt of [BS, 4])
-    it(`selection (digest tokens ${dt}): CUDA picks QuestSelector's pages (sinks, window, pins, float64 scores, ties to the lower page)`, () => {
-      be.resetWorkspace();
-      const S = BS / dt;
-      const numHostBlocks = 2048;
-      const cfg = { topk: 256, sinkTokens: 32, windowTokens: 64 };
-      const W = 600;
-      const numSlots = 8;
-      // Rows: fits the budget; long; long with many pins; long whose pages share 5 host blocks
-      // (equal scores); not sparse this step (flag 0); padding (slot -1); pins beyond the budget.
-      const rows = [
-        { seqLen: 200, slot: 3, flag: 1 },
-        { seqLen: 8000, slot: 0, flag: 1 },
-        { seqLen: 1600, slot: 5, flag: 1, pins: [10, 11, 12, 40, 77, 99] },
-        { seqLen: 4000, slot: 1, flag: 1, shared: 5 },
-        { seqLen: 3000, slot: 2, flag: 0 },
-        { seqLen: 0, slot: -1, flag: 1 },
-        { seqLen: 900, slot: 6, flag: 1, pins: Array.from({ length: 20 }, (_, i) => 5 + i) },
-      ];
-      const R = rows.length;
-      const hostTable = new Int32Array(numSlots * W).fill(-1);
-      const pinned = new Int32Array(numSlots * W);
-      for (const r of rows) {
-        if (r.slot < 0) continue;
-        const pages = Math.ceil(r.seqLen / BS);
-        for (let p = 0; p < pages; p++)
-          hostTable[r.slot * W + p] =
-            r.shared !== undefined ? rng.int(0, r.shared) : rng.int(0, numHostBlocks);
-        for (const p of r.pins ?? []) pinned[r.slot * W + p] = 1;
-      }
-      const digests = randBf16(rng, numHostBlocks * S * 2 * Hkv * D);
-      const T = R + 2;
-      const qkv = randBf16(rng, T * QKV_W);
-      const tokenRow = Int32Array.from(rows, (_, r) => (r * 3 + 1) % T);
-      const sel = hs.questSelect(be, {
-        qkv: be.upload(qkv, [T, QKV_W], "bf16"),
-        layout,
-        tokenRow: be.upload(tokenRow, [R], "i32"),
-        digests: be.upload(digests, [numHostBlocks, S, 2, Hkv, D], "bf16"),
-        seqLens: be.upload(
-          Int32Array.from(rows, (r) => r.seqLen),
-          [R],
-          "i32",
-        ),
-        rowFlags: be.upload(
-          Int32Array.from(rows, (r) => r.flag),
-          [R],
-          "i32",
-        ),
-        reqSlot: be.upload(
-          Int32Array.from(rows, (r) => r.slot),
-          [R],
-          "i32",
-        ),
-        hostBlockTable: be.upload(hostTable, [numSlots, W], "i32"),
-        pinnedTable: be.upload(pinned, [numSlots, W], "i32"),
-        blockSize: BS,
-        budgetPages: cfg.topk / BS,
-        sinkPages: cfg.sinkTokens / BS,
-        windowPages: cfg.windowTokens / BS,
-        digestsPerPage: S,
-      });
-      const gotPages = be.toHost(sel.selPages) as Int32Array;
-      const gotCount = be.toHost(sel.selCount) as Int32Array;
-      const cpu = new QuestSelector(
-        { layout, blockSize: BS, numSparseLayers: 1, numHostBlocks, ...cfg, digestTokens: dt },
-        () => qkv,
-      );
-      cpu.digests[0]!.set(digests);
-      const sparse = rows.map((r, i) => ({ ...r, i })).filter((r) => r.flag === 1 && r.slot >= 0);
-      const reqs: TestSparseRequest[] = sparse.map((r) => {
-        const pages = Math.ceil(r.seqLen / BS);
-        return {
-          id: `r${r.i}`,
-          batchIdx: r.i,
-          tokenIdx: tokenRow[r.i]!,
-          numTokens: r.seqLen,
-          hostBlockIds: Array.from(hostTable.subarray(r.slot * W, r.slot * W + pages)),
-          blockIds: new Array(pages).fill(-1),
-          pinnedPages: r.pins ?? [],
-          hotBlockIds: [0],
-        };
-      });
-      const want = selected(cpu.select(0, tensorOf([T, QKV_W]), sparseBatch(reqs)));
-      sparse.forEach((r, s) => {
-        for (let g = 0; g < Hkv; g++) {
-          const item = r.i * Hkv + g;
-          const got = Array.from(gotPages.subarray(item * W, item * W + gotCount[item]!));
-          assert.deepEqual(got, want[s * Hkv + g], `row ${r.i} (seqLen ${r.seqLen}) kv head ${g}`);
+  for (const digestDtype of DIGEST_DTYPES)
+    for (const dt of [BS, 4])
+      it(`selection (${digestDtype}, digest tokens ${dt}): CUDA picks QuestSelector's pages (sinks, window, pins, float64 scores, ties to the lower page)`, () => {
+        be.resetWorkspace();
+        const S = BS / dt;
+        const numHostBlocks = 2048;
+        const cfg = { topk: 256, sinkTokens: 32, windowTokens: 64 };
+        const W = 600;
+        const numSlots = 8;
+        // Rows: fits the budget; long; long with many pins; long whose pages share 5 host blocks
+        // (equal scores); not sparse this step (flag 0); padding (slot -1); pins beyond the budget.
+        const rows = [
+          { seqLen: 200, slot: 3, flag: 1 },
+          { seqLen: 8000, slot: 0, flag: 1 },
+          { seqLen: 1600, slot: 5, flag: 1, pins: [10, 11, 12, 40, 77, 99] },
+          { seqLen: 4000, slot: 1, flag: 1, shared: 5 },
+          { seqLen: 3000, slot: 2, flag: 0 },
+          { seqLen: 0, slot: -1, flag: 1 },
+          { seqLen: 900, slot: 6, flag: 1, pins: Array.from({ length: 20 }, (_, i) => 5 + i) },
+        ];
+        const R = rows.length;
+        const hostTable = new Int32Array(numSlots * W).fill(-1);
+        const pinned = new Int32Array(numSlots * W);
+        for (const r of rows) {
+          if (r.slot < 0) continue;
+          const pages = Math.ceil(r.seqLen / BS);
+          for (let p = 0; p < pages; p++)
+            hostTable[r.slot * W + p] =
+              r.shared !== undefined ? rng.int(0, r.shared) : rng.int(0, numHostBlocks);
+          for (const p of r.pins ?? []) pinned[r.slot * W + p] = 1;
         }
+        const digests = uploadDigests(
+          be,
+          randBf16(rng, numHostBlocks * S * 2 * Hkv * D),
+          [numHostBlocks, S, 2, Hkv, D],
+          digestDtype,
+        );
+        const T = R + 2;
+        const qkv = randBf16(rng, T * QKV_W);
+        const tokenRow = Int32Array.from(rows, (_, r) => (r * 3 + 1) % T);
+        const sel = hs.questSelect(be, {
+          qkv: be.upload(qkv, [T, QKV_W], "bf16"),
+          layout,
+          tokenRow: be.upload(tokenRow, [R], "i32"),
+          digests: digests.t,
+          seqLens: be.upload(
+            Int32Array.from(rows, (r) => r.seqLen),
+            [R],
+            "i32",
+          ),
+          rowFlags: be.upload(
+            Int32Array.from(rows, (r) => r.flag),
+            [R],
+            "i32",
+          ),
+          reqSlot: be.upload(
+            Int32Array.from(rows, (r) => r.slot),
+            [R],
+            "i32",
+          ),
+          hostBlockTable: be.upload(hostTable, [numSlots, W], "i32"),
+          pinnedTable: be.upload(pinned, [numSlots, W], "i32"),
+          blockSize: BS,
+          budgetPages: cfg.topk / BS,
+          sinkPages: cfg.sinkTokens / BS,
+          windowPages: cfg.windowTokens / BS,
+          digestsPerPage: S,
+        });
+        const gotPages = be.toHost(sel.selPages) as Int32Array;
+        const gotCount = be.toHost(sel.selCount) as Int32Array;
+        const cpu = new QuestSelector(
+          { layout, blockSize: BS, numSparseLayers: 1, numHostBlocks, ...cfg, digestTokens: dt, digestDtype },
+          () => qkv,
+        );
+        cpu.digests[0]!.set(digests.held);
+        const sparse = rows.map((r, i) => ({ ...r, i })).filter((r) => r.flag === 1 && r.slot >= 0);
+        const reqs: TestSparseRequest[] = sparse.map((r) => {
+          const pages = Math.ceil(r.seqLen / BS);
+          return {
+            id: `r${r.i}`,
+            batchIdx: r.i,
+            tokenIdx: tokenRow[r.i]!,
+            numTokens: r.seqLen,
+            hostBlockIds: Array.from(hostTable.subarray(r.slot * W, r.slot * W + pages)),
+            blockIds: new Array(pages).fill(-1),
+            pinnedPages: r.pins ?? [],
+            hotBlockIds: [0],
+          };
+        });
+        const want = selected(cpu.select(0, tensorOf([T, QKV_W]), sparseBatch(reqs)));
+        sparse.forEach((r, s) => {
+          for (let g = 0; g < Hkv; g++) {
+            const item = r.i * Hkv + g;
+            const got = Array.from(gotPages.subarray(item * W, item * W + gotCount[item]!));
+            assert.deepEqual(got, want[s * Hkv + g], `row ${r.i} (seqLen ${r.seqLen}) kv head ${g}`);
+          }
+        });
+        for (const r of [4, 5])
+          for (let g = 0; g < Hkv; g++) assert.equal(gotCount[r * Hkv + g], 0, `row ${r} skipped`);
       });
-      for (const r of [4, 5])
-        for (let g = 0; g < Hkv; g++) assert.equal(gotCount[r * Hkv + g], 0, `row ${r} skipped`);
-    });
 
   for (const [variant, copy, fp8] of [
     ["split copy, bf16 host tier", "split", false],

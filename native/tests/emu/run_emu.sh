@@ -47,7 +47,8 @@ if [ "$what" = hisparse ] || [ "$what" = all ]; then
   build hisparse_test "$work/tests/hisparse_test.cu" "$work/tests/hisparse_test_kv.cu" "$work/tests/hisparse_test_select.cu" \
     "$work/tests/hisparse_test_resolve.cu" "$work/tests/hisparse_test_attention.cu" \
     "$work/kernels/hisparse_digest.cu" "$work/kernels/hisparse_select.cu" \
-    "$work/kernels/hisparse_resolve.cu" "$work/kernels/hisparse_resolve_copy.cu" "$work/kernels/hisparse_mirror.cu" "$work/kernels/attention_decode.cu"
+    "$work/kernels/hisparse_resolve.cu" "$work/kernels/hisparse_resolve_copy.cu" "$work/kernels/hisparse_mirror.cu" "$work/kernels/attention_decode.cu" \
+    "$work/kernels/attention_prefill.cu"
   "$work/hisparse_test" "$@" || status=1
 fi
 if [ "$what" = rows ] || [ "$what" = all ]; then

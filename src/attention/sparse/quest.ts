@@ -1,4 +1,6 @@
 import type { QkvLayout, Tensor } from "../../backends/backend.js";
+import { E4M3_VALUES, floatToE4m3Down, floatToE4m3Up } from "../../backends/fp8.js";
+import type { DigestDtype } from "../../config/hisparse_config.js";
 import { PAD_SLOT_ID } from "../../core/ids.js";
 import type { PageSelection, Selector, SparseBatch } from "./selector.js";
 
@@ -84,6 +86,11 @@ export interface QuestSelectorConfig {
    * smaller values keep blockSize / digestTokens sub-page digests per page (HiSparseConfig).
    */
   digestTokens?: number;
+  /**
+   * Element type of the digests (HiSparseConfig.digestDtype; default fp8): `fp8` keeps them on
+   * the e4m3 grid rounded outward, `bf16` keeps the keys' exact min / max.
+   */
+  digestDtype?: DigestDtype;
 }
 
 /** A Quest selection's token counts in pages (see {@link questPageBudget}). */
@@ -124,7 +131,11 @@ export function questPageBudget(config: QuestSelectorConfig): QuestPageBudget {
  * the post-RoPE keys of the sub-page's digestTokens tokens, indexed by host block (a page's
  * identity) then sub-page, i.e. by hostSlot / digestTokens; updated as tokens are written: the
  * tail sub-page's digest covers its tokens so far; a sub-page's first token resets it, so host
- * blocks can be reused.
+ * blocks can be reused. With `digestDtype` fp8 (the default) the values stay on the e4m3 grid,
+ * rounded outward (min down, max up: backends/fp8.ts floatToE4m3Down / Up, scale 1), what the
+ * CUDA selector stores as e4m3 bytes; a key is folded in as min = rd(min(stored, key)), which
+ * equals rd of the exact min since rd is monotone (min(rd(a), rd(b)) = rd(min(a, b))); likewise
+ * max with ru. With bf16 they are the exact min / max.
  *
  * Selection per sparse request and kv head (one per GQA group), `topk / blockSize` pages in all:
  * the sink pages (first sinkTokens), the window pages (last windowTokens, ending with the tail
@@ -138,6 +149,9 @@ export class QuestSelector implements Selector {
   /** Per sparse layer: [numHostBlocks, S, 2, Hkv, D] (S = budget.digestsPerPage). */
   readonly digests: Float32Array[];
   private readonly budget: QuestPageBudget;
+  /** Rounds a min (down) / a max (up) onto the digest grid: the identity for exact digests. */
+  private readonly roundMin: (v: number) => number;
+  private readonly roundMax: (v: number) => number;
 
   /**
    * @param view host view of a tensor's f32 elements (Backend.hostView).
@@ -148,6 +162,9 @@ export class QuestSelector implements Selector {
     private readonly view: (t: Tensor) => Float32Array,
   ) {
     this.budget = questPageBudget(config);
+    const fp8 = config.digestDtype !== "bf16"; // fp8 unless bf16 is asked for (the default)
+    this.roundMin = fp8 ? (v) => E4M3_VALUES[floatToE4m3Down(v)]! : (v) => v;
+    this.roundMax = fp8 ? (v) => E4M3_VALUES[floatToE4m3Up(v)]! : (v) => v;
     const { numKvHeads: Hkv, headDim: D } = config.layout;
     this.digests = Array.from(
       { length: config.numSparseLayers },
@@ -169,16 +186,20 @@ export class QuestSelector implements Selector {
       const mn = sub * 2 * kvDim;
       const mx = mn + kvDim;
       const k = t * row + Hq * D;
+      const { roundMin, roundMax } = this;
       if (slot % dt === 0) {
         // First token of the sub-page: the digest starts over (the host block may be reused).
-        dg.set(x.subarray(k, k + kvDim), mn);
-        dg.set(x.subarray(k, k + kvDim), mx);
+        for (let i = 0; i < kvDim; i++) {
+          dg[mn + i] = roundMin(x[k + i]!);
+          dg[mx + i] = roundMax(x[k + i]!);
+        }
         continue;
       }
+      // Stored values are on the grid: a key above the min leaves rd(min) as it is.
       for (let i = 0; i < kvDim; i++) {
         const v = x[k + i]!;
-        if (v < dg[mn + i]!) dg[mn + i] = v;
-        if (v > dg[mx + i]!) dg[mx + i] = v;
+        if (v < dg[mn + i]!) dg[mn + i] = roundMin(v);
+        if (v > dg[mx + i]!) dg[mx + i] = roundMax(v);
       }
     }
   }

@@ -80,7 +80,7 @@ export {
 export { asDevicePtr, type DevicePtr, NULL_PTR, offsetPtr } from "./device_ptr.js";
 
 /** Version of the JS-visible surface this file describes (native/addon/module.cc kAbiVersion). */
-export const ADDON_ABI_VERSION = 8;
+export const ADDON_ABI_VERSION = 9;
 
 /** Element type codes shared with native/kernels/kernels.h (HsDtype). */
 export const DTYPE_CODE: Record<DType, number> = { f32: 0, bf16: 1, f16: 2, i32: 3, fp8: 4 };

@@ -29,7 +29,10 @@ export interface NativeHiSparseApi {
     maxCopies: number,
     bytesPerCopy: number,
   ): void;
-  /** reshape_and_cache fused with the bf16 Quest digest update (hsReshapeAndCacheDigest). */
+  /**
+   * reshape_and_cache fused with the Quest digest update (hsReshapeAndCacheDigest): bf16 keys;
+   * digests of `digestDtype` (a DTYPE_CODE: bf16, or fp8 = e4m3 rounded outward).
+   */
   reshapeAndCacheDigest(
     stream: number,
     qkv: DevicePtr,
@@ -46,6 +49,7 @@ export interface NativeHiSparseApi {
     digestTokens: number,
     numBlocks: number,
     numHostBlocks: number,
+    digestDtype: number,
   ): void;
   questSelectScratchBytes(numReqs: number, numKvHeads: number, tableStride: number): number;
   /** Quest selection per (request, kv head) (hsQuestSelect; NULL_PTR where the struct allows NULL). */

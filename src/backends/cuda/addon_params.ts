@@ -96,6 +96,7 @@ export const QUEST_SELECT_PARAMS = {
     ["qkvRowStride", "i32"],
     ["tokenRow", "ptr"],
     ["digests", "ptr"],
+    ["digestDtype", "i32"],
     ["numHostBlocks", "i32"],
     ["seqLens", "ptr"],
     ["rowFlags", "ptr"],

@@ -11,18 +11,23 @@
  * Per-request tables live in persistent i32 tensors with one row per request slot (`reqSlot[r]`
  * names the row of batch row r); see worker/hisparse/cuda/slot_tables.ts.
  */
-import type { QkvLayout, Tensor } from "../backend.js";
+import type { DType, QkvLayout, Tensor } from "../backend.js";
+import { DTYPE_CODE } from "./addon.js";
 import type { CudaAttentionContext } from "./attention_ops.js";
 import { type DevicePtr, NULL_PTR, offsetPtr } from "./device_ptr.js";
 import { dim, i32, ptrOf } from "./hisparse_args.js";
 import { expectDtype, expectShape } from "./tensor.js";
 
+/** Tensor dtypes of Quest digests (core DigestDtype: bf16, or fp8 = e4m3 codes rounded outward). */
+const DIGEST_TENSOR_DTYPES: readonly DType[] = ["bf16", "fp8"];
+
 /**
  * reshape_and_cache fused with the Quest digest update (hsReshapeAndCacheDigest): writes K/V of
  * each token at slotMapping[t] and folds its key into sub-page digest
  * hostSlotMapping[t] / digestTokens (offset 0 of the sub-page starts the digest over).
- * qkv: bf16 [T, (Hq+2Hkv)*D]; kvCache: bf16 [numBlocks, 2, bs, Hkv, D]; digests: bf16
- * [numHostBlocks, S, 2, Hkv, D] with S = bs / digestTokens; slotMapping, hostSlotMapping: i32 [T].
+ * qkv: bf16 [T, (Hq+2Hkv)*D]; kvCache: bf16 [numBlocks, 2, bs, Hkv, D]; digests: bf16, or fp8
+ * (e4m3 codes, min rounded down and max up), [numHostBlocks, S, 2, Hkv, D] with S = bs /
+ * digestTokens; slotMapping, hostSlotMapping: i32 [T].
  * @param digestTokens tokens per digest, a divisor of blockSize (default blockSize)
  */
 export function reshapeAndCacheDigest(
@@ -44,9 +49,9 @@ export function reshapeAndCacheDigest(
   for (const [t, what] of [
     [qkv, "qkv"],
     [kvCache, "kvCache"],
-    [digests, "digests"],
   ] as const)
     expectDtype(t, `reshapeAndCacheDigest ${what}`, ["bf16"]);
+  expectDtype(digests, "reshapeAndCacheDigest digests", DIGEST_TENSOR_DTYPES);
   const cache = ctx.dev(kvCache, "reshapeAndCacheDigest kvCache");
   expectShape(kvCache, "reshapeAndCacheDigest kvCache", [null, 2, blockSize, Hkv, D]);
   const dg = ctx.dev(digests, "reshapeAndCacheDigest digests");
@@ -69,6 +74,7 @@ export function reshapeAndCacheDigest(
     digestTokens,
     dim(kvCache, 0),
     dim(digests, 0),
+    DTYPE_CODE[digests.dtype],
   );
 }
 
@@ -79,7 +85,7 @@ export interface QuestSelectInputs {
   layout: QkvLayout;
   /** i32 [R] qkv row of each row's query token; null: row r. */
   tokenRow: Tensor | null;
-  /** bf16 [numHostBlocks, digestsPerPage, 2, Hkv, D] the layer's digests. */
+  /** bf16 or fp8 (e4m3) [numHostBlocks, digestsPerPage, 2, Hkv, D] the layer's digests. */
   digests: Tensor;
   /** i32 [R] context length after the step. */
   seqLens: Tensor;
@@ -122,7 +128,7 @@ export function questSelect(ctx: CudaAttentionContext, a: QuestSelectInputs): Pa
   expectDtype(a.qkv, "questSelect qkv", ["bf16"]);
   const dg = ctx.dev(a.digests, "questSelect digests");
   expectShape(a.digests, "questSelect digests", [null, a.digestsPerPage, 2, Hkv, D]);
-  expectDtype(a.digests, "questSelect digests", ["bf16"]);
+  expectDtype(a.digests, "questSelect digests", DIGEST_TENSOR_DTYPES);
   const R = dim(a.reqSlot, 0);
   const slot = i32(ctx, a.reqSlot, "questSelect reqSlot", [R]);
   const seq = i32(ctx, a.seqLens, "questSelect seqLens", [R]);
@@ -141,6 +147,7 @@ export function questSelect(ctx: CudaAttentionContext, a: QuestSelectInputs): Pa
     qkvRowStride: qkvW,
     tokenRow: ptrOf(ctx, a.tokenRow, "questSelect tokenRow"),
     digests: dg.ptr,
+    digestDtype: DTYPE_CODE[a.digests.dtype],
     numHostBlocks: dim(a.digests, 0),
     seqLens: seq.ptr,
     rowFlags: ptrOf(ctx, a.rowFlags, "questSelect rowFlags"),

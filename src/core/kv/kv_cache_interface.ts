@@ -142,15 +142,32 @@ export function indexerKeySpec(
 }
 
 /**
- * Bytes per Quest digest element on each engine: the CPU selector keeps f32 digests; the CUDA
- * selector keeps bf16 ones, exact there since the keys are bf16.
+ * Element type of Quest digests (HiSparse `digest_dtype`, config/hisparse_config.ts):
+ * - `fp8` (default): e4m3 codes rounded outward (min toward -inf, max toward +inf, scale 1), so
+ *   the Quest score stays an upper bound; half the bytes of bf16;
+ * - `bf16`: the keys' exact min / max (the keys are bf16 on CUDA, so bf16 holds them exactly).
  */
-export const DIGEST_ELEMENT_BYTES = { cpu: 4, cuda: 2 } as const;
+export type DigestDtype = "fp8" | "bf16";
+export const DIGEST_DTYPES: readonly DigestDtype[] = ["fp8", "bf16"];
+/** The digest dtype when `digest_dtype` is not given. */
+export const DEFAULT_DIGEST_DTYPE: DigestDtype = "fp8";
+
+/**
+ * Bytes per Quest digest element on each engine: the CPU selector keeps f32 digests whatever the
+ * dtype (fp8 ones hold e4m3 values); the CUDA selector stores the dtype, e4m3 bytes or bf16.
+ */
+export const DIGEST_ELEMENT_BYTES = { cpu: 4, cuda: { fp8: 1, bf16: 2 } } as const;
+
+/** Bytes per Quest digest element of `dtype` on an engine ({@link DIGEST_ELEMENT_BYTES}). */
+export function digestElementBytes(engine: "cpu" | "cuda", dtype: DigestDtype): number {
+  return engine === "cpu" ? DIGEST_ELEMENT_BYTES.cpu : DIGEST_ELEMENT_BYTES.cuda[dtype];
+}
 
 /**
  * Quest digests of one layer's page: min and max per KV head and sub-page,
  * digestsPerPage × 2 × numKvHeads × headDim elements (digestsPerPage = blockSize / digest_tokens;
- * at 1 a digest is 2 / blockSize of K's size, at blockSize / 4 it is 1/2 of K's size).
+ * at 1 a digest is 2 / blockSize of K's size, at blockSize / 4 it is 1/2 of K's size, in bf16;
+ * fp8 halves both).
  * @param elementBytes {@link DIGEST_ELEMENT_BYTES} of the engine.
  * @param digestsPerPage sub-page digests per page (default 1).
  */

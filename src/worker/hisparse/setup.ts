@@ -59,7 +59,8 @@ export function modelReasons(
 }
 
 /**
- * HiSparse on the CPU backend: the pools and caches of {@link layOutHiSparse} (f32 digests), the
+ * HiSparse on the CPU backend: the pools and caches of {@link layOutHiSparse} (f32 digests, on the e4m3
+ * grid with `digest_dtype` fp8), the
  * host tier, the Quest selector (digests), the LRU resolver, the attention backend and the
  * worker extension.
  * @throws ConfigError listing every reason the settings cannot work on this model and backend.
@@ -96,6 +97,7 @@ export function setupHiSparse(backend: Backend, ctx: KVCacheSetupContext, hs: Hi
       sinkTokens: hs.sinkTokens,
       windowTokens: hs.windowTokens,
       digestTokens: digestTokensFor(hs, ctx.args.blockSize),
+      digestDtype: hs.digestDtype,
     },
     view,
   );

@@ -44,7 +44,8 @@ test("every flag lands in extensions.hisparse; the whitelist file is read", () =
     deviceBufferTokens: 1024,
     sinkTokens: 32,
     windowTokens: 64,
-    digestTokens: 16,
+    digestTokens: 4,
+    digestDtype: "fp8",
     denseLayers: [0],
     minSparseTokens: 100,
     selector: "quest",
@@ -129,7 +130,7 @@ test("an unknown --hisparse-config key is reported with the knobs' other problem
       name: "ConfigError",
       message:
         "invalid configuration:\n" +
-        '  - --hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, digest_tokens, dense_layers, min_sparse_tokens, selector, residency, host_kv_cache_dtype)\n' +
+        '  - --hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, digest_tokens, digest_dtype, dense_layers, min_sparse_tokens, selector, residency, host_kv_cache_dtype)\n' +
         "  - dense_layers must hold integers >= 0, got -1",
     },
   );
@@ -138,7 +139,7 @@ test("an unknown --hisparse-config key is reported with the knobs' other problem
 test("--hisparse-config without on or auto: its own JSON problems come with the mode's reason", () => {
   const needs = "--hisparse-config needs --enable-hybrid-sparse on or auto";
   const unknown =
-    '--hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, digest_tokens, dense_layers, min_sparse_tokens, selector, residency, host_kv_cache_dtype)';
+    '--hisparse-config has an unknown key "top_k" (known: topk, device_buffer_tokens, sink_tokens, window_tokens, digest_tokens, digest_dtype, dense_layers, min_sparse_tokens, selector, residency, host_kv_cache_dtype)';
   for (const mode of [[], ["--enable-hybrid-sparse", "off"]]) {
     assert.throws(
       () => parse([...mode, "--hisparse-config", '{"top_k":64,"residency":1,"topk":512}']),
@@ -176,7 +177,7 @@ test("help: --enable-hybrid-sparse describes on for both residencies; --hisparse
   );
   assert.match(
     help,
-    /HiSparse knobs as JSON: topk, device_buffer_tokens, sink_tokens, window_tokens, digest_tokens, dense_layers, min_sparse_tokens, selector, residency/,
+    /HiSparse knobs as JSON: topk, device_buffer_tokens, sink_tokens, window_tokens, digest_tokens, digest_dtype, dense_layers, min_sparse_tokens, selector, residency/,
   );
 });
 

@@ -17,15 +17,16 @@ export interface DeviceSelectorTables {
 
 /**
  * Quest selection on CUDA (the device twin of QuestSelector, quest.ts, its oracle): per sparse
- * layer bf16 digests [numHostBlocks, S, 2, Hkv, D] (min, max of the post-RoPE keys of each of
- * the page's S = blockSize / digestTokens sub-pages),
- * updated by the KV write kernel; selection per (row, kv head) by hsQuestSelect, page for page
- * the oracle's (float32 scores in the oracle's order, same tie rule). bf16 digests are exact on CUDA: the keys are
- * bf16 in the cache, and min / max of bf16 values are bf16 values; they take half the device
- * memory of f32 ones (at Llama-3.1-8B shape, 120 KiB instead of 240 KiB per page).
+ * layer digests [numHostBlocks, S, 2, Hkv, D] (min, max of the post-RoPE keys of each of the
+ * page's S = blockSize / digestTokens sub-pages) of `config.digestDtype`, updated by the KV write
+ * kernel; selection per (row, kv head) by hsQuestSelect, page for page the oracle's (float32
+ * scores in the oracle's order, same tie rule). `fp8` (default): "fp8" tensors of e4m3 codes,
+ * min rounded down and max up (the oracle's values, code for code), 1 byte an element; `bf16`:
+ * exact (the keys are bf16 in the cache, and min / max of bf16 values are bf16 values), 2 bytes.
+ * At the Llama-3.1-8B shape with 4 sub-pages, 240 KiB of digests per page in fp8, 480 KiB in bf16.
  */
 export class CudaQuestSelector implements DeviceSelector {
-  /** Per sparse layer: bf16 [numHostBlocks, S, 2, Hkv, D]. */
+  /** Per sparse layer: fp8 or bf16 [numHostBlocks, S, 2, Hkv, D]. */
   readonly digests: Tensor[];
   private readonly budget: QuestPageBudget;
 
@@ -49,8 +50,9 @@ export class CudaQuestSelector implements DeviceSelector {
     this.budget = questPageBudget(config);
     const { numKvHeads: Hkv, headDim: D } = config.layout;
     const shape = [Math.max(1, config.numHostBlocks), this.budget.digestsPerPage, 2, Hkv, D];
-    this.digests = Array.from({ length: config.numSparseLayers }, () =>
-      backend.allocateFilled(shape, "bf16"),
+    this.digests = Array.from(
+      { length: config.numSparseLayers },
+      () => backend.allocateFilled(shape, config.digestDtype ?? "fp8"), // the default (HiSparseConfig)
     );
     if (benchSelectionOverlap !== null) {
       const [S, W] = tables.hostBlockTable.shape as [number, number];

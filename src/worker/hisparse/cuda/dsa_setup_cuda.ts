@@ -18,7 +18,7 @@ import { rowSelectionOverlap, type SelectionOverlapState } from "../../../backen
 import { ConfigError } from "../../../config/engine_args.js";
 import { type HiSparseConfig, sparseLayersOf } from "../../../config/hisparse_config.js";
 import { indexerSourceLayer, type MlaConfig } from "../../../config/mla_config.js";
-import { DIGEST_ELEMENT_BYTES } from "../../../core/kv/kv_cache_interface.js";
+import { digestElementBytes } from "../../../core/kv/kv_cache_interface.js";
 import {
   allocateIndexerKeyCaches,
   type KVCacheSetup,
@@ -115,7 +115,7 @@ export function setupCudaDsaHiSparse(
     lruShape: [numSources, numHot * bs],
   };
   const lay = layOutHiSparse(backend, ctx, eff, {
-    digestElementBytes: DIGEST_ELEMENT_BYTES.cuda,
+    digestElementBytes: digestElementBytes("cuda", eff.digestDtype),
     reservedDeviceBytes: HiSparseSlotTables.deviceBytes(tablesConfig),
     defaultHostPoolMaxBytes: defaultHostPoolMaxBytes(ctx.args.tensorParallelSize),
   });

@@ -7,7 +7,7 @@ import { ConfigError } from "../../../config/engine_args.js";
 import { digestTokensFor } from "../../../config/hisparse_budget.js";
 import { type HiSparseConfig, sparseLayersOf } from "../../../config/hisparse_config.js";
 import { DEFAULT_KV_CACHE_SCALE } from "../../../core/kv/kv_cache_dtype.js";
-import { DIGEST_ELEMENT_BYTES } from "../../../core/kv/kv_cache_interface.js";
+import { digestElementBytes } from "../../../core/kv/kv_cache_interface.js";
 import type { KVCacheSetup, KVCacheSetupContext } from "../../kv_cache_setup.js";
 import { hisparseKVCacheSetup, layOutHiSparse } from "../layout.js";
 import { modelReasons } from "../setup.js";
@@ -20,7 +20,7 @@ import { HiSparseSlotTables, type SlotTablesConfig } from "./slot_tables.js";
 const QUEST_SMEM_LIMIT_BYTES = 48 * 1024;
 
 /**
- * HiSparse on CUDA: the pools and caches of layOutHiSparse (bf16 digests, after the slot tables'
+ * HiSparse on CUDA: the pools and caches of layOutHiSparse (digests of `digest_dtype`, after the slot tables'
  * device bytes; the default host pool capped at DEFAULT_HOST_POOL_MAX_RAM_FRACTION (cuda_host_tier.ts) of the
  * RAM), the slot tables, the pinned host tier, and the device selector, resolver, attention
  * backend and worker extension.
@@ -49,7 +49,7 @@ export function setupCudaHiSparse(
     numKvHeads: Hkv,
   };
   const lay = layOutHiSparse(backend, ctx, hs, {
-    digestElementBytes: DIGEST_ELEMENT_BYTES.cuda,
+    digestElementBytes: digestElementBytes("cuda", hs.digestDtype),
     reservedDeviceBytes: HiSparseSlotTables.deviceBytes(tablesConfig),
     defaultHostPoolMaxBytes: defaultHostPoolMaxBytes(ctx.args.tensorParallelSize),
   });
@@ -69,6 +69,7 @@ export function setupCudaHiSparse(
       sinkTokens: hs.sinkTokens,
       windowTokens: hs.windowTokens,
       digestTokens: digestTokensFor(hs, ctx.args.blockSize),
+      digestDtype: hs.digestDtype,
     },
     tables,
     hs.benchSelectionOverlap ?? null,

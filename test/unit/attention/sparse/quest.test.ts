@@ -1,13 +1,16 @@
 /**
  * Quest page digests, scores and selection (arXiv 2406.10774): scores equal the formula computed
- * by brute force and bound every key's logit from above; selection keeps sinks, the window and
- * pinned pages, then the best-scoring pages, per GQA group.
+ * by brute force and bound every key's logit from above, with exact (bf16) digests and with fp8
+ * ones rounded outward; selection keeps sinks, the window and pinned pages, then the
+ * best-scoring pages, per GQA group.
  */
 import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
 import { QuestSelector, questScore } from "../../../../src/attention/sparse/quest.js";
 import type { QkvLayout, Tensor } from "../../../../src/backends/backend.js";
 import { CpuBackend } from "../../../../src/backends/cpu/index.js";
+import { E4M3_VALUES, floatToE4m3Down, floatToE4m3Up } from "../../../../src/backends/fp8.js";
+import type { DigestDtype } from "../../../../src/config/hisparse_config.js";
 import { makeRand, randF32 } from "../../backends/cpu/helpers.js";
 import { selected, sparseBatch } from "./helpers.js";
 
@@ -15,117 +18,147 @@ const backend = new CpuBackend({ numThreads: 1 });
 after(() => backend.dispose());
 const view = (t: Tensor) => backend.hostView(t) as Float32Array;
 
-describe("Quest digests and scores", () => {
-  // 4 q heads in 2 GQA groups, head dim 8, pages of 4 tokens; 3 pages of 4 tokens in host
-  // blocks 5, 2, 7.
-  const layout: QkvLayout = { numHeads: 4, numKvHeads: 2, headDim: 8 };
-  const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
-  const W = (Hq + 2 * Hkv) * D;
-  const rand = makeRand(7);
-  const T = 12;
-  const rows = randF32(rand, T * W);
-  const hostBlocks = [5, 2, 7];
-  const slots = Int32Array.from({ length: T }, (_, t) => hostBlocks[Math.floor(t / 4)]! * 4 + (t % 4));
-  const sel = new QuestSelector(
-    { layout, blockSize: 4, numSparseLayers: 1, numHostBlocks: 8, topk: 8, sinkTokens: 0, windowTokens: 4 },
-    view,
-  );
-  // Written in two steps (tokens 0-6, then 7-11): the digest of page 1 is extended, not reset.
-  backend.resetWorkspace();
-  sel.updateDigests(0, backend.stage(rows.slice(0, 7 * W), [7, W], "f32"), slots.subarray(0, 7));
-  sel.updateDigests(0, backend.stage(rows.slice(7 * W), [5, W], "f32"), slots.subarray(7));
-  const key = (t: number, g: number, i: number) => rows[t * W + (Hq + g) * D + i]!;
+/** What a digest stores for an exact min (down) / max (up): the value, or its e4m3 rounding outward. */
+const rounding = (dtype: DigestDtype) => ({
+  down: (x: number) => (dtype === "fp8" ? E4M3_VALUES[floatToE4m3Down(x)]! : x),
+  up: (x: number) => (dtype === "fp8" ? E4M3_VALUES[floatToE4m3Up(x)]! : x),
+});
 
-  it("each page's digest is the element-wise min and max of its keys, per kv head", () => {
-    const dg = sel.digests[0]!;
-    for (const [p, hb] of hostBlocks.entries()) {
-      for (let g = 0; g < Hkv; g++) {
-        for (let i = 0; i < D; i++) {
-          const ks = [0, 1, 2, 3].map((o) => key(p * 4 + o, g, i));
-          assert.equal(dg[(hb * 2 + 0) * Hkv * D + g * D + i], Math.min(...ks));
-          assert.equal(dg[(hb * 2 + 1) * Hkv * D + g * D + i], Math.max(...ks));
-        }
-      }
-    }
-  });
-
-  it("a page's first token resets its digest (host blocks are reused)", () => {
-    const s2 = new QuestSelector(sel.config, view);
-    backend.resetWorkspace();
-    const big = new Float32Array(W).fill(100);
-    s2.updateDigests(0, backend.stage(big, [1, W], "f32"), Int32Array.from([2 * 4 + 0]));
-    s2.updateDigests(0, backend.stage(rows.slice(0, 2 * W), [2, W], "f32"), Int32Array.from([8, 9]));
-    const k0 = key(0, 1, 3);
-    const k1 = key(1, 1, 3);
-    const base = 2 * 2 * Hkv * D + D + 3;
-    assert.deepEqual(
-      [s2.digests[0]![base], s2.digests[0]![base + Hkv * D]],
-      [Math.min(k0, k1), Math.max(k0, k1)],
+for (const digestDtype of ["bf16", "fp8"] as const)
+  describe(`Quest digests and scores (${digestDtype} digests)`, () => {
+    // 4 q heads in 2 GQA groups, head dim 8, pages of 4 tokens; 3 pages of 4 tokens in host
+    // blocks 5, 2, 7. bf16 digests hold the exact min / max, fp8 ones the e4m3 value below the
+    // min and above the max.
+    const { down, up } = rounding(digestDtype);
+    const layout: QkvLayout = { numHeads: 4, numKvHeads: 2, headDim: 8 };
+    const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
+    const W = (Hq + 2 * Hkv) * D;
+    const rand = makeRand(7);
+    const T = 12;
+    const rows = randF32(rand, T * W);
+    const hostBlocks = [5, 2, 7];
+    const slots = Int32Array.from({ length: T }, (_, t) => hostBlocks[Math.floor(t / 4)]! * 4 + (t % 4));
+    const sel = new QuestSelector(
+      {
+        layout,
+        blockSize: 4,
+        numSparseLayers: 1,
+        numHostBlocks: 8,
+        topk: 8,
+        sinkTokens: 0,
+        windowTokens: 4,
+        digestDtype,
+      },
+      view,
     );
-  });
+    // Written in two steps (tokens 0-6, then 7-11): the digest of page 1 is extended, not reset.
+    backend.resetWorkspace();
+    sel.updateDigests(0, backend.stage(rows.slice(0, 7 * W), [7, W], "f32"), slots.subarray(0, 7));
+    sel.updateDigests(0, backend.stage(rows.slice(7 * W), [5, W], "f32"), slots.subarray(7));
+    const key = (t: number, g: number, i: number) => rows[t * W + (Hq + g) * D + i]!;
 
-  it("the f32 tree order: lanes of 8 dims summed in order, then a butterfly over the lanes", () => {
-    // D = 24: 3 lanes of 8 dims, rounded up to 4 (lane 3 holds 0). One head, min = max = 1.
-    const D24 = 24;
-    const dg1 = new Float32Array(2 * D24).fill(1);
-    const q1 = new Float32Array(D24);
-    q1[0] = 2 ** 24; // lane 0: 2^24 + 1 + 1 rounds to 2^24 at each step (ties to even)
-    q1[1] = 1;
-    q1[2] = 1;
-    q1[8] = 1; // lane 1: 1 + 1 = 2
-    q1[9] = 1;
-    q1[16] = -(2 ** 24); // lane 2: negative q reads min (1): -2^24
-    const f = Math.fround;
-    // butterfly: o = 2: s0 = f(l0 + l2) = 0, s1 = f(l1 + l3) = 2; o = 1: s0 + s1 = 2
-    const expected = f(f(2 ** 24 - 2 ** 24) + f(2 + 0));
-    assert.equal(questScore(q1, 1, dg1, 0, 0, 1, D24), expected);
-    assert.equal(expected, 2); // a sequential f64 sum would give 4
-  });
-
-  it("the score equals max_h sum_i max(q*min, q*max) by brute force and bounds every head's q.k", () => {
-    const q = randF32(makeRand(11), Hq * D, 2);
-    const dg = sel.digests[0]!;
-    for (const [p, hb] of hostBlocks.entries()) {
-      for (let g = 0; g < Hkv; g++) {
-        const perHead = [2 * g, 2 * g + 1].map((h) => {
-          let b = 0;
+    it("each page's digest is the element-wise min and max of its keys (rounded outward in fp8), per kv head", () => {
+      // Written key by key, the fp8 digest folds each key into the rounded value it holds: the
+      // same as rounding the exact min / max (rounding is monotone).
+      const dg = sel.digests[0]!;
+      for (const [p, hb] of hostBlocks.entries()) {
+        for (let g = 0; g < Hkv; g++) {
           for (let i = 0; i < D; i++) {
             const ks = [0, 1, 2, 3].map((o) => key(p * 4 + o, g, i));
-            const qi = q[h * D + i]!;
-            b += Math.max(qi * Math.min(...ks), qi * Math.max(...ks));
+            const mn = dg[(hb * 2 + 0) * Hkv * D + g * D + i]!;
+            const mx = dg[(hb * 2 + 1) * Hkv * D + g * D + i]!;
+            assert.equal(mn, down(Math.min(...ks)));
+            assert.equal(mx, up(Math.max(...ks)));
+            assert.ok(mn <= Math.min(...ks) && mx >= Math.max(...ks), "the box holds every key");
           }
-          return b;
-        });
-        const brute = Math.max(...perHead);
-        const qg = Float64Array.from(q.subarray(2 * g * D, (2 * g + 2) * D));
-        const score = questScore(qg, 2, dg, hb * 2 * Hkv * D, g, Hkv, D);
-        // float32 sums (the kernel's order): within a few f32 roundings of the exact bound
-        assert.ok(Math.abs(score - brute) <= 1e-5 * (Math.abs(brute) + 1), `page ${p} head ${g}`);
-        for (let o = 0; o < 4; o++)
-          for (let h = 2 * g; h < 2 * g + 2; h++) {
-            let logit = 0;
-            for (let i = 0; i < D; i++) logit += q[h * D + i]! * key(p * 4 + o, g, i);
-            assert.ok(
-              logit <= score + 1e-5 * (Math.abs(score) + 1),
-              `page ${p} token ${o} q head ${h}: ${logit} > bound ${score}`,
-            );
-          }
+        }
       }
-    }
-  });
+    });
 
-  it("a head whose sum is NaN counts as -Infinity (the kernel's rule)", () => {
-    const dg = new Float32Array(2 * 1 * 2).fill(1); // one page, Hkv 1, D 2: min = max = 1
-    const q = Float64Array.from([Number.NaN, 1, 2, 3]); // head 0 has a NaN, head 1 sums to 5
-    assert.equal(questScore(q, 2, dg, 0, 0, 1, 2), 5);
-    assert.equal(questScore(Float64Array.from([Number.NaN, 0]), 1, dg, 0, 0, 1, 2), Number.NEGATIVE_INFINITY);
-    // An infinite max (an overflowed key) makes qPos * max = 0 * inf = NaN for every head whose
-    // query is <= 0 in that dim: the page then ranks lowest, as on the GPU.
-    const inf = Float32Array.from([1, 1, Number.POSITIVE_INFINITY, 1]);
-    assert.equal(questScore(Float64Array.from([0, 1, -1, 1]), 2, inf, 0, 0, 1, 2), Number.NEGATIVE_INFINITY);
-    assert.equal(questScore(Float64Array.from([2, 1]), 1, inf, 0, 0, 1, 2), Number.POSITIVE_INFINITY);
+    it("a page's first token resets its digest (host blocks are reused)", () => {
+      const s2 = new QuestSelector(sel.config, view);
+      backend.resetWorkspace();
+      const big = new Float32Array(W).fill(100);
+      s2.updateDigests(0, backend.stage(big, [1, W], "f32"), Int32Array.from([2 * 4 + 0]));
+      s2.updateDigests(0, backend.stage(rows.slice(0, 2 * W), [2, W], "f32"), Int32Array.from([8, 9]));
+      const k0 = key(0, 1, 3);
+      const k1 = key(1, 1, 3);
+      const base = 2 * 2 * Hkv * D + D + 3;
+      assert.deepEqual(
+        [s2.digests[0]![base], s2.digests[0]![base + Hkv * D]],
+        [down(Math.min(k0, k1)), up(Math.max(k0, k1))],
+      );
+    });
+
+    it("the f32 tree order: lanes of 8 dims summed in order, then a butterfly over the lanes", () => {
+      // D = 24: 3 lanes of 8 dims, rounded up to 4 (lane 3 holds 0). One head, min = max = 1.
+      const D24 = 24;
+      const dg1 = new Float32Array(2 * D24).fill(1);
+      const q1 = new Float32Array(D24);
+      q1[0] = 2 ** 24; // lane 0: 2^24 + 1 + 1 rounds to 2^24 at each step (ties to even)
+      q1[1] = 1;
+      q1[2] = 1;
+      q1[8] = 1; // lane 1: 1 + 1 = 2
+      q1[9] = 1;
+      q1[16] = -(2 ** 24); // lane 2: negative q reads min (1): -2^24
+      const f = Math.fround;
+      // butterfly: o = 2: s0 = f(l0 + l2) = 0, s1 = f(l1 + l3) = 2; o = 1: s0 + s1 = 2
+      const expected = f(f(2 ** 24 - 2 ** 24) + f(2 + 0));
+      assert.equal(questScore(q1, 1, dg1, 0, 0, 1, D24), expected);
+      assert.equal(expected, 2); // a sequential f64 sum would give 4
+    });
+
+    it("the score equals max_h sum_i max(q*min, q*max) over the stored digest by brute force and bounds every head's q.k", () => {
+      const q = randF32(makeRand(11), Hq * D, 2);
+      const dg = sel.digests[0]!;
+      for (const [p, hb] of hostBlocks.entries()) {
+        for (let g = 0; g < Hkv; g++) {
+          const perHead = [2 * g, 2 * g + 1].map((h) => {
+            let b = 0;
+            for (let i = 0; i < D; i++) {
+              const qi = q[h * D + i]!;
+              const mn = dg[(hb * 2 + 0) * Hkv * D + g * D + i]!;
+              const mx = dg[(hb * 2 + 1) * Hkv * D + g * D + i]!;
+              b += Math.max(qi * mn, qi * mx);
+            }
+            return b;
+          });
+          const brute = Math.max(...perHead);
+          const qg = Float64Array.from(q.subarray(2 * g * D, (2 * g + 2) * D));
+          const score = questScore(qg, 2, dg, hb * 2 * Hkv * D, g, Hkv, D);
+          // float32 sums (the kernel's order): within a few f32 roundings of the exact bound
+          assert.ok(Math.abs(score - brute) <= 1e-5 * (Math.abs(brute) + 1), `page ${p} head ${g}`);
+          for (let o = 0; o < 4; o++)
+            for (let h = 2 * g; h < 2 * g + 2; h++) {
+              let logit = 0;
+              for (let i = 0; i < D; i++) logit += q[h * D + i]! * key(p * 4 + o, g, i);
+              assert.ok(
+                logit <= score + 1e-5 * (Math.abs(score) + 1),
+                `page ${p} token ${o} q head ${h}: ${logit} > bound ${score}`,
+              );
+            }
+        }
+      }
+    });
+
+    it("a head whose sum is NaN counts as -Infinity (the kernel's rule)", () => {
+      const dg = new Float32Array(2 * 1 * 2).fill(1); // one page, Hkv 1, D 2: min = max = 1
+      const q = Float64Array.from([Number.NaN, 1, 2, 3]); // head 0 has a NaN, head 1 sums to 5
+      assert.equal(questScore(q, 2, dg, 0, 0, 1, 2), 5);
+      assert.equal(
+        questScore(Float64Array.from([Number.NaN, 0]), 1, dg, 0, 0, 1, 2),
+        Number.NEGATIVE_INFINITY,
+      );
+      // An infinite max (an overflowed key) makes qPos * max = 0 * inf = NaN for every head whose
+      // query is <= 0 in that dim: the page then ranks lowest, as on the GPU.
+      const inf = Float32Array.from([1, 1, Number.POSITIVE_INFINITY, 1]);
+      assert.equal(
+        questScore(Float64Array.from([0, 1, -1, 1]), 2, inf, 0, 0, 1, 2),
+        Number.NEGATIVE_INFINITY,
+      );
+      assert.equal(questScore(Float64Array.from([2, 1]), 1, inf, 0, 0, 1, 2), Number.POSITIVE_INFINITY);
+    });
   });
-});
 
 describe("Quest selection", () => {
   // Head dim 1: a page's score for a positive query q is q * max; for a negative one q * min.
@@ -287,5 +320,72 @@ describe("Quest sub-page digests (digestTokens < blockSize)", () => {
       () => new QuestSelector({ ...cfg, digestTokens: 3 }, view),
       /digest tokens \(3\) must divide/,
     );
+  });
+});
+
+describe("Quest fp8 digests (digest_dtype fp8: e4m3 rounded outward)", () => {
+  // Head dim 1, one GQA group of 1 head, pages of 2 tokens in host blocks 0-4 (page p in host
+  // block p), budget 2 pages: the window page 4 plus the best of pages 0-3. Keys per page:
+  // 0.1 0.1 | 0.30 0.30 | 0.31 0.31 | -2 0.2 | 0 0. Near 0.3 the e4m3 grid steps by 1/32
+  // (0.28125, 0.3125): both 0.30 and 0.31 round down to 0.28125 and up to 0.3125; near 0.1 by
+  // 1/128 (0.09375, 0.1015625), near 0.2 by 1/64 (0.203125 above it).
+  const layout: QkvLayout = { numHeads: 1, numKvHeads: 1, headDim: 1 };
+  const keys = [0.1, 0.1, 0.3, 0.3, 0.31, 0.31, -2, 0.2, 0, 0];
+  const run = (digestDtype: DigestDtype, q: number) => {
+    const sel = new QuestSelector(
+      {
+        layout,
+        blockSize: 2,
+        numSparseLayers: 1,
+        numHostBlocks: 5,
+        topk: 4,
+        sinkTokens: 0,
+        windowTokens: 2,
+        digestDtype,
+      },
+      view,
+    );
+    backend.resetWorkspace();
+    const rows = Float32Array.from(keys.flatMap((k) => [0, k, 0]));
+    sel.updateDigests(
+      0,
+      backend.stage(rows, [10, 3], "f32"),
+      Int32Array.from(keys, (_, t) => t),
+    );
+    const batch = sparseBatch([
+      {
+        id: "A",
+        batchIdx: 0,
+        tokenIdx: 0,
+        numTokens: 10,
+        hostBlockIds: [0, 1, 2, 3, 4],
+        blockIds: [],
+        hotBlockIds: [],
+      },
+    ]);
+    const picked = selected(
+      sel.select(0, backend.stage(Float32Array.from([q, 0, 0]), [1, 3], "f32"), batch),
+    )[0];
+    return { digests: Array.from(sel.digests[0]!), picked };
+  };
+
+  it("stores min rounded down and max rounded up onto the e4m3 grid", () => {
+    // [numHostBlocks, S = 1, 2 (min, max), Hkv, D]: host block b at 2b (min), 2b + 1 (max).
+    const { digests } = run("fp8", 1);
+    assert.deepEqual(digests, [0.09375, 0.1015625, 0.28125, 0.3125, 0.28125, 0.3125, -2, 0.203125, 0, 0]);
+    assert.deepEqual(
+      run("bf16", 1).digests,
+      Array.from(Float32Array.from([0.1, 0.1, 0.3, 0.3, 0.31, 0.31, -2, 0.2, 0, 0])),
+    );
+  });
+
+  it("the score stays an upper bound, at a coarser resolution: equal rounded maxima tie, the lower page wins", () => {
+    // q = 1 scores a page by its max: exact digests pick page 2 (0.31 > 0.30); fp8 ones score
+    // pages 1 and 2 both 0.3125, and the tie goes to the lower page, 1.
+    assert.deepEqual(run("bf16", 1).picked, [2, 4]);
+    assert.deepEqual(run("fp8", 1).picked, [1, 4]);
+    // q = -1 scores by -min: page 3 (min -2, exact on the grid) for both.
+    assert.deepEqual(run("bf16", -1).picked, [3, 4]);
+    assert.deepEqual(run("fp8", -1).picked, [3, 4]);
   });
 });

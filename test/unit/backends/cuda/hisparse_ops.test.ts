@@ -29,7 +29,7 @@ function setup() {
 }
 
 describe("HiSparse ops marshalling (fake addon)", () => {
-  it("reshapeAndCacheDigest: qkv, cache, slots, digests, host slots, then T and the geometry", () => {
+  it("reshapeAndCacheDigest: qkv, cache, slots, digests, host slots, then T, the geometry and the digest dtype", () => {
     const { fake, be, i32 } = setup();
     const qkv = be.allocateFilled([3, W], "bf16");
     const cache = be.allocateFilled([10, 2, 8, 2, 16], "bf16");
@@ -55,7 +55,40 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       4,
       10,
       12,
+      1, // bf16 digests (DTYPE_CODE)
     ]);
+    // fp8 digests (e4m3, rounded outward): the same call with dtype code 4; f32 is refused.
+    const digests8 = be.allocateFilled([12, 2, 2, 2, 16], "fp8");
+    hs.reshapeAndCacheDigest(be, qkv, layout, cache, slots, digests8, hostSlots, 8, 4);
+    assert.deepEqual(fake.calls.at(-1)!.args.slice(4), [
+      ptr(digests8),
+      ptr(hostSlots),
+      3,
+      W,
+      4,
+      2,
+      16,
+      8,
+      4,
+      10,
+      12,
+      4,
+    ]);
+    assert.throws(
+      () =>
+        hs.reshapeAndCacheDigest(
+          be,
+          qkv,
+          layout,
+          cache,
+          slots,
+          be.allocateFilled([12, 2, 2, 2, 16], "f32"),
+          hostSlots,
+          8,
+          4,
+        ),
+      /digests: expected dtype bf16 or fp8/,
+    );
     assert.throws(
       () =>
         hs.reshapeAndCacheDigest(
@@ -105,7 +138,7 @@ describe("HiSparse ops marshalling (fake addon)", () => {
     const Wp = 40;
     const numHot = 6;
     const qkv = be.allocateFilled([4, W], "bf16");
-    const digests = be.allocateFilled([100, 4, 2, 2, 16], "bf16");
+    const digests = be.allocateFilled([100, 4, 2, 2, 16], "fp8"); // the default digest dtype
     const [reqSlot, seqLens, flags, tokenRow] = [i32([R]), i32([R]), i32([R]), i32([R])];
     const [hostT, blockT, pinT] = [i32([S, Wp]), i32([S, Wp]), i32([S, Wp])];
     const sel = hs.questSelect(be, {
@@ -141,6 +174,7 @@ describe("HiSparse ops marshalling (fake addon)", () => {
       qkvRowStride: W,
       tokenRow: ptr(tokenRow),
       digests: ptr(digests),
+      digestDtype: 4, // fp8 (DTYPE_CODE)
       numHostBlocks: 100,
       seqLens: ptr(seqLens),
       rowFlags: ptr(flags),
