@@ -43,7 +43,7 @@ const DIGEST_DTYPES = ["bf16", "fp8"] as const;
 
 /**
  * Digests on the device from host values: bf16 tensors directly; fp8 ones as the e4m3 codes of
- * the values rounded to nearest (uploaded as i32 words, then copied byte for byte).
+ * the values rounded to nearest, -0 as +0 (uploaded as i32 words, then copied byte for byte).
  * @returns the tensor and the values it holds (what the CPU oracle's digests must start from)
  */
 function uploadDigests(
@@ -53,7 +53,12 @@ function uploadDigests(
   dtype: (typeof DIGEST_DTYPES)[number],
 ): { t: Tensor; held: Float32Array } {
   if (dtype === "bf16") return { t: be.upload(values, shape, "bf16"), held: values };
-  const codes = Uint8Array.from(values, (v) => floatToE4m3(v));
+  // Never -0 (0x80): the digest kernel stores a zero as +0 (fp8.cuh floatToE4m3Directed), and it
+  // re-rounds every element of a digest it extends, where the oracle keeps an element no key beat.
+  const codes = Uint8Array.from(values, (v) => {
+    const c = floatToE4m3(v);
+    return c === 0x80 ? 0 : c;
+  });
   const t = be.allocateFilled(shape, "fp8");
   be.copyTensor(t, be.upload(new Int32Array(codes.buffer), [codes.length / 4], "i32"));
   return { t, held: Float32Array.from(codes, (c) => E4M3_VALUES[c]!) };
