@@ -48,26 +48,21 @@ export function defaultSinkTokens(topk: number, windowTokens: number, bs: number
   const s = pagesBetween(topk / SINK_BUDGET_DIVISOR, bs, bs, DEFAULT_SINK_TOKENS);
   return Math.max(0, Math.min(s, Math.floor((topk - windowTokens) / bs) * bs));
 }
-/** Tokens per Quest digest by default, where it divides the block size ({@link defaultDigestTokens}). */
-export const DEFAULT_DIGEST_TOKENS = 4;
-
 /**
- * Tokens per Quest digest when digest_tokens is not given: {@link DEFAULT_DIGEST_TOKENS} (4) when
- * it divides the block size and is smaller, else the block size (one min/max digest per page).
- * Why 4 (ref-base on CUDA, topk = context / 8, perplexity at 4K / 8K,
- * bench/results/gpu_session3_20261202_h200.md): one digest per 16-token page loses +7.3% / +4.1%
- * vs dense (the target is < 1%); four sub-page digests of 4 tokens, a page scoring as its best
- * one, lose +0.57% / +0.56% (measured with bf16 digests; fp8's outward rounding only loosens the
- * bound, not measured yet). Four digests cost 4x the bytes of one (in bf16 1/2 of K's bytes: at
- * the Llama-3.1-8B shape the device bytes per host page grow from 248 KiB to 608 KiB), which the
- * default `digest_dtype` fp8 halves (outward-rounded e4m3: 128 KiB of dense-layer KV + 30 sparse
- * layers x 8 KiB of digests = 368 KiB).
+ * Tokens per Quest digest when digest_tokens is not given: the block size (one min/max digest per
+ * page). Measured on the H200 (ref-base, topk = context / 8, bench/results/gpu_session4_20261202_h200.md):
+ * - page digests (bf16, this default): perplexity +7.3% / +4.1% of dense at 4K / 8K, passkey no
+ *   loss; Quest throughput at 32K (Llama-3.1-8B shape) 3.20x `off`'s peak, auto B=1 1.003x;
+ * - `{"digest_tokens":4,"digest_dtype":"fp8"}` (four outward-rounded sub-page digests, a page
+ *   scoring as its best one): perplexity +0.65% / +0.55%, passkey no loss, but 1.62x `off`'s peak
+ *   and auto B=1 0.975x: scoring four digests per page (questScoreKernel, sub-pages in series)
+ *   costs more per step than the quality buys until that kernel is faster; device bytes per host
+ *   page 368 KiB against 248 KiB (608 KiB with bf16 sub-page digests).
+ * So the sub-page setting is opt-in.
  * @param blockSize tokens per page
  */
 export function defaultDigestTokens(blockSize: number): number {
-  return DEFAULT_DIGEST_TOKENS < blockSize && blockSize % DEFAULT_DIGEST_TOKENS === 0
-    ? DEFAULT_DIGEST_TOKENS
-    : blockSize;
+  return blockSize;
 }
 
 /**

@@ -90,9 +90,9 @@ export interface HiSparseConfig {
    */
   digestTokens: number;
   /**
-   * Quest: element type of the digests (`digest_dtype`): `fp8` (default) stores e4m3 rounded
-   * outward (min toward -inf, max toward +inf), so the score stays an upper bound at half the
-   * bytes of `bf16`, which keeps the keys' exact min / max (core/kv/kv_cache_interface.ts).
+   * Quest: element type of the digests (`digest_dtype`): `bf16` (default) keeps the keys' exact
+   * min / max; `fp8` stores e4m3 rounded outward (min toward -inf, max toward +inf), so the score
+   * stays an upper bound at half the bytes (core/kv/kv_cache_interface.ts DEFAULT_DIGEST_DTYPE).
    */
   digestDtype: DigestDtype;
   /** Layers that attend densely over every page (their KV stays on the device). */

@@ -9,8 +9,8 @@
  * - every page of every request has a host block (all sparse layers' K and V, in the host pool
  *   `--host-pool-gib`), and on the device its dense layers' K and V (default: the first two
  *   layers) and its Quest digest (per sparse layer, KV head and sub-page of digest_tokens, min and
- *   max of the keys: 2 × headDim values, f32 on the CPU engine, on CUDA `digest_dtype`: fp8 (1 B,
- *   the default) or bf16 (2 B): 1/digest_tokens or 2/digest_tokens of K's size in bf16);
+ *   max of the keys: 2 × headDim values, f32 on the CPU engine, on CUDA `digest_dtype`: bf16 (2 B,
+ *   the default) or fp8 (1 B): 1/digest_tokens or 2/digest_tokens of K's size in bf16);
  * - so the device budget = gpu blocks × main bytes per block + host blocks × device bytes per
  *   host block;
  * - a request's prefill (whole, chunked, or a recompute after preemption) attends densely over
@@ -22,7 +22,7 @@
  * the formula's answers; it computes no size of its own.
  */
 
-import type { DigestDtype, HostKvCacheDtype } from "../config/hisparse_config.js";
+import { DEFAULT_DIGEST_DTYPE, type DigestDtype, type HostKvCacheDtype } from "../config/hisparse_config.js";
 import { KV_CACHE_DTYPE_BYTES } from "../core/kv/kv_cache_dtype.js";
 import {
   digestElementBytes,
@@ -69,7 +69,7 @@ export interface PlanHiSparse {
   windowTokens: number;
   /** Tokens per Quest digest (`digest_tokens`); absent: one digest per page. */
   digestTokens?: number;
-  /** `digest_dtype` (config/hisparse_config.ts); absent: fp8. Sizes CUDA's digests ({@link cudaDigestElementBytes}). */
+  /** `digest_dtype` (config/hisparse_config.ts); absent: DEFAULT_DIGEST_DTYPE (bf16). Sizes CUDA's digests ({@link cudaDigestElementBytes}). */
   digestDtype?: DigestDtype;
   denseLayers: readonly number[];
   /** Host pool in bytes; null = the engine's default, HOST_POOL_DEFAULT_RATIO × the device pool's pages. */
@@ -86,11 +86,11 @@ export interface PlanHiSparse {
 /** Bytes of one digest value by default: the CPU engine keeps digests in f32. */
 export const DIGEST_ELEMENT_BYTES: number = ENGINE_DIGEST_BYTES.cpu;
 /**
- * Bytes of one digest value on the CUDA engine, which `hisparse plan` plans for: 1 with
- * `digest_dtype` fp8 (the default: e4m3 rounded outward), 2 with bf16 (exact: the keys are bf16).
+ * Bytes of one digest value on the CUDA engine, which `hisparse plan` plans for: 2 with
+ * `digest_dtype` bf16 (the default: exact, the keys are bf16), 1 with fp8 (e4m3 rounded outward).
  */
 export function cudaDigestElementBytes(h: Pick<PlanHiSparse, "digestDtype">): number {
-  return digestElementBytes("cuda", h.digestDtype ?? "fp8");
+  return digestElementBytes("cuda", h.digestDtype ?? DEFAULT_DIGEST_DTYPE);
 }
 
 /** Everything the plan is computed from. */

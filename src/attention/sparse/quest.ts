@@ -1,6 +1,6 @@
 import type { QkvLayout, Tensor } from "../../backends/backend.js";
 import { E4M3_VALUES, floatToE4m3Down, floatToE4m3Up } from "../../backends/fp8.js";
-import type { DigestDtype } from "../../config/hisparse_config.js";
+import { DEFAULT_DIGEST_DTYPE, type DigestDtype } from "../../config/hisparse_config.js";
 import { PAD_SLOT_ID } from "../../core/ids.js";
 import type { PageSelection, Selector, SparseBatch } from "./selector.js";
 
@@ -87,8 +87,8 @@ export interface QuestSelectorConfig {
    */
   digestTokens?: number;
   /**
-   * Element type of the digests (HiSparseConfig.digestDtype; default fp8): `fp8` keeps them on
-   * the e4m3 grid rounded outward, `bf16` keeps the keys' exact min / max.
+   * Element type of the digests (HiSparseConfig.digestDtype; absent: DEFAULT_DIGEST_DTYPE, bf16):
+   * `fp8` keeps them on the e4m3 grid rounded outward, `bf16` keeps the keys' exact min / max.
    */
   digestDtype?: DigestDtype;
 }
@@ -131,7 +131,7 @@ export function questPageBudget(config: QuestSelectorConfig): QuestPageBudget {
  * the post-RoPE keys of the sub-page's digestTokens tokens, indexed by host block (a page's
  * identity) then sub-page, i.e. by hostSlot / digestTokens; updated as tokens are written: the
  * tail sub-page's digest covers its tokens so far; a sub-page's first token resets it, so host
- * blocks can be reused. With `digestDtype` fp8 (the default) the values stay on the e4m3 grid,
+ * blocks can be reused. With `digestDtype` fp8 the values stay on the e4m3 grid,
  * rounded outward (min down, max up: backends/fp8.ts floatToE4m3Down / Up, scale 1), what the
  * CUDA selector stores as e4m3 bytes; a key is folded in as min = rd(min(stored, key)), which
  * equals rd of the exact min since rd is monotone (min(rd(a), rd(b)) = rd(min(a, b))); likewise
@@ -162,7 +162,7 @@ export class QuestSelector implements Selector {
     private readonly view: (t: Tensor) => Float32Array,
   ) {
     this.budget = questPageBudget(config);
-    const fp8 = config.digestDtype !== "bf16"; // fp8 unless bf16 is asked for (the default)
+    const fp8 = (config.digestDtype ?? DEFAULT_DIGEST_DTYPE) === "fp8";
     this.roundMin = fp8 ? (v) => E4M3_VALUES[floatToE4m3Down(v)]! : (v) => v;
     this.roundMax = fp8 ? (v) => E4M3_VALUES[floatToE4m3Up(v)]! : (v) => v;
     const { numKvHeads: Hkv, headDim: D } = config.layout;

@@ -143,14 +143,16 @@ export function indexerKeySpec(
 
 /**
  * Element type of Quest digests (HiSparse `digest_dtype`, config/hisparse_config.ts):
- * - `fp8` (default): e4m3 codes rounded outward (min toward -inf, max toward +inf, scale 1), so
- *   the Quest score stays an upper bound; half the bytes of bf16;
- * - `bf16`: the keys' exact min / max (the keys are bf16 on CUDA, so bf16 holds them exactly).
+ * - `bf16` (default): the keys' exact min / max (the keys are bf16 on CUDA, so bf16 holds them
+ *   exactly);
+ * - `fp8`: e4m3 codes rounded outward (min toward -inf, max toward +inf, scale 1), so the Quest
+ *   score stays an upper bound; half the bytes of bf16 (the setting that pays for
+ *   `digest_tokens` 4, config/hisparse_budget.ts defaultDigestTokens).
  */
 export type DigestDtype = "fp8" | "bf16";
 export const DIGEST_DTYPES: readonly DigestDtype[] = ["fp8", "bf16"];
 /** The digest dtype when `digest_dtype` is not given. */
-export const DEFAULT_DIGEST_DTYPE: DigestDtype = "fp8";
+export const DEFAULT_DIGEST_DTYPE: DigestDtype = "bf16";
 
 /**
  * Bytes per Quest digest element on each engine: the CPU selector keeps f32 digests whatever the

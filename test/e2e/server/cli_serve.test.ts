@@ -165,18 +165,17 @@ describe("hisparse serve --enable-hybrid-sparse on (child process, ref-small, CP
     try {
       // Host pool: 0.5 GiB / 32,768 B per page (2 sparse layers × 2 × 16 × 2 × 64 × 4 B) = 16,384
       // pages. Each page keeps on the device its 2 dense layers' KV (32,768 B) and the sparse
-      // layers' digests (4 sub-pages of 4 tokens, f32 on the CPU: 2 × 4 × 2 × 2 × 64 × 4 B = 8,192 B);
-      // the device pool gets the rest of the default 1 GiB CPU KV budget:
-      // floor((2^30 − 16,384 × 40,960 B) / 32,768 B) = 12,288 blocks.
+      // layers' digests (2 × 2 × 2 × 64 × 4 B = 2,048 B); the device pool gets the rest of the
+      // default 1 GiB CPU KV budget: floor((2^30 − 16,384 × 34,816 B) / 32,768 B) = 15,360 blocks.
       const lines = log().split("\n");
       const summary = lines.findIndex((l) => l.includes("HiSparse on:"));
       const ready = lines.findIndex((l) => l.includes("hisparse serving ref-small on"));
       assert.ok(summary >= 0 && summary < ready, log());
       assert.match(
         lines[summary]!,
-        /^INFO \S+ \S+ HiSparse on: residency host, topk 512, device_buffer_tokens 1024, min_sparse_tokens 1120; device pool 12288 blocks \(0\.38 GiB\) \+ 0\.63 GiB of dense-layer KV and digests, host pool 16384 pages \(0\.50 GiB\)$/,
+        /^INFO \S+ \S+ HiSparse on: residency host, topk 512, device_buffer_tokens 1024, min_sparse_tokens 1120; device pool 15360 blocks \(0\.47 GiB\) \+ 0\.53 GiB of dense-layer KV and digests, host pool 16384 pages \(0\.50 GiB\)$/,
       );
-      assert.match(lines[ready]!, /, 12288 KV blocks\)$/);
+      assert.match(lines[ready]!, /, 15360 KV blocks\)$/);
     } finally {
       const exited = new Promise<number | null>((r) => proc.once("exit", (code) => r(code)));
       proc.kill("SIGTERM");

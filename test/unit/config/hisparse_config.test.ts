@@ -10,7 +10,7 @@ import {
   validateHiSparseConfig,
 } from "../../../src/config/hisparse_config.js";
 
-test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, fp8 digests of 4 tokens, dense layers 0 and 1, quest", () => {
+test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, a bf16 digest per page, dense layers 0 and 1, quest", () => {
   const c = resolveHiSparseConfig({ mode: "auto" });
   assert.deepEqual(c, {
     mode: "auto",
@@ -18,8 +18,8 @@ test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, fp8 digests of 
     deviceBufferTokens: 4096,
     sinkTokens: 64,
     windowTokens: 256,
-    digestTokens: 4,
-    digestDtype: "fp8",
+    digestTokens: 16,
+    digestDtype: "bf16",
     denseLayers: [0, 1],
     minSparseTokens: 64 + 256 + 4096,
     selector: "quest",
@@ -114,14 +114,14 @@ test("host_kv_cache_dtype: auto by default, fp8 from the JSON key, anything else
   ]);
 });
 
-test("digest_dtype: fp8 by default, bf16 from the JSON key, anything else a reason", () => {
-  const parsed = parseHiSparseConfigJson('{"digest_dtype":"bf16"}');
-  assert.deepEqual(parsed, { overrides: { digestDtype: "bf16" }, reasons: [] });
+test("digest_dtype: bf16 by default, fp8 from the JSON key, anything else a reason", () => {
+  const parsed = parseHiSparseConfigJson('{"digest_dtype":"fp8"}');
+  assert.deepEqual(parsed, { overrides: { digestDtype: "fp8" }, reasons: [] });
   const c = resolveHiSparseConfig({ mode: "on", ...parsed.overrides });
-  assert.equal(c.digestDtype, "bf16");
+  assert.equal(c.digestDtype, "fp8");
   assert.deepEqual(c.givenKeys, ["digest_dtype"]);
   assert.deepEqual(validateHiSparseConfig(c, { blockSize: 16, enablePrefixCaching: false }), []);
-  assert.equal(resolveHiSparseConfig({ mode: "on" }).digestDtype, "fp8");
+  assert.equal(resolveHiSparseConfig({ mode: "on" }).digestDtype, "bf16");
   assert.deepEqual(parseHiSparseConfigJson('{"digest_dtype":1}').reasons, [
     "--hisparse-config digest_dtype must be a string (fp8 or bf16), got 1",
   ]);
@@ -134,19 +134,16 @@ test("digest_dtype: fp8 by default, bf16 from the JSON key, anything else a reas
   ]);
 });
 
-test("digest_tokens by default: 4 where it divides the block size and is smaller, else the block size", () => {
-  const table = [1, 2, 4, 6, 8, 10, 12, 16, 32, 64].map((bs) => [bs, defaultDigestTokens(bs)]);
+test("digest_tokens by default: the block size (one digest per page; sub-page digests are opt-in)", () => {
+  const table = [1, 2, 4, 8, 16, 32, 64].map((bs) => [bs, defaultDigestTokens(bs)]);
   assert.deepEqual(table, [
     [1, 1],
     [2, 2],
     [4, 4],
-    [6, 6],
-    [8, 4],
-    [10, 10],
-    [12, 4],
-    [16, 4],
-    [32, 4],
-    [64, 4],
+    [8, 8],
+    [16, 16],
+    [32, 32],
+    [64, 64],
   ]);
 });
 
@@ -271,28 +268,25 @@ test("sink and window derive from topk and the block size; given values are hono
     const c = resolveHiSparseConfig({ mode: "on", topk, ...o }, bs);
     return [c.sinkTokens, c.windowTokens, c.digestTokens];
   };
-  assert.deepEqual(at(256), [16, 32, 4]); // 13 of 16 pages left to Quest (was 4 with 64 + 128)
-  assert.deepEqual(at(512), [32, 64, 4]);
-  assert.deepEqual(at(1024), [64, 128, 4]);
-  assert.deepEqual(at(2048), [64, 256, 4]);
-  assert.deepEqual(at(8192), [64, 256, 4]);
-  assert.deepEqual(at(16), [0, 16, 4]); // one page: the tail page's window only
-  assert.deepEqual(at(32), [16, 16, 4]);
-  assert.deepEqual(at(256, 32), [32, 32, 4]); // whole pages of 32
-  assert.deepEqual(at(256, 2), [16, 32, 2]); // 4 does not divide pages of 2: one digest per page
-  assert.deepEqual(at(256, 16, { sinkTokens: 64, windowTokens: 128, digestTokens: 16 }), [64, 128, 16]);
-  assert.deepEqual(at(256, 16, { windowTokens: 240 }), [16, 240, 4]);
+  assert.deepEqual(at(256), [16, 32, 16]); // 13 of 16 pages left to Quest (was 4 with 64 + 128)
+  assert.deepEqual(at(512), [32, 64, 16]);
+  assert.deepEqual(at(1024), [64, 128, 16]);
+  assert.deepEqual(at(2048), [64, 256, 16]);
+  assert.deepEqual(at(8192), [64, 256, 16]);
+  assert.deepEqual(at(16), [0, 16, 16]); // one page: the tail page's window only
+  assert.deepEqual(at(32), [16, 16, 16]);
+  assert.deepEqual(at(256, 32), [32, 32, 32]); // whole pages of 32
+  assert.deepEqual(at(256, 16, { sinkTokens: 64, windowTokens: 128, digestTokens: 4 }), [64, 128, 4]);
+  assert.deepEqual(at(256, 16, { windowTokens: 240 }), [16, 240, 16]);
   const bad = resolveHiSparseConfig({ mode: "on", topk: 256, digestTokens: 3 });
   assert.deepEqual(validateHiSparseConfig(bad, { blockSize: 16, enablePrefixCaching: false }), [
     "digest_tokens must be a divisor of the block size (16), got 3",
   ]);
-  // Resolved before the engine's --block-size is known (16: 4-token digests), then used at block
-  // size 2: the default digest follows the engine's page, a given one is checked as given.
+  // Resolved before the engine's --block-size is known (16), then used at block size 8: the
+  // default digest follows the engine's page, a given one is checked as given.
   const early = resolveHiSparseConfig({ mode: "on", topk: 64, deviceBufferTokens: 128 });
-  assert.equal(early.digestTokens, 4);
-  assert.deepEqual(validateHiSparseConfig(early, { blockSize: 2, enablePrefixCaching: false }), []);
-  assert.equal(digestTokensFor(early, 2), 2);
-  assert.equal(digestTokensFor(early, 8), 4);
+  assert.deepEqual(validateHiSparseConfig(early, { blockSize: 8, enablePrefixCaching: false }), []);
+  assert.equal(digestTokensFor(early, 8), 8);
   const given = resolveHiSparseConfig({ mode: "on", topk: 64, digestTokens: 16 });
   assert.equal(digestTokensFor(given, 8), 16);
   assert.deepEqual(validateHiSparseConfig(given, { blockSize: 8, enablePrefixCaching: false }), [

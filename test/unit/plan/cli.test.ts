@@ -20,18 +20,17 @@ describe("hisparse plan (CLI)", () => {
       "  = KV cache budget 109.94 GiB (118,049,831,321 B)",
       "  KV per token   = 2 (K, V) × 32 layers × 8 KV heads × 128 head_dim × 2 B = 131,072 B",
       "  max requests   = floor(56,290 / 8,192) = 6   (without paging: floor(budget / (131,072 × 131,072 B)) = 6)",
-      // The defaults: fp8 digests of 4 tokens, h = 2 × 65,536 + 30 × 4 × 2 × 8 × 128 × 1 = 376,832 B
-      // (368 KiB; bf16 ones would take 608 KiB, one bf16 digest per page 248 KiB).
-      "  GPU per page   = attention (dense layers) 2 layers × (16 tokens × 4,096 B) + quest digest 30 layers × 8,192 B (4 × min/max of 4 tokens, fp8) = 368.00 KiB (digests 240.00 KiB)",
+      // The defaults: one bf16 digest per page, h = 2 × 65,536 + 30 × 2 × 8 × 128 × 2 = 253,952 B.
+      "  GPU per page   = attention (dense layers) 2 layers × (16 tokens × 4,096 B) + quest digest 30 layers × 4,096 B (1 × min/max of 16 tokens, bf16) = 248.00 KiB (digests 120.00 KiB)",
       "  per request    = 8,192 pages; on the GPU ceil((64 + 256 + 4096) / 16) + 1 = 277 blocks",
       "  prefill        = all 8,192 pages in GPU blocks while a request prefills (dense attention; also a recompute after preemption),",
-      "    by GPU pool    = floor((43,404 − 8,192 of one dense prefill) / 277) + 1 = 128",
-      "    max requests   = 10 (1.7× dense)",
-      "  with the best host pool for this context: --host-pool-gib 420.00",
-      "    N              = floor((118,049,831,321 B − (8,192 − 277) × 1,966,080 B) / (8,192 × 376,832 B + 277 × 1,966,080 B)) = 28",
-      "    host pages     = max(28 × 8,192, ceil(budget / (1,966,080 B + 376,832 B)) = 50,386) = 229,376",
-      "    by GPU pool    = floor((16,079 − 8,192 of one dense prefill) / 277) + 1 = 29",
-      "    max requests   = 28 (4.7× dense)",
+      "    by GPU pool    = floor((47,716 − 8,192 of one dense prefill) / 277) + 1 = 143",
+      "    max requests   = 11 (1.8× dense)",
+      "  with the best host pool for this context: --host-pool-gib 585.00",
+      "    N              = floor((118,049,831,321 B − (8,192 − 277) × 1,966,080 B) / (8,192 × 253,952 B + 277 × 1,966,080 B)) = 39",
+      "    host pages     = max(39 × 8,192, ceil(budget / (1,966,080 B + 253,952 B)) = 53,175) = 319,488",
+      "    by GPU pool    = floor((18,776 − 8,192 of one dense prefill) / 277) + 1 = 39",
+      "    max requests   = 39 (6.5× dense)",
     ])
       assert.ok(r.stdout.includes(`${line}\n`), `missing: ${line}\n${r.stdout}`);
   });

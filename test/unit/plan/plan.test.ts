@@ -10,7 +10,6 @@ import { countParameters } from "../../../src/config/parameter_count.js";
 import { denseLines } from "../../../src/plan/format.js";
 import { planHiSparseKnobs } from "../../../src/plan/hisparse_knobs.js";
 import {
-  cudaDigestElementBytes,
   kvBudgetFromGpu,
   maxByDevicePool,
   noKvBudgetError,
@@ -27,7 +26,6 @@ const GIB = 2 ** 30;
 /** H200 141 GiB × 0.9 − 8,030,261,248 params × 2 B − 2 GiB reserve = 118,049,831,321 B. */
 const BUDGET = 118_049_831_321;
 
-/** The CUDA engine's plan (as `hisparse plan`): fp8 digests of 4 tokens by default, 1 B an element. */
 function input(over: Partial<PlanInput> = {}): PlanInput {
   return {
     model: llama,
@@ -35,7 +33,6 @@ function input(over: Partial<PlanInput> = {}): PlanInput {
     contextTokens: 131072,
     blockSize: 16,
     kvElementBytes: 2,
-    digestElementBytes: cudaDigestElementBytes({}),
     hisparse: planHiSparseKnobs({}),
     ...over,
   };
@@ -96,17 +93,8 @@ describe("plan arithmetic", () => {
     // One layer's page: 2 × 16 × 8 × 128 × 2 B = 65,536 B.
     assert.equal(h.mainBytesPerBlock, 30 * 65536);
     assert.equal(h.hostBytesPerBlock, 30 * 65536);
-    // Digests: 30 layers × 4 sub-pages of 4 tokens × (min, max) × 8 heads × 128 × 1 B (fp8) = 245,760 B;
-    // bf16 ones would take twice that, one bf16 digest per page a quarter of it.
-    assert.equal(cudaDigestElementBytes({}), 1);
+    // Digests: 30 layers × (min, max) × 8 heads × 128 × 4 B (f32) = 245,760 B.
     assert.equal(h.digestBytesPerPage, 245760);
-    const bf16 = planHiSparse(input({ digestElementBytes: cudaDigestElementBytes({ digestDtype: "bf16" }) }));
-    assert.equal(bf16.digestBytesPerPage, 491520);
-    assert.equal(bf16.deviceBytesPerHostBlock, 2 * 65536 + 491520); // 608 KiB
-    const onePerPage = planHiSparse(
-      input({ digestElementBytes: 2, hisparse: planHiSparseKnobs({ json: '{"digest_tokens":16}' }) }),
-    );
-    assert.equal(onePerPage.deviceBytesPerHostBlock, 2 * 65536 + 122880); // 248 KiB
     assert.equal(h.deviceBytesPerHostBlock, 2 * 65536 + 245760); // 376,832 B
     // ceil((64 + 256 + 4096) / 16) + 1 = 276 + 1.
     assert.equal(h.devicePagesPerRequest, 277);
@@ -143,16 +131,14 @@ describe("plan arithmetic", () => {
   });
 
   it("the device pool must hold one request's dense prefill; when every page stays on the GPU it is the dense count", () => {
-    // Llama-3.1-8B shape, no dense layers, one bf16 digest per page, 32 GiB, host 400 GiB:
+    // Llama-3.1-8B shape, no dense layers, bf16 digests (the CUDA engine), 32 GiB, host 400 GiB:
     // m = 32 × 65,536 = 2 MiB, h = digests 32 × 2 × 8 × 128 × 2 B = 128 KiB; 204,800 host pages
     // take 25 GiB of digests, leaving floor(7 GiB / 2 MiB) = 3,584 blocks < 8,192 pages.
     const over: Partial<PlanInput> = {
       kvBudgetBytes: 32 * GIB,
       digestElementBytes: 2,
       hisparse: {
-        ...planHiSparseKnobs({
-          json: '{"dense_layers": [], "device_buffer_tokens": 4096, "digest_tokens": 16}',
-        }),
+        ...planHiSparseKnobs({ json: '{"dense_layers": [], "device_buffer_tokens": 4096}' }),
         hostPoolBytes: 400 * GIB,
       },
     };
@@ -214,12 +200,10 @@ describe("plan arithmetic", () => {
       deviceBufferTokens: 512,
       sinkTokens: 16,
       windowTokens: 32,
-      digestTokens: 4,
+      digestTokens: 16,
       denseLayers: [0, 1],
       hostPoolBytes: null,
     });
-    // digest_dtype is listed when given (fp8, the default, otherwise).
-    assert.equal(planHiSparseKnobs({ json: '{"digest_dtype":"bf16"}' }).digestDtype, "bf16");
     const k = planHiSparseKnobs({
       json: '{"topk": 512, "device_buffer_tokens": 2048, "dense_layers": [0], "selector": "quest"}',
     });

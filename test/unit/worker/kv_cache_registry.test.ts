@@ -85,10 +85,9 @@ describe("KV set-ups by backend and feature", () => {
   it("HiSparse auto on the CPU: the runner gets the set-up's attention and extension; serve's summary is its description", async () => {
     const w = await Worker.create(args({ hisparse: hs }));
     try {
-      // Main block 3 × 4,096 = 12,288 B; per host page layer 0's 4,096 B + digests (4 sub-pages of 4
-      // tokens, f32 on the CPU) 3 × 4 × 2 × 32 × 4 B = 3,072 B; 1 MiB / (12,288 + 2 × 7,168) = 39.4
-      // -> 39 blocks, 78 host pages.
-      assert.deepEqual([w.info.numGpuBlocks, w.info.hisparse?.numHostBlocks], [39, 78]);
+      // Main block 3 × 4,096 = 12,288 B; per host page layer 0's 4,096 B + digests 3 × 2 × 32 × 4 B
+      // = 768 B; 1 MiB / (12,288 + 2 × 4,864) = 47.6 -> 47 blocks, 94 host pages.
+      assert.deepEqual([w.info.numGpuBlocks, w.info.hisparse?.numHostBlocks], [47, 94]);
       assert.ok(w.modelRunner.attention instanceof HiSparseAttention);
       assert.equal(w.modelRunner.extensions.length, 1);
       assert.ok(w.modelRunner.extensions[0] instanceof HiSparseWorker);

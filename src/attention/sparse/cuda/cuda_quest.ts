@@ -1,6 +1,7 @@
 import type { Tensor } from "../../../backends/backend.js";
 import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
 import { questSelect, reshapeAndCacheDigest } from "../../../backends/cuda/hisparse_ops.js";
+import { DEFAULT_DIGEST_DTYPE } from "../../../config/hisparse_config.js";
 import type { DevicePageSelection, DeviceSelector, DeviceSparseRows } from "../device_sparse.js";
 import { type QuestPageBudget, type QuestSelectorConfig, questPageBudget } from "../quest.js";
 
@@ -50,9 +51,8 @@ export class CudaQuestSelector implements DeviceSelector {
     this.budget = questPageBudget(config);
     const { numKvHeads: Hkv, headDim: D } = config.layout;
     const shape = [Math.max(1, config.numHostBlocks), this.budget.digestsPerPage, 2, Hkv, D];
-    this.digests = Array.from(
-      { length: config.numSparseLayers },
-      () => backend.allocateFilled(shape, config.digestDtype ?? "fp8"), // the default (HiSparseConfig)
+    this.digests = Array.from({ length: config.numSparseLayers }, () =>
+      backend.allocateFilled(shape, config.digestDtype ?? DEFAULT_DIGEST_DTYPE),
     );
     if (benchSelectionOverlap !== null) {
       const [S, W] = tables.hostBlockTable.shape as [number, number];
