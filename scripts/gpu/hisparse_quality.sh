@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # HiSparse quality on CUDA (issue 6, issue 18 item 4): ref-base passkey at 4K and 8K tokens with
 # topk = 1/8 of the context (TRIALS x 5 depths documents each, 1-4 needles; TRIALS=8 gives 40),
-# dense vs Quest with the engine defaults (sinks topk/16, window topk/8, 4-token fp8 sub-page
-# digests) vs Quest with the former page digests (digest_tokens 16, bf16); and perplexity through the decode path
+# dense vs Quest with the engine defaults (sinks topk/16, window topk/8, one bf16 digest per page)
+# vs Quest with 4-token fp8 sub-page digests (digest_tokens 4, digest_dtype fp8); and perplexity through the decode path
 # on long real text at the same compression, plus dense with --kv-cache-dtype fp8 (target: within
 # 0.5% of bf16). One device call, about 4 minutes on an H200. GPU machine, ref-base carried:
 #   bash scripts/device/pack.sh --model ref-base   # here: .device/models/ref-base
@@ -32,11 +32,12 @@ common=(--model "$model" --device cuda --block-size "${BLOCK:-16}" --max-model-l
 sparse() { echo "$1: --enable-hybrid-sparse on --host-pool-gib 8 --hybrid-sparse-topk $2 --hisparse-config '{\"min_sparse_tokens\":0,\"device_buffer_tokens\":$(( $2 * 2 ))${3:-}}'"; }
 for n in ${LENGTHS:-4096 8192}; do
   k=$(( n / 8 ))
-  # Engine default (4-token fp8 digests), the same digests in bf16, and the former default (page digests).
-  quest=("$(sparse quest$k $k)" "$(sparse quest${k}_bf16 $k ',"digest_dtype":"bf16"')"
-    "$(sparse quest${k}_page $k ',"digest_tokens":16,"digest_dtype":"bf16"')")
+  # Engine default (one bf16 digest per page), 4-token sub-page digests in fp8 (the quality
+  # setting) and in bf16.
+  quest=("$(sparse quest$k $k)" "$(sparse quest${k}_dt4fp8 $k ',"digest_tokens":4,"digest_dtype":"fp8"')"
+    "$(sparse quest${k}_dt4 $k ',"digest_tokens":4')")
   [ "${NEEDLE:-1}" = 0 ] || timeout 240 node bin/hisparse.js eval needle "${common[@]}" "${filler[@]}" --lengths "$n" --depths 5 --trials "${TRIALS:-8}" \
-    --needles 1-4 --compare dense "${quest[0]}" "${quest[2]}" \
+    --needles 1-4 --compare dense "${quest[0]}" "${quest[1]}" \
     --json "$out/needle_$n.json" 2>&1 | tee "$out/needle_$n.log"
   [ "${PPL_VARIANTS:-all}" = dense_fp8 ] && quest=()
   timeout 240 node bin/hisparse.js eval ppl "${common[@]}" --file "$out/text.txt" --ctx "$n" --prefix-tokens $(( n * 3 / 4 )) \
