@@ -83,11 +83,13 @@ export function engineGauges(llm: AsyncLLM): EngineGauges {
  */
 export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const logger = o.logger ?? pino({ level: "info" });
-  const maxWaitingRequests = o.maxWaitingRequests ?? WAITING_REQUESTS_PER_SEQ * o.engineArgs.maxNumSeqs;
-  if (!Number.isInteger(maxWaitingRequests) || maxWaitingRequests < 1) {
-    throw new Error(`--max-waiting-requests must be an integer >= 1, got ${maxWaitingRequests}`);
+  // A given limit is checked up front; the derived one follows --max-num-seqs, which the engine
+  // checks (so `--max-num-seqs 0` is reported under its own name, not as a waiting limit of 0).
+  if (o.maxWaitingRequests !== undefined && (!Number.isInteger(o.maxWaitingRequests) || o.maxWaitingRequests < 1)) {
+    throw new Error(`--max-waiting-requests must be an integer >= 1, got ${o.maxWaitingRequests}`);
   }
   const llm = await AsyncLLM.create(o.engineArgs, o.engineOptions);
+  const maxWaitingRequests = o.maxWaitingRequests ?? WAITING_REQUESTS_PER_SEQ * o.engineArgs.maxNumSeqs;
   let tokenizers: TokenizerPool | null = null;
   try {
     const tok = llm.engine.tokenizer;

@@ -159,6 +159,12 @@ describe("a KV cache smaller than one --max-model-len request: serve, generate, 
     assertRefused(run("serve", ...small, "--port", "0"), 0);
   });
 
+  it("serve --max-num-seqs 0 is reported under its own name (not as the waiting limit it derives)", () => {
+    const r = run("serve", "--device", "cpu", "--max-num-seqs", "0", "--port", "0");
+    assert.equal(r.status, 1, r.stderr);
+    assert.equal(r.stderr.trim(), "hisparse: invalid configuration: --max-num-seqs must be >= 1, got 0");
+  });
+
   it("eval ppl (after its variant line)", () => {
     const file = join(tmp, "text.txt");
     writeFileSync(file, "The quick brown fox jumps over the lazy dog. ".repeat(20));
