@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   sparseAttentionCase(tally, 8, 2, 64, 16, {300, 1, 0, 777, 64}, 1024);
   if (!quick) {
     digestCase(tally, 32, 8, 128, 16);
-    digestCase(tally, 32, 8, 128, 16, 4, true);  // the Llama-3.1-8B shape with the defaults
+    digestCase(tally, 32, 8, 128, 16, 4, true);  // the Llama-3.1-8B shape, 4-token fp8 digests
     selectCase(tally, 32, 8, 128, 16, 12);
     selectCase(tally, 32, 8, 128, 16, 12, 4, true);
     selectCase(tally, 28, 4, 128, 32, 13);

@@ -142,9 +142,11 @@ export function validateEngineArgs(a: EngineArgs, model?: ModelConfig | null): s
     r.push("the in-process worker runs one rank; tensor parallelism runs one worker thread per rank");
   if (a.cpuThreads !== undefined && (!Number.isInteger(a.cpuThreads) || a.cpuThreads < 1))
     r.push(`--cpu-threads must be >= 1, got ${a.cpuThreads}`);
+  // Reasons tied to --max-model-len are checked here when it is given; a length derived from the
+  // model's config is checked by the scheduler once the config is read.
   r.push(
     ...validateSchedulerConfig(schedulerConfigOf(a, a.maxModelLen ?? 1)).filter(
-      (x) => !x.includes("max-model-len"),
+      (x) => a.maxModelLen !== undefined || !x.includes("max-model-len"),
     ),
   );
   if (a.maxModelLen !== undefined && (!Number.isInteger(a.maxModelLen) || a.maxModelLen < 1))

@@ -16,7 +16,13 @@ import type { DsaIndexerConfig } from "./mla_config.js";
 import type { ModelConfig } from "./model_config.js";
 
 /** `--hisparse-config` keys that mean nothing for a DSA model (Quest's page selection). */
-export const DSA_REFUSED_KEYS: readonly string[] = ["sink_tokens", "window_tokens", "selector"];
+export const DSA_REFUSED_KEYS: readonly string[] = [
+  "sink_tokens",
+  "window_tokens",
+  "selector",
+  "digest_tokens",
+  "digest_dtype",
+];
 
 /** What the DSA settings are derived and checked against. */
 export interface DsaHiSparseContext {

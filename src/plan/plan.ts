@@ -10,7 +10,7 @@
  *   `--host-pool-gib`), and on the device its dense layers' K and V (default: the first two
  *   layers) and its Quest digest (per sparse layer, KV head and sub-page of digest_tokens, min and
  *   max of the keys: 2 × headDim values, f32 on the CPU engine, on CUDA `digest_dtype`: bf16 (2 B,
- *   the default) or fp8 (1 B): 1/digest_tokens or 2/digest_tokens of K's size in bf16);
+ *   the default) or fp8 (1 B): 2/digest_tokens or 1/digest_tokens of K's size in bf16);
  * - so the device budget = gpu blocks × main bytes per block + host blocks × device bytes per
  *   host block;
  * - a request's prefill (whole, chunked, or a recompute after preemption) attends densely over

@@ -85,7 +85,10 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const logger = o.logger ?? pino({ level: "info" });
   // A given limit is checked up front; the derived one follows --max-num-seqs, which the engine
   // checks (so `--max-num-seqs 0` is reported under its own name, not as a waiting limit of 0).
-  if (o.maxWaitingRequests !== undefined && (!Number.isInteger(o.maxWaitingRequests) || o.maxWaitingRequests < 1)) {
+  if (
+    o.maxWaitingRequests !== undefined &&
+    (!Number.isInteger(o.maxWaitingRequests) || o.maxWaitingRequests < 1)
+  ) {
     throw new Error(`--max-waiting-requests must be an integer >= 1, got ${o.maxWaitingRequests}`);
   }
   const llm = await AsyncLLM.create(o.engineArgs, o.engineOptions);

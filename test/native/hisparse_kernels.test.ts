@@ -72,7 +72,7 @@ describe("HiSparse kernels vs the CPU oracles (GPU)", { skip: skip() }, () => {
   });
   after(() => be?.dispose());
 
-  // dt: tokens per digest (BS: one per page; 4: sub-page digests, the default at 16-token pages).
+  // dt: tokens per digest (BS: one per page; the default; 4: sub-page digests).
   for (const digestDtype of DIGEST_DTYPES)
     for (const dt of [BS, 4])
       it(`digests (${digestDtype}, digest tokens ${dt}): the fused KV write gives QuestSelector.updateDigests's digests; K/V land at the slots`, () => {

@@ -11,6 +11,8 @@
  * Per-request tables live in persistent i32 tensors with one row per request slot (`reqSlot[r]`
  * names the row of batch row r); see worker/hisparse/cuda/slot_tables.ts.
  */
+
+import { DIGEST_DTYPES } from "../../core/kv/kv_cache_interface.js";
 import type { DType, QkvLayout, Tensor } from "../backend.js";
 import { DTYPE_CODE } from "./addon.js";
 import type { CudaAttentionContext } from "./attention_ops.js";
@@ -19,7 +21,7 @@ import { dim, i32, ptrOf } from "./hisparse_args.js";
 import { expectDtype, expectShape } from "./tensor.js";
 
 /** Tensor dtypes of Quest digests (core DigestDtype: bf16, or fp8 = e4m3 codes rounded outward). */
-const DIGEST_TENSOR_DTYPES: readonly DType[] = ["bf16", "fp8"];
+const DIGEST_TENSOR_DTYPES: readonly DType[] = DIGEST_DTYPES;
 
 /**
  * reshape_and_cache fused with the Quest digest update (hsReshapeAndCacheDigest): writes K/V of

@@ -146,11 +146,11 @@ export function indexerKeySpec(
  * - `bf16` (default): the keys' exact min / max (the keys are bf16 on CUDA, so bf16 holds them
  *   exactly);
  * - `fp8`: e4m3 codes rounded outward (min toward -inf, max toward +inf, scale 1), so the Quest
- *   score stays an upper bound; half the bytes of bf16 (the setting that pays for
- *   `digest_tokens` 4, config/hisparse_budget.ts defaultDigestTokens).
+ *   score stays an upper bound; half the bytes of bf16 (with `digest_tokens` 4, the opt-in
+ *   quality setting measured in config/hisparse_budget.ts defaultDigestTokens).
  */
 export type DigestDtype = "fp8" | "bf16";
-export const DIGEST_DTYPES: readonly DigestDtype[] = ["fp8", "bf16"];
+export const DIGEST_DTYPES: readonly DigestDtype[] = ["bf16", "fp8"];
 /** The digest dtype when `digest_dtype` is not given. */
 export const DEFAULT_DIGEST_DTYPE: DigestDtype = "bf16";
 

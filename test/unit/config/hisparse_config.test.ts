@@ -123,14 +123,14 @@ test("digest_dtype: bf16 by default, fp8 from the JSON key, anything else a reas
   assert.deepEqual(validateHiSparseConfig(c, { blockSize: 16, enablePrefixCaching: false }), []);
   assert.equal(resolveHiSparseConfig({ mode: "on" }).digestDtype, "bf16");
   assert.deepEqual(parseHiSparseConfigJson('{"digest_dtype":1}').reasons, [
-    "--hisparse-config digest_dtype must be a string (fp8 or bf16), got 1",
+    "--hisparse-config digest_dtype must be a string (bf16 or fp8), got 1",
   ]);
   const bad = resolveHiSparseConfig({
     mode: "on",
     ...parseHiSparseConfigJson('{"digest_dtype":"f32"}').overrides,
   });
   assert.deepEqual(validateHiSparseConfig(bad, { blockSize: 16, enablePrefixCaching: false }), [
-    "digest_dtype must be one of fp8, bf16, got f32",
+    "digest_dtype must be one of bf16, fp8, got f32",
   ]);
 });
 

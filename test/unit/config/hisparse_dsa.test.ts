@@ -64,12 +64,13 @@ test("given knobs that apply are kept: device_buffer_tokens, dense_layers, min_s
 });
 
 test("Quest's keys, a topk other than index_topk and a hot buffer below it are refused, every reason at once", () => {
-  const json = '{"sink_tokens":16,"window_tokens":16,"selector":"quest","topk":64,"device_buffer_tokens":16}';
+  const json =
+    '{"sink_tokens":16,"window_tokens":16,"selector":"quest","digest_tokens":4,"digest_dtype":"fp8","topk":64,"device_buffer_tokens":16}';
   const { reasons } = dsaHiSparseConfig(user("on", json), CTX);
+  const refusedKey = (k: string) =>
+    `--hisparse-config ${k} does not apply to DSA models (GlmMoeDsaForCausalLM): the model's lightning indexer selects the 32 tokens each layer attends to; leave ${k} out`;
   assert.deepEqual(reasons, [
-    "--hisparse-config sink_tokens does not apply to DSA models (GlmMoeDsaForCausalLM): the model's lightning indexer selects the 32 tokens each layer attends to; leave sink_tokens out",
-    "--hisparse-config window_tokens does not apply to DSA models (GlmMoeDsaForCausalLM): the model's lightning indexer selects the 32 tokens each layer attends to; leave window_tokens out",
-    "--hisparse-config selector does not apply to DSA models (GlmMoeDsaForCausalLM): the model's lightning indexer selects the 32 tokens each layer attends to; leave selector out",
+    ...["sink_tokens", "window_tokens", "selector", "digest_tokens", "digest_dtype"].map(refusedKey),
     "topk (64) must equal the DSA model's index_topk (32) or be left out: GlmMoeDsaForCausalLM attends to its indexer's top 32 tokens",
     "device_buffer_tokens (16) must be >= the DSA model's index_topk (32): one step's selected rows must fit the hot buffer",
   ]);

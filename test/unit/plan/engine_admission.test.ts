@@ -108,7 +108,7 @@ describe("plan vs the engine's admission (CPU, tiny dummy model)", () => {
    * digests 3 × 2 × 1 × 32 × 4 B = 768 B = 4,864 B. Knobs: topk 64, hot buffer 128 tokens,
    * sink 16, window 16, so a decoding request holds d = ceil(160 / 16) + 1 = 11 GPU blocks.
    * Requests of 600 + 24 tokens: P = 39 pages, all of them on the GPU while it prefills. One
-   * digest per page (digest_tokens 16, not the default 4), which the figures were worked out for.
+   * digest per page (digest_tokens 16, the default, given explicitly), which the figures were worked out for.
    */
   const knobs =
     '{"topk": 64, "device_buffer_tokens": 128, "sink_tokens": 16, "window_tokens": 16, "dense_layers": [0], "digest_tokens": 16}';

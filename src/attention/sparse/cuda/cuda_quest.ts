@@ -21,10 +21,11 @@ export interface DeviceSelectorTables {
  * layer digests [numHostBlocks, S, 2, Hkv, D] (min, max of the post-RoPE keys of each of the
  * page's S = blockSize / digestTokens sub-pages) of `config.digestDtype`, updated by the KV write
  * kernel; selection per (row, kv head) by hsQuestSelect, page for page the oracle's (float32
- * scores in the oracle's order, same tie rule). `fp8` (default): "fp8" tensors of e4m3 codes,
- * min rounded down and max up (the oracle's values, code for code), 1 byte an element; `bf16`:
- * exact (the keys are bf16 in the cache, and min / max of bf16 values are bf16 values), 2 bytes.
- * At the Llama-3.1-8B shape with 4 sub-pages, 240 KiB of digests per page in fp8, 480 KiB in bf16.
+ * scores in the oracle's order, same tie rule). `bf16` (default): exact (the keys are bf16 in
+ * the cache, and min / max of bf16 values are bf16 values), 2 bytes an element; `fp8`: "fp8"
+ * tensors of e4m3 codes, min rounded down and max up (the oracle's values, code for code), 1 byte.
+ * At the Llama-3.1-8B shape (30 sparse layers) a page's digests take 120 KiB with the default
+ * (one bf16 digest), 240 KiB with 4 sub-pages in fp8, 480 KiB with 4 in bf16.
  */
 export class CudaQuestSelector implements DeviceSelector {
   /** Per sparse layer: fp8 or bf16 [numHostBlocks, S, 2, Hkv, D]. */
