@@ -155,4 +155,10 @@ test("CLI: --long-prefill-token-threshold lands in the engine args (default 0) a
       "--long-prefill-token-threshold 512 splits prefills into chunks of 512 tokens: it needs chunked prefill (drop --no-enable-chunked-prefill)",
     ],
   );
+  // Against a given --max-model-len before the model loads (a derived one: the scheduler's check).
+  assert.deepEqual(
+    validateEngineArgs(parse(["--long-prefill-token-threshold", "200", "--max-model-len", "128"])),
+    ["--long-prefill-token-threshold (200) cannot be greater than --max-model-len (128)"],
+  );
+  assert.deepEqual(validateEngineArgs(parse(["--long-prefill-token-threshold", "200"])), []);
 });
