@@ -1,11 +1,13 @@
-// Device helpers shared by the HiSparse kernels (hisparse_*.cu): bf16 bit access, CTA-wide
-// scans, the one-time shared-memory limit. Internal header: not part of the C ABI.
+// Device helpers shared by the HiSparse kernels (hisparse_*.cu): bf16 and packed e4m3 access,
+// CTA-wide scans, the one-time shared-memory limit. Internal header: not part of the C ABI.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 #include <atomic>
+
+#include "fp8.cuh"
 
 namespace hs_sparse {
 
@@ -19,6 +21,13 @@ __device__ __forceinline__ float bf16Bits(uint32_t bits16) { return __uint_as_fl
 __device__ __forceinline__ uint32_t lane16(const uint4& v, int e) {
   const uint32_t w = e < 2 ? v.x : e < 4 ? v.y : e < 6 ? v.z : v.w;
   return (e & 1) ? (w >> 16) : (w & 0xffffu);
+}
+
+/** 8 packed e4m3 codes (byte e of c = element e) as floats, exactly (fp8.cuh e4m3ToFloat). */
+__device__ __forceinline__ void e4m3x8ToFloat(const uint2& c, float (&v)[8]) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    v[e] = hs_fp8::e4m3ToFloat(static_cast<uint8_t>(((e < 4 ? c.x : c.y) >> (8 * (e & 3))) & 0xffu));
 }
 
 /** Packs 8 bf16 bit patterns into one 16-byte vector. */

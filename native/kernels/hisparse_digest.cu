@@ -56,11 +56,6 @@ __device__ __forceinline__ void foldFloat(float (&mn)[8], float (&mx)[8], const 
   }
 }
 
-/** Byte e (0..7) of 8 e4m3 codes. */
-__device__ __forceinline__ uint8_t code8(const uint2& c, int e) {
-  return static_cast<uint8_t>(((e < 4 ? c.x : c.y) >> (8 * (e & 3))) & 0xffu);
-}
-
 /** 8 floats rounded onto the e4m3 grid, down (up = false) or up, packed as 8 codes. */
 __device__ __forceinline__ uint2 packDirected(const float (&v)[8], bool up) {
   uint2 c{0u, 0u};
@@ -97,12 +92,14 @@ __device__ __forceinline__ void foldRun(uint2& lo, uint2& hi, bool extend, const
                                         int rowVecs) {
   float mn[8];
   float mx[8];
+  if (extend) {
+    e4m3x8ToFloat(lo, mn);
+    e4m3x8ToFloat(hi, mx);
+    foldFloat(mn, mx, key);
+  } else {
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    mn[e] = extend ? hs_fp8::e4m3ToFloat(code8(lo, e)) : bf16Bits(lane16(key, e));
-    mx[e] = extend ? hs_fp8::e4m3ToFloat(code8(hi, e)) : mn[e];
+    for (int e = 0; e < 8; ++e) mn[e] = mx[e] = bf16Bits(lane16(key, e));
   }
-  if (extend) foldFloat(mn, mx, key);
   for (int j = 1; j < n; ++j) foldFloat(mn, mx, k[static_cast<size_t>(j) * rowVecs]);
   lo = packDirected(mn, false);
   hi = packDirected(mx, true);

@@ -19,16 +19,17 @@
 // 4. one ordered pass over the pages (CTA scans) takes the forced pages, the keys > T and the
 //    first keys == T in page order (the oracle's tie rule: lower page first), and writes the
 //    selection ascending.
-// Scoring reads 4 * D * S bytes of bf16 digest (2 * D * S of e4m3) per page and kv head and does 4 * D float32 operations
-// per q head of the group: memory-bound at any group size on an H100/H200 class GPU
-// (bench: native/tests/quest_score_bench.cu).
+// Scoring reads 4 * D * S bytes of bf16 digest (2 * D * S of e4m3) per page and kv head and does
+// 4 * D * S float32 operations per q head of the group: memory-bound with one digest per page at
+// any group size on an H100/H200 class GPU (bench: native/tests/quest_score_bench.cu); with S = 4
+// the sub-pages, scored in series, cost ~0.3 ms per layer at 16 x 32K requests
+// (bench/results/gpu_session4_20261202_h200.md).
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 
-#include "fp8.cuh"
 #include "hisparse.h"
 #include "hisparse_common.cuh"
 #include "radix_select.cuh"
@@ -60,12 +61,8 @@ __device__ __forceinline__ void loadDigest(const HsQuestSelectParams& a, size_t 
       lo = d[l];
       hi = d[half + l];
     }
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const int sh = 8 * (e & 3);
-      mn[e] = hs_fp8::e4m3ToFloat(static_cast<uint8_t>(((e < 4 ? lo.x : lo.y) >> sh) & 0xffu));
-      mx[e] = hs_fp8::e4m3ToFloat(static_cast<uint8_t>(((e < 4 ? hi.x : hi.y) >> sh) & 0xffu));
-    }
+    e4m3x8ToFloat(lo, mn);
+    e4m3x8ToFloat(hi, mx);
   } else {
     uint4 lo = make_uint4(0u, 0u, 0u, 0u);
     uint4 hi = lo;

@@ -2,7 +2,7 @@
  * The text of `hisparse plan`: every term of the arithmetic with its value, so the figures can
  * be checked by hand.
  */
-import type { KVCacheGroupSpec } from "../core/kv/kv_cache_interface.js";
+import { DIGEST_ELEMENT_BYTES, type KVCacheGroupSpec } from "../core/kv/kv_cache_interface.js";
 import type { DensePlan, HiSparsePlan, HiSparsePoolPlan, PlanInput } from "./plan.js";
 
 const GIB = 2 ** 30;
@@ -90,8 +90,11 @@ export function groupTokenTerm(g: KVCacheGroupSpec): string {
   }
 }
 
-/** Digest element types by their bytes (core DIGEST_ELEMENT_BYTES: fp8 or bf16 on CUDA, f32 on the CPU). */
-const DIGEST_DTYPE_BY_BYTES: Record<number, string> = { 1: "fp8", 2: "bf16", 4: "f32" };
+/** Digest element types by their bytes, from core DIGEST_ELEMENT_BYTES (CUDA's dtypes; f32 on the CPU). */
+const DIGEST_DTYPE_BY_BYTES: ReadonlyMap<number, string> = new Map([
+  ...Object.entries(DIGEST_ELEMENT_BYTES.cuda).map(([dtype, bytes]) => [bytes, dtype] as const),
+  [DIGEST_ELEMENT_BYTES.cpu, "f32"],
+]);
 
 /**
  * One group's bytes per page: "mla latent 76 layers × 16 tokens × 576 B", "quest digest 30 layers
@@ -102,7 +105,7 @@ function groupPageTerm(g: KVCacheGroupSpec, blockSize: number): string {
   const L = g.layers.length;
   if (s.kind === "page_digest") {
     const perPage = s.bytesPerPage / (2 * s.numKvHeads * s.headDim * s.elementBytes); // sub-page digests
-    const dtype = DIGEST_DTYPE_BY_BYTES[s.elementBytes] ?? `${s.elementBytes} B`;
+    const dtype = DIGEST_DTYPE_BY_BYTES.get(s.elementBytes) ?? `${s.elementBytes} B`;
     return `${g.name} ${L} layers × ${formatInt(s.bytesPerPage)} B (${perPage} × min/max of ${blockSize / perPage} tokens, ${dtype})`;
   }
   if (s.bytesPerToken === 0) return `${g.name} ${L} layers × ${formatInt(s.bytesPerPage)} B`;

@@ -13,15 +13,12 @@
  */
 
 import { DIGEST_DTYPES } from "../../core/kv/kv_cache_interface.js";
-import type { DType, QkvLayout, Tensor } from "../backend.js";
+import type { QkvLayout, Tensor } from "../backend.js";
 import { DTYPE_CODE } from "./addon.js";
 import type { CudaAttentionContext } from "./attention_ops.js";
 import { type DevicePtr, NULL_PTR, offsetPtr } from "./device_ptr.js";
 import { dim, i32, ptrOf } from "./hisparse_args.js";
 import { expectDtype, expectShape } from "./tensor.js";
-
-/** Tensor dtypes of Quest digests (core DigestDtype: bf16, or fp8 = e4m3 codes rounded outward). */
-const DIGEST_TENSOR_DTYPES: readonly DType[] = DIGEST_DTYPES;
 
 /**
  * reshape_and_cache fused with the Quest digest update (hsReshapeAndCacheDigest): writes K/V of
@@ -53,7 +50,7 @@ export function reshapeAndCacheDigest(
     [kvCache, "kvCache"],
   ] as const)
     expectDtype(t, `reshapeAndCacheDigest ${what}`, ["bf16"]);
-  expectDtype(digests, "reshapeAndCacheDigest digests", DIGEST_TENSOR_DTYPES);
+  expectDtype(digests, "reshapeAndCacheDigest digests", DIGEST_DTYPES);
   const cache = ctx.dev(kvCache, "reshapeAndCacheDigest kvCache");
   expectShape(kvCache, "reshapeAndCacheDigest kvCache", [null, 2, blockSize, Hkv, D]);
   const dg = ctx.dev(digests, "reshapeAndCacheDigest digests");
@@ -130,7 +127,7 @@ export function questSelect(ctx: CudaAttentionContext, a: QuestSelectInputs): Pa
   expectDtype(a.qkv, "questSelect qkv", ["bf16"]);
   const dg = ctx.dev(a.digests, "questSelect digests");
   expectShape(a.digests, "questSelect digests", [null, a.digestsPerPage, 2, Hkv, D]);
-  expectDtype(a.digests, "questSelect digests", DIGEST_TENSOR_DTYPES);
+  expectDtype(a.digests, "questSelect digests", DIGEST_DTYPES);
   const R = dim(a.reqSlot, 0);
   const slot = i32(ctx, a.reqSlot, "questSelect reqSlot", [R]);
   const seq = i32(ctx, a.seqLens, "questSelect seqLens", [R]);
