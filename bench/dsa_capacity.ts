@@ -2,9 +2,10 @@
  * DSA HiSparse capacity (issue 15), GPU machine: how many long requests decode at once without a
  * preemption, `off` vs `auto` / `on`, on the same device memory, for a DSA model:
  *   node dist/bench/dsa_capacity.js [--config configs/glm-5] [--num-layers 8] [--num-experts 16]
- *     [--runs 131072:12:48,1048576:40:8] [--host-pool-gib 60] [--modes off,auto,on]
- *     [--chunk 65536] [--json FILE]
- * Each run is context:kvBudgetGiB:maxRequests.
+ *     [--runs 131072:12:48,1048576:40:8:60] [--modes off,auto,on] [--chunk 65536] [--json FILE]
+ * Each run is context:kvBudgetGiB:maxRequests[:hostPoolGiB]; without hostPoolGiB the engine's
+ * default host pool (DSA: the one that holds the most requests of the context, the run's
+ * --max-model-len; capped at half the RAM, so give it where that binds).
  * GLM-5's per-layer shape cut to --num-layers layers (bench/mla_bench_setup.ts cutGlm5), dummy
  * weights, bf16 latent rows, block size 16. max_position_embeddings is raised to the longest
  * context (dummy weights: RoPE positions only).
@@ -43,14 +44,15 @@ const arg = (name: string, d: string) => {
 };
 const GiB = 2 ** 30;
 const BLOCK = 16;
-const runs = arg("runs", "131072:12:48,1048576:40:8")
+const runs = arg("runs", "131072:12:48,1048576:40:8:60")
   .split(",")
   .map((r) => {
-    const [c, g, n] = r.split(":").map(Number);
-    return { context: c!, budgetBytes: Math.floor(g! * GiB), maxRequests: n! };
+    const [c, g, n, hp] = r.split(":").map(Number);
+    const hostPoolBytes = hp === undefined ? null : Math.floor(hp * GiB);
+    return { context: c!, budgetBytes: Math.floor(g! * GiB), maxRequests: n!, hostPoolBytes };
   });
 const contexts = runs.map((r) => r.context);
-const hostPoolBytes = Math.floor(Number(arg("host-pool-gib", "60")) * GiB);
+const gib = (b: number | null) => (b === null ? "default" : `${(b / GiB).toFixed(1)} GiB`);
 const modes = arg("modes", "off,auto,on").split(",") as ("off" | "auto" | "on")[];
 const chunk = Number(arg("chunk", "65536"));
 
@@ -69,7 +71,7 @@ const model = DeepseekV3ForCausalLM.load(
   maxLen,
 );
 console.log(
-  `${config.architecture} (dummy, ${config.numHiddenLayers} layers, ${config.moe?.numExperts} routed experts); host pool ${(hostPoolBytes / GiB).toFixed(1)} GiB; block ${BLOCK}; prefill chunks ${chunk}`,
+  `${config.architecture} (dummy, ${config.numHiddenLayers} layers, ${config.moe?.numExperts} routed experts); block ${BLOCK}; prefill chunks ${chunk}`,
 );
 
 interface Result {
@@ -86,10 +88,14 @@ interface Result {
   seconds: number;
 }
 
-/** `hisparse plan`'s figures for one context: off, and HiSparse with the given host pool. */
-function planned(context: number, budgetBytes: number): { off: number; hisparse: number; line: string } {
+/** `hisparse plan`'s figures for one context: off, and HiSparse with the given host pool (null: the default). */
+function planned(
+  context: number,
+  budgetBytes: number,
+  hostPoolBytes: number | null,
+): { off: number; hisparse: number; line: string } {
   const knobs = planDsaKnobs({
-    hostPoolBytes,
+    hostPoolBytes: hostPoolBytes ?? undefined,
     blockSize: BLOCK,
     mla: config.mla!,
     numLayers: config.numHiddenLayers,
@@ -106,13 +112,13 @@ function planned(context: number, budgetBytes: number): { off: number; hisparse:
   };
   const dense = planDense(p);
   const h = planHiSparse(p);
-  const line = `plan at ${context}, KV budget ${(budgetBytes / GiB).toFixed(1)} GiB: off ${dense.maxConcurrent}; HiSparse ${h.given.maxConcurrent} (by device ${h.given.maxByDevice}, by host ${h.given.maxByHost}); GPU bytes per request ${(h.deviceBytesPerRequest / GiB).toFixed(3)} GiB vs ${((dense.pagesPerRequest * dense.kvBytesPerBlock) / GiB).toFixed(3)} GiB dense`;
+  const line = `plan at ${context}, KV budget ${(budgetBytes / GiB).toFixed(1)} GiB, host pool ${gib(hostPoolBytes)} (${gib(h.given.hostPoolBytes)}): off ${dense.maxConcurrent}; HiSparse ${h.given.maxConcurrent} (by device ${h.given.maxByDevice}, by host ${h.given.maxByHost}); GPU bytes per request ${(h.deviceBytesPerRequest / GiB).toFixed(3)} GiB vs ${((dense.pagesPerRequest * dense.kvBytesPerBlock) / GiB).toFixed(3)} GiB dense`;
   return { off: dense.maxConcurrent, hisparse: h.given.maxConcurrent, line };
 }
 
 const results: Result[] = [];
-for (const { context, budgetBytes, maxRequests } of runs) {
-  const plan = planned(context, budgetBytes);
+for (const { context, budgetBytes, maxRequests, hostPoolBytes } of runs) {
+  const plan = planned(context, budgetBytes, hostPoolBytes);
   console.log(plan.line);
   const outputs = (Math.ceil(context / chunk) + 1) * maxRequests + 64;
   const prompt = context - outputs;
@@ -180,6 +186,5 @@ for (const r of results) {
   );
 }
 const json = arg("json", "");
-if (json !== "")
-  writeFileSync(json, JSON.stringify({ config: config.architecture, runs, hostPoolBytes, results }, null, 2));
+if (json !== "") writeFileSync(json, JSON.stringify({ config: config.architecture, runs, results }, null, 2));
 backend.dispose();

@@ -6,7 +6,8 @@
 #  2. throughput vs concurrency (bench/hisparse_throughput.ts --num-layers 8) at 32K and 128K,
 #     off / auto / on, hit rate and H2D GB/s, with the benchmark-only selection overlap
 #     p = 0.87 (the target: peak tok/s of on or auto >= 3x off's, batch-1 TPOT of auto >= 0.98x
-#     off's), then on and auto alone at p = 0 and 0.93 (off does not depend on p).
+#     off's), then on and auto alone at p = 0 and 0.93 at 128K (off does not depend on p;
+#     OTHER_P=0 skips them). BUDGET_S: seconds per p = 0.87 sweep (default 80).
 # Prepare here: npm run build && npm run build:native && bash scripts/device/pack.sh
 # Run there, carrying .device, dist and build/Release:
 #   source .device/prelude.sh && bash scripts/gpu/dsa_bench.sh
@@ -20,22 +21,33 @@ mkdir -p "$out"
 command -v node >/dev/null || { echo "node is not on PATH (source .device/prelude.sh first)"; exit 2; }
 [ -f dist/bench/dsa_capacity.js ] || { echo "dist is missing (npm run build here, carry dist)"; exit 2; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>&1 | head -1
-common=(--config configs/glm-5 --num-layers 8 --num-experts 16 --contexts 32768,131072 --kv-budget-gib 8
-  --host-pool-gib 24 --steps 8)
+# Throughput runs one context at a time, each with the host pool that holds the most requests of
+# that context in 8 GiB (what the engine's DSA default sizes for --max-model-len = the context;
+# `hisparse plan --config <glm-5 cut to 8 layers> --kv-cache-gib 8 --context N`: 22.22 GiB at 32K
+# (79 requests vs 23 dense), 27.00 GiB at 128K (24 vs 5)).
+common=(--config configs/glm-5 --num-layers 8 --num-experts 16 --kv-budget-gib 8 --steps 8)
+c32=(--contexts 32768 --host-pool-gib 22.22)
+c128=(--contexts 131072 --host-pool-gib 27)
+budget="${BUDGET_S:-80}"
 
-echo "== capacity"
-timeout 240 node dist/bench/dsa_capacity.js --runs 131072:12:48,1048576:40:8 --host-pool-gib 48 \
+echo "== capacity (128K: the engine's default host pool; 1M: 60 GiB, the default would pin more than half the RAM)"
+timeout 240 node dist/bench/dsa_capacity.js --runs 131072:12:48,1048576:40:8:60 \
   --json "$out/dsa_capacity.json" 2>&1 | tee "$out/dsa_capacity.txt" | grep -vE '^\s*$'
 
-echo "== throughput, overlap p = 0.87"
-timeout 200 node dist/bench/hisparse_throughput.js "${common[@]}" --batches "32768:1,8,24,64;131072:1,4,16" \
-  --modes off,auto,on --overlap 0.87 --budget-s 170 --json "$out/dsa_throughput_p087.json" 2>&1 |
-  tee "$out/dsa_throughput_p087.txt"
-
-for p in 0 0.93; do
-  echo "== throughput, overlap p = $p (auto, on)"
-  timeout 120 node dist/bench/hisparse_throughput.js "${common[@]}" --batches "32768:1,64;131072:1,16" \
-    --modes auto,on --overlap "$p" --budget-s 90 --json "$out/dsa_throughput_p$p.json" 2>&1 |
-    tee "$out/dsa_throughput_p$p.txt"
+for ctx in 32 128; do
+  if [ "$ctx" = 32 ]; then c=("${c32[@]}"); b="32768:1,8,24,48,79"; else c=("${c128[@]}"); b="131072:1,4,8,16,24"; fi
+  echo "== throughput ${ctx}K, overlap p = 0.87"
+  timeout $((budget + 60)) node dist/bench/hisparse_throughput.js "${common[@]}" "${c[@]}" --batches "$b" \
+    --modes off,auto,on --overlap 0.87 --budget-s "$budget" --json "$out/dsa_throughput_${ctx}k_p087.json" 2>&1 |
+    tee "$out/dsa_throughput_${ctx}k_p087.txt"
 done
+
+if [ "${OTHER_P:-1}" = 1 ]; then
+  for p in 0 0.93; do
+    echo "== throughput, overlap p = $p (auto, on; 128K)"
+    timeout 120 node dist/bench/hisparse_throughput.js "${common[@]}" "${c128[@]}" --batches "131072:1,24" \
+      --modes auto,on --overlap "$p" --budget-s 60 --json "$out/dsa_throughput_p$p.json" 2>&1 |
+      tee "$out/dsa_throughput_p$p.txt"
+  done
+fi
 echo "dsa_bench: done"

@@ -40,7 +40,11 @@ export function addHiSparseFlags(cmd: Command): Command {
       "--hybrid-sparse-whitelist-tokens <file>",
       "JSON list of token ids: pages holding one are always attended and never spilled",
     )
-    .option("--host-pool-gib <gib>", "host KV pool in GiB (default: 2x the device pool's pages)", parseGibArg)
+    .option(
+      "--host-pool-gib <gib>",
+      "host KV pool in GiB (default: 2x the device pool's pages; DSA models: the split that holds the most --max-model-len requests)",
+      parseGibArg,
+    )
     .addOption(
       new Option(
         "--host-kv-cache-dtype <dtype>",

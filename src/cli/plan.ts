@@ -134,7 +134,11 @@ export function registerPlan(program: Command): void {
       "--hisparse-config <json>",
       `${HISPARSE_CONFIG_HELP} (as serve; selector, min_sparse_tokens and residency change no figure)`,
     )
-    .option("--host-pool-gib <g>", "host KV pool in GiB (default: 2 × the GPU pool's pages)", parseGibArg)
+    .option(
+      "--host-pool-gib <g>",
+      "host KV pool in GiB (default: 2 × the GPU pool's pages; DSA models: the one that holds the most requests of --context)",
+      parseGibArg,
+    )
     .option("--json", "print JSON", false)
     .action(action(runPlan));
 }

@@ -102,8 +102,10 @@ export interface HiSparseConfig {
   /** `on` mode: where decoding requests' pages live (auto: always hybrid). */
   residency: HiSparseResidency;
   selector: SparseSelectorName;
-  /** Host tier size in bytes (`--host-pool-gib`); null = HOST_POOL_DEFAULT_RATIO x the device pool. */
+  /** Host tier size in bytes (`--host-pool-gib`); null = the default, sized by {@link defaultHostPool}. */
   hostPoolBytes: number | null;
+  /** How the host tier is sized when `--host-pool-gib` is not given ({@link DefaultHostPool}). */
+  defaultHostPool: DefaultHostPool;
   /** Element type of host-tier pages ({@link HostKvCacheDtype}). */
   hostKvCacheDtype: HostKvCacheDtype;
   /** Token ids whose pages are pinned: always attended, never spilled (`--hybrid-sparse-whitelist-tokens`). */
@@ -134,6 +136,16 @@ export const DEFAULT_BUFFER_FACTOR = 2;
  * (SGLang HiCache's `--hicache-ratio` default is 2.0).
  */
 export const HOST_POOL_DEFAULT_RATIO = 2;
+
+/**
+ * How the default host tier is sized (no `--host-pool-gib`; capped on CUDA at a share of the RAM):
+ * - `device_ratio`: HOST_POOL_DEFAULT_RATIO x the device pool's pages (Quest: most of the budget
+ *   stays in device blocks, where pages are resident and attention is exact);
+ * - `max_model_len`: the split of the budget that holds the most requests of `--max-model-len`
+ *   tokens (core/kv/kv_concurrency.ts hostPoolForRequests; DSA models: their sparse attention is
+ *   the model's own selection wherever the rows live, so a resident page gains only speed).
+ */
+export type DefaultHostPool = "device_ratio" | "max_model_len";
 
 /** The type a `--hisparse-config` value must have, and how a user reads it. */
 interface JsonKeySpec {
@@ -259,6 +271,7 @@ export function resolveHiSparseConfig(
     selector: o.selector ?? "quest",
     residency: o.residency ?? (mode === "on" ? "host" : "hybrid"),
     hostPoolBytes: o.hostPoolBytes ?? null,
+    defaultHostPool: "device_ratio",
     hostKvCacheDtype: o.hostKvCacheDtype ?? "auto",
     whitelistTokenIds: [...(o.whitelistTokenIds ?? [])],
     givenKeys: Object.entries(JSON_KEYS)

@@ -68,6 +68,7 @@ export function planDsaKnobs(o: DsaKnobsInput): PlanHiSparse & { config: HiSpars
     windowTokens: c.windowTokens,
     denseLayers: c.denseLayers,
     hostPoolBytes: c.hostPoolBytes,
+    defaultHostPool: c.defaultHostPool,
   };
 }
 
@@ -83,7 +84,7 @@ export function dsaHiSparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan
     dense.maxConcurrent > 0 && n > 0 ? ` (${(n / dense.maxConcurrent).toFixed(1)}× dense)` : "";
   const given =
     c.hostPoolBytes === null
-      ? "  with the default host pool (2 × the GPU pool's pages; set --host-pool-gib):"
+      ? "  with the default host pool (DSA: the one that holds the most requests of --max-model-len, here the context; set --host-pool-gib):"
       : "  with --host-pool-gib:";
   const perPage = h.numDenseLayers > 0 ? "indexer keys + dense layers" : "indexer keys";
   const dl = h.numDenseLayers > 0 ? ` + dense layers ${h.numDenseLayers} × ${bs} × ${row} × ${e} B` : "";

@@ -22,7 +22,12 @@
  * the formula's answers; it computes no size of its own.
  */
 
-import { DEFAULT_DIGEST_DTYPE, type DigestDtype, type HostKvCacheDtype } from "../config/hisparse_config.js";
+import {
+  DEFAULT_DIGEST_DTYPE,
+  type DefaultHostPool,
+  type DigestDtype,
+  type HostKvCacheDtype,
+} from "../config/hisparse_config.js";
 import { KV_CACHE_DTYPE_BYTES } from "../core/kv/kv_cache_dtype.js";
 import {
   digestElementBytes,
@@ -72,8 +77,13 @@ export interface PlanHiSparse {
   /** `digest_dtype` (config/hisparse_config.ts); absent: DEFAULT_DIGEST_DTYPE (bf16). Sizes CUDA's digests ({@link cudaDigestElementBytes}). */
   digestDtype?: DigestDtype;
   denseLayers: readonly number[];
-  /** Host pool in bytes; null = the engine's default, HOST_POOL_DEFAULT_RATIO × the device pool's pages. */
+  /** Host pool in bytes; null = the engine's default, sized by `defaultHostPool`. */
   hostPoolBytes: number | null;
+  /**
+   * config DefaultHostPool; absent: `device_ratio` (HOST_POOL_DEFAULT_RATIO × the device pool's
+   * pages). `max_model_len` (DSA models) is planned with --max-model-len = the plan's context.
+   */
+  defaultHostPool?: DefaultHostPool;
   /** `host_kv_cache_dtype` (config/hisparse_config.ts): fp8 host pages cost 1 byte an element; absent: auto. */
   hostKvCacheDtype?: HostKvCacheDtype;
   /**
@@ -302,7 +312,10 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
     devicePagesPerRequest,
     minGpuBlocks,
     deviceBytesPerRequest: sparseRequestDeviceBytes(costs, pagesPerRequest, devicePagesPerRequest),
-    given: pool(h.hostPoolBytes),
+    given: pool(
+      h.hostPoolBytes ??
+        (h.defaultHostPool === "max_model_len" && best.bestN > 0 ? best.hostPoolBytes : null),
+    ),
     best: pool(best.hostPoolBytes),
     bestN: best.bestN,
     decodeOnly: decodeOnlyConcurrency(p.kvBudgetBytes, costs, pagesPerRequest, devicePagesPerRequest),

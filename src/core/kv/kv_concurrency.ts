@@ -5,6 +5,7 @@
  */
 import {
   admissionRefusal,
+  blocksForTokens,
   type HiSparseBlockCosts,
   type KVMemorySizing,
   type KVRefusal,
@@ -138,6 +139,23 @@ export function bestHostPool(
   const minHostBlocks = Math.ceil(budgetBytes / (m + h));
   const numHostBlocks = Math.max(bestN * P, minHostBlocks);
   return { bestN, minHostBlocks, numHostBlocks, hostPoolBytes: numHostBlocks * costs.hostBytesPerBlock };
+}
+
+/**
+ * The default host pool of config DefaultHostPool `max_model_len`: {@link bestHostPool}'s for
+ * requests of `requestTokens` tokens (the engine passes --max-model-len), d from the settings'
+ * minimum device blocks (kv_memory.ts sparseRequestMinBlocks). Bytes, or null when the budget
+ * holds not even one such request (the device-ratio default then applies, and the sizing's
+ * refusals say what is short).
+ */
+export function hostPoolForRequests(
+  budgetBytes: number,
+  costs: HiSparseBlockCosts,
+  o: { requestTokens: number; minGpuBlocks: number; blockSize: number },
+): number | null {
+  const P = blocksForTokens(o.requestTokens, o.blockSize);
+  const best = bestHostPool(budgetBytes, costs, P, sparseDevicePagesPerRequest(P, o.minGpuBlocks));
+  return best.bestN > 0 ? best.hostPoolBytes : null;
 }
 
 /**

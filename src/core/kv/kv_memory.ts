@@ -111,8 +111,13 @@ export type KVRefusal =
 
 /** The HiSparse half of {@link KVMemoryInput}. */
 export interface HiSparsePoolInput {
-  /** `--host-pool-gib` in bytes; null: HOST_POOL_DEFAULT_RATIO × the device pool's pages. */
+  /**
+   * `--host-pool-gib` in bytes; null: the default, {@link defaultHostPoolBytes} when given, else
+   * HOST_POOL_DEFAULT_RATIO × the device pool's pages.
+   */
   hostPoolBytes: number | null;
+  /** The default host pool in bytes (config DefaultHostPool `max_model_len`: kv_concurrency.ts hostPoolForRequests). */
+  defaultHostPoolBytes?: number;
   /** Largest default host pool in bytes (CUDA: a share of the RAM, the host tier is pinned). */
   defaultHostPoolMaxBytes?: number;
   /** {@link sparseRequestMinBlocks} of the settings. */
@@ -168,7 +173,8 @@ export function sizeKVMemory(i: KVMemoryInput): KVMemorySizing {
   }
   const hs = i.hisparse;
   const costs = hisparseBlockCosts(i.groups, i.blockSize, hs.hostElementBytes);
-  let pools = splitHiSparse(budget, hs.hostPoolBytes, costs, i.numGpuBlocksOverride);
+  const hostPoolBytes = hs.hostPoolBytes ?? hs.defaultHostPoolBytes ?? null;
+  let pools = splitHiSparse(budget, hostPoolBytes, costs, i.numGpuBlocksOverride);
   const cap = hs.defaultHostPoolMaxBytes;
   if (hs.hostPoolBytes === null && cap !== undefined && pools.numHostBlocks * costs.hostBytesPerBlock > cap)
     pools = splitHiSparse(budget, cap, costs, i.numGpuBlocksOverride);

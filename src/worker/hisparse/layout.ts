@@ -15,7 +15,13 @@ import {
   type KVCacheGroupSpec,
   modelKVCacheGroups,
 } from "../../core/kv/kv_cache_interface.js";
-import { type KVMemorySizing, sizeKVMemory, sparseRequestMinBlocks } from "../../core/kv/kv_memory.js";
+import { hostPoolForRequests } from "../../core/kv/kv_concurrency.js";
+import {
+  hisparseBlockCosts,
+  type KVMemorySizing,
+  sizeKVMemory,
+  sparseRequestMinBlocks,
+} from "../../core/kv/kv_memory.js";
 import { kvRefusalMessage } from "../../core/kv/kv_refusals.js";
 import type { WorkerExtension } from "../extension.js";
 import {
@@ -80,6 +86,9 @@ export function layOutHiSparse(
       digestsPerPage: bs / digestTokensFor(hs, bs),
     },
   );
+  const minGpuBlocks = sparseRequestMinBlocks(hs, bs);
+  const hostElementBytes = hostKvElementBytes(hs);
+  const budget = ctx.deviceBudgetBytes - (o.reservedDeviceBytes ?? 0);
   const sizing = sizeKVMemory({
     groups,
     blockSize: bs,
@@ -88,9 +97,18 @@ export function layOutHiSparse(
     numGpuBlocksOverride: ctx.args.numGpuBlocksOverride,
     hisparse: {
       hostPoolBytes: hs.hostPoolBytes,
+      // With --num-gpu-blocks-override the device pool is given: the ratio default sizes the host.
+      defaultHostPoolBytes:
+        hs.defaultHostPool === "max_model_len" && ctx.args.numGpuBlocksOverride === undefined
+          ? (hostPoolForRequests(budget, hisparseBlockCosts(groups, bs, hostElementBytes), {
+              requestTokens: ctx.maxModelLen,
+              minGpuBlocks,
+              blockSize: bs,
+            }) ?? undefined)
+          : undefined,
       defaultHostPoolMaxBytes: o.defaultHostPoolMaxBytes,
-      minGpuBlocks: sparseRequestMinBlocks(hs, bs),
-      hostElementBytes: hostKvElementBytes(hs),
+      minGpuBlocks,
+      hostElementBytes,
     },
   });
   if (sizing.refusals.length > 0) throw new ConfigError(sizing.refusals.map(kvRefusalMessage));

@@ -51,6 +51,7 @@ test("every flag lands in extensions.hisparse; the whitelist file is read", () =
     selector: "quest",
     residency: "host",
     hostPoolBytes: 2 ** 29,
+    defaultHostPool: "device_ratio",
     hostKvCacheDtype: "auto",
     whitelistTokenIds: [13, 42],
     // The --hisparse-config names of the knobs given rather than defaulted (DSA models refuse some).

@@ -25,6 +25,7 @@ test("defaults: topk 2048, buffer 2x topk, sinks 64, window 256, a bf16 digest p
     selector: "quest",
     residency: "hybrid",
     hostPoolBytes: null,
+    defaultHostPool: "device_ratio",
     hostKvCacheDtype: "auto",
     whitelistTokenIds: [],
     givenKeys: [],

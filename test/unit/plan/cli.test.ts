@@ -60,7 +60,7 @@ describe("hisparse plan (CLI)", () => {
       assert.ok(r.stdout.includes(`${line}\n`), `missing: ${line}\n${r.stdout}`);
     assert.match(
       r.stdout,
-      /Deployment \(8 GPUs, one tensor-parallel group\): .* so 8 GPUs run 5 requests dense, 9 with HiSparse \(default host pool\), 22 with the best host pool/,
+      /Deployment \(8 GPUs, one tensor-parallel group\): .* so 8 GPUs run 5 requests dense, 22 with HiSparse \(default host pool\), 22 with the best host pool/,
     );
     assert.match(
       r.stdout,

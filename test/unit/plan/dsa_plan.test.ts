@@ -37,10 +37,11 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  const plan = () => {
+  /** The plan at the test's budget and context; hostPoolBytes null: the engine's default. */
+  const plan = (hostPoolBytes: number | null = HOST_PAGES * BLOCK) => {
     const config = loadModelConfig(dir);
     const knobs = planDsaKnobs({
-      hostPoolBytes: HOST_PAGES * BLOCK,
+      hostPoolBytes: hostPoolBytes ?? undefined,
       blockSize: 16,
       mla: config.mla!,
       numLayers: config.numHiddenLayers,
@@ -77,6 +78,35 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
       ],
       [13, 6, 25, 3, 6],
     );
+    const run = await runOn(
+      ["--host-pool-gib", String((HOST_PAGES * BLOCK) / 2 ** 30)],
+      256,
+      h.given.maxConcurrent + 2,
+    );
+    assert.equal(run.numGpuBlocks, h.given.numGpuBlocks, "the engine sizes the planned GPU pool");
+    assert.equal(run.numHostBlocks, h.given.numHostBlocks);
+    assert.equal(run.peak, h.given.maxConcurrent, "the planned number of requests runs at once, no more");
+    assert.equal(run.preemptions, 0);
+  });
+
+  it("without --host-pool-gib: the host pool that holds the most requests of --max-model-len, as planned", async (t) => {
+    if (src === null) return t.skip("tiny-glm5-dsa-pv not found");
+    const { h } = plan(null);
+    // N = floor((BUDGET − (13 − 6) × 20,480) / (13 × 8,192 + 6 × 20,480)) = floor(1,024,000 / 229,376) = 4
+    // requests: 4 × 13 = 52 host pages, floor((BUDGET − 52 × 8,192) / 20,480) = 36 GPU blocks (the
+    // device ratio: 31 blocks and 62 pages, also 4 at this size; GLM-5 at 128K: 1.8x dense vs 4.8x).
+    assert.deepEqual(
+      [h.best.numHostBlocks, h.given.numHostBlocks, h.given.numGpuBlocks, h.given.maxConcurrent],
+      [52, 52, 36, 4],
+    );
+    const run = await runOn([], PROMPT + MAX_TOKENS, h.given.maxConcurrent + 2);
+    assert.deepEqual([run.numGpuBlocks, run.numHostBlocks], [h.given.numGpuBlocks, h.given.numHostBlocks]);
+    assert.equal(run.peak, h.given.maxConcurrent);
+    assert.equal(run.preemptions, 0);
+  });
+
+  /** `n` requests through a CPU engine with HiSparse on and the extra flags; what it sized and ran. */
+  const runOn = async (argv: string[], maxModelLen: number, n: number) => {
     const args = variantEngineArgs(
       {
         ...makeEngineArgs({
@@ -85,20 +115,16 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
           loadFormat: "dummy",
           kvCacheDtype: "f32",
           blockSize: 16,
-          maxModelLen: 256,
+          maxModelLen,
           maxNumBatchedTokens: 4096,
           enableChunkedPrefill: false,
         }),
         cpuKvCacheGib: BUDGET,
       },
-      {
-        name: "on",
-        argv: ["--enable-hybrid-sparse", "on", "--host-pool-gib", String((HOST_PAGES * BLOCK) / 2 ** 30)],
-      },
+      { name: "on", argv: ["--enable-hybrid-sparse", "on", ...argv] },
     );
     const engine = await LLMEngine.create({ ...args, inprocWorker: true });
     try {
-      const n = h.given.maxConcurrent + 2;
       for (let i = 0; i < n; i++)
         engine.addRequest(
           `r${i}`,
@@ -110,14 +136,16 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
         await engine.step();
         peak = Math.max(peak, engine.scheduler.numRunning);
       }
-      assert.equal(engine.info.numGpuBlocks, h.given.numGpuBlocks, "the engine sizes the planned GPU pool");
-      assert.equal(engine.info.hisparse!.numHostBlocks, h.given.numHostBlocks);
-      assert.equal(peak, h.given.maxConcurrent, "the planned number of requests runs at once, no more");
-      assert.equal(engine.scheduler.makeStats().numPreemptions, 0);
+      return {
+        numGpuBlocks: engine.info.numGpuBlocks,
+        numHostBlocks: engine.info.hisparse!.numHostBlocks,
+        peak,
+        preemptions: engine.scheduler.makeStats().numPreemptions,
+      };
     } finally {
       await engine.shutdown();
     }
-  });
+  };
 
   it("Quest's keys are refused as the engine refuses them", async (t) => {
     if (src === null) return t.skip("tiny-glm5-dsa-pv not found");
