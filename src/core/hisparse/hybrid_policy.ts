@@ -1,9 +1,9 @@
 import type { HiSparseResidency } from "../../config/hisparse_config.js";
 import { maxBlocksPerRequest } from "../kv/kv_memory.js";
 import { type Request, RequestStatus } from "../request.js";
-import type { KVPressureContext, KVPressureHandler } from "../sched/extensions.js";
+import type { KVPressureContext, KVPressureHandler, SchedulerView } from "../sched/extensions.js";
 import type { HybridKVCacheManager } from "./hybrid_kv_cache_manager.js";
-import { isSinkPage, type PageClassConfig, windowStartPage } from "./residency.js";
+import { isSinkPage, numPagesOf, type PageClassConfig, windowStartPage } from "./residency.js";
 
 /** Settings of a {@link HybridPolicy} (HiSparseConfig in pages). */
 export interface HybridPolicyConfig extends PageClassConfig {
@@ -144,6 +144,29 @@ export class HybridPolicy implements KVPressureHandler {
    */
   maxBlocksPerRequest(numGpuBlocks: number): number {
     return maxBlocksPerRequest({ numGpuBlocks, numHostBlocks: this.kv.hostBlockPool.numHostBlocks });
+  }
+
+  /**
+   * Admission of a waiting request's prefill (KVPressureHandler.admitsPrefill): a prefill attends
+   * densely and holds every page of its context on the device until it decodes, so the request
+   * starts only when the device pool holds its whole context beside what the running requests
+   * keep at least: a decoding request its sparse minimum (sinks, window, hot buffer and the page
+   * a step may open; relieveKVPressure spills it down to that), a prefilling one all its pages.
+   * Without this, a second long prefill admitted beside a running one runs the pool dry
+   * mid-prefill and preempts the newest, which then recomputes its whole context (the 128K churn
+   * of bench/results/gpu_session5_20261202_h200.md); with it, the pool holds what
+   * core/kv/kv_concurrency.ts maxByDevicePool counts. Prefix-cache sharing is not subtracted,
+   * so with shared pages the check errs towards waiting.
+   */
+  admitsPrefill(request: Request, scheduler: SchedulerView): boolean {
+    const bs = this.config.blockSize;
+    const minBlocks = this.config.numSinkPages + this.config.numWindowPages + this.kv.numHotBlocks + 1;
+    let need = numPagesOf(request.numTokens, bs);
+    for (const r of scheduler.runningRequests) {
+      const pages = numPagesOf(r.numTokens, bs);
+      need += this.isDecodePhase(r) ? Math.min(pages, minBlocks) : pages;
+    }
+    return need <= this.kv.blockPool.numGpuBlocks;
   }
 
   /** `on` mode: the request is longer than minSparseTokens and in its decode phase. */

@@ -64,6 +64,14 @@ export interface KVPressureHandler {
    * keep most pages in host memory.
    */
   maxBlocksPerRequest?(numGpuBlocks: number): number;
+  /**
+   * Whether the waiting request at the head of the queue may start (or restart) its prefill in
+   * this step, asked before its first chunk is allocated; false keeps it waiting, and FCFS keeps
+   * everything behind it waiting too. Absent: always (vLLM: an admission that later runs short
+   * preempts). HiSparse answers false while the prefills already under way would leave too little
+   * of the pool for this one's pages ({@link HybridPolicy.admitsPrefill}).
+   */
+  admitsPrefill?(request: Request, scheduler: SchedulerView): boolean;
 }
 
 /** Why a request's blocks are being freed. */

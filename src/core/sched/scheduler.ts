@@ -246,13 +246,15 @@ export class Scheduler implements SchedulerView {
    * min(rest, budget) tokens (the whole rest without chunked prefill; rest capped at
    * longPrefillTokenThreshold when set). Waiting requests have
    * numComputedTokens 0 (new, or reset by preemption).
-   * @returns hits (tokens, and those of host-only pages) and chunk size, or null when it must keep waiting (does not fit the budget
-   *   unchunked, or the pool cannot take it even after the pressure handler).
+   * @returns hits (tokens, and those of host-only pages) and chunk size, or null when it must keep waiting (the pressure
+   *   handler does not admit its prefill yet, it does not fit the budget unchunked, or the pool cannot take it even after
+   *   the pressure handler).
    */
   private allocateForWaiting(
     request: Request,
     st: StepState,
   ): { numComputedTokens: number; numHostCachedTokens: number; numNewTokens: number } | null {
+    if (this.kvPressureHandler?.admitsPrefill?.(request, this) === false) return null;
     for (;;) {
       // Looked up again after each relief, in case the handler touched the prefix cache.
       const hits = this.kvCacheManager.getComputedBlocks(request);

@@ -382,3 +382,30 @@ test("page-table deltas: a pin found later names its page alone; a request resum
   });
   assert.equal(step.plan.pageTableDeltas[0]!.firstNewPage, 0);
 });
+
+test("admission: a second prefill waits while the first would leave the pool too little for all its pages; it starts once the first decodes", () => {
+  // 10 blocks; a decoding request keeps at least sink 1 + window 1 + hot 2 + 1 = 5. Chunks of 8.
+  const { s, hs } = hisparseScheduler({}, 10, 64, { maxNumBatchedTokens: 16, longPrefillTokenThreshold: 8 });
+  s.addRequest(req("A", tokens(100, 24), { maxTokens: 8 })); // 6 pages
+  s.addRequest(req("B", tokens(200, 20), { maxTokens: 4 })); // 5 pages
+  // Steps 1-3: A prefills 8 tokens each; B would fit the budget, but A's 6 pages beside B's 5
+  // exceed the pool: B waits (without the check it would start and run the pool dry mid-prefill).
+  for (let i = 0; i < 3; i++) {
+    const { so } = hsStep(s);
+    assert.deepEqual([...so.numScheduledTokens.keys()], ["A"], `step ${i + 1}`);
+  }
+  // Step 4: A decodes (25 tokens, 7 pages, at least 5 kept): 5 + 5 = 10 fit, B starts.
+  const { so } = hsStep(s);
+  assert.deepEqual(
+    [...so.numScheduledTokens.entries()],
+    [
+      ["A", 1],
+      ["B", 8],
+    ],
+  );
+  for (let i = 0; i < 100 && s.hasUnfinishedRequests(); i++) hsStep(s);
+  assert.equal(s.hasUnfinishedRequests(), false);
+  // B's later chunks spill A's middle pages instead of preempting anyone.
+  assert.equal(s.makeStats().numPreemptions, 0);
+  assert.ok(hs.stats().spilledPagesTotal > 0);
+});
