@@ -12,7 +12,11 @@
 //    without FMA, then a butterfly of shuffles over the L lanes; the page's score is the
 //    largest head bound (quest.ts questScore: the same operation order, so the same ranks), and
 //    lane 0 stores an order-preserving 64-bit key of it (0 marks a forced page); with
-//    digestsPerPage S > 1 the page's score is the largest of its S sub-pages' scores, each as above;
+//    digestsPerPage S > 1 the page's score is the largest of its S sub-pages' scores, each as
+//    above: the lanes load kN = scoreChunk(S, L) (4 when 4 | S) sub-pages at once and score them
+//    together (each q load from shared memory serves kN sub-pages, kN independent sums in flight,
+//    a transpose-reduce butterfly of kN - 1 + log2(L) shuffles instead of kN log2(L); max is
+//    exact, so the order over sub-pages and heads does not change the score);
 // questSelectKernel, one CTA per (kv head, request):
 // 3. a radix select over the keys (8 passes of 8 bits, MSB first, shared-memory histograms)
 //    finds the k-th largest key T and how many keys equal to T are taken;
@@ -22,8 +26,9 @@
 // Scoring reads 4 * D * S bytes of bf16 digest (2 * D * S of e4m3) per page and kv head and does
 // 4 * D * S float32 operations per q head of the group: memory-bound with one digest per page at
 // any group size on an H100/H200 class GPU (bench: native/tests/quest_score_bench.cu); with S = 4
-// the sub-pages, scored in series, cost ~0.3 ms per layer at 16 x 32K requests
-// (bench/results/gpu_session4_20261202_h200.md).
+// the sub-pages, scored one at a time, cost ~0.3 ms per layer at 16 x 32K requests
+// (bench/results/gpu_session4_20261202_h200.md: shared-memory q loads and shuffles, not FP32,
+// bound that loop; kN sub-pages at once divide both by kN).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -144,17 +149,51 @@ __device__ __forceinline__ SelectRow selectRow(const HsQuestSelectParams& a, int
 }
 
 /**
- * The score of one page for one lane's 8 dims, all heads of the group (step 2 of the file
- * comment); every lane of the warp calls it (the butterfly shuffles span the warp). qs: the
- * group's [G][2][L] float4 qPos then [G][2][L] float4 qNeg; mn / mx: this lane's 8 values of the
- * page's min / max digest (zeros past D or for an unscored page).
+ * The butterfly sums of kN sub-page partial sums v[0..kN) over a page's L lanes (quest.ts
+ * questScore: the lanes' sums at o = L/2, L/4, .., 1, each rounded), as a transpose-reduce: at
+ * the first log2(kN) levels a lane keeps half of its values (the lower half when its bit o is
+ * clear) and swaps the other half with its partner, so a level costs kN / 2 shuffles instead of
+ * kN; every sum is still (own + partner) in the oracle's tree, and addition commutes, so each
+ * sub-page's total is bit-identical to the oracle's lane 0. Returns this lane's total: the
+ * sub-page whose index the lane's bits o = L/2 .. L/kN pick (every sub-page sits in some lane).
+ * Every lane of the warp calls it; requires kN <= L.
  */
-__device__ __forceinline__ float laneScore(const float4* qs, int G, int L, int l, const float (&mn)[8],
-                                           const float (&mx)[8]) {
+template <int kN>
+__device__ __forceinline__ float butterflySums(float (&v)[kN], int L, int l) {
+  int o = L >> 1;
+#pragma unroll
+  for (int n = kN; n > 1; n >>= 1, o >>= 1) {
+    const bool hi = (l & o) != 0;
+#pragma unroll
+    for (int i = 0; i < n / 2; ++i) {
+      const float keep = hi ? v[i + n / 2] : v[i];
+      const float send = hi ? v[i] : v[i + n / 2];
+      v[i] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, o));
+    }
+  }
+  float s = v[0];
+  for (; o >= 1; o >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
+  return s;
+}
+
+/**
+ * The largest bound of kN sub-pages of one page for one lane's 8 dims, over the heads of the
+ * group (step 2 of the file comment): the sub-pages share each q load from shared memory and
+ * their sums are independent (kN chains in flight). Returns the largest of the totals this lane
+ * holds (butterflySums); the page's score is the largest over the lanes at bits L/2 .. L/kN.
+ * Every lane of the warp calls it. qs: the group's [G][2][L] float4 qPos then [G][2][L] float4
+ * qNeg; mn / mx: this lane's 8 values of each sub-page's min / max digest (zeros past D or for an
+ * unscored page).
+ */
+template <int kN>
+__device__ __forceinline__ float laneScores(const float4* qs, int G, int L, int l, const float (&mn)[kN][8],
+                                            const float (&mx)[kN][8]) {
   const float4* qNeg = qs + static_cast<size_t>(G) * 2 * L;
   float best = -INFINITY;
   for (int h = 0; h < G; ++h) {
-    float s = 0.f;
+    float s[kN];
+#pragma unroll
+    for (int j = 0; j < kN; ++j) s[j] = 0.f;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float4 pp = qs[(h * 2 + half) * L + l];
@@ -164,19 +203,25 @@ __device__ __forceinline__ float laneScore(const float4* qs, int G, int L, int l
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int k = half * 4 + e;
-        s = __fadd_rn(s, __fmul_rn(qp[e], mx[k]));
-        s = __fadd_rn(s, __fmul_rn(qn[e], mn[k]));
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {  // the oracle's order within each sub-page: qPos*max, then qNeg*min
+          s[j] = __fadd_rn(s[j], __fmul_rn(qp[e], mx[j][k]));
+          s[j] = __fadd_rn(s[j], __fmul_rn(qn[e], mn[j][k]));
+        }
       }
     }
-    for (int o = L >> 1; o >= 1; o >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
-    const float v = s != s ? -INFINITY : s;
+    const float t = butterflySums<kN>(s, L, l);
+    const float v = t != t ? -INFINITY : t;
     if (v > best) best = v;
   }
   return best;
 }
 
-/** Scores the live pages of one (row, kv head) into the keys (steps 1-2 of the file comment). */
-template <bool kFp8>
+/**
+ * Scores the live pages of one (row, kv head) into the keys (steps 1-2 of the file comment); the
+ * S = digestsPerPage sub-pages of a page go kN at a time (kN divides S, kN <= L: scoreChunk).
+ */
+template <bool kFp8, int kN>
 __global__ void __launch_bounds__(kThreads) questScoreKernel(const HsQuestSelectParams a) {
   extern __shared__ __align__(16) unsigned char smem[];
   float4* qs = reinterpret_cast<float4*>(smem);  // [2 (pos, neg)][G][2][L] float4
@@ -225,14 +270,23 @@ __global__ void __launch_bounds__(kThreads) questScoreKernel(const HsQuestSelect
     const int hb = live && !forced ? a.hostBlockTable[static_cast<size_t>(row.slot) * a.tableStride + p] : -1;
     // An invalid host block (never in a consistent table) ranks lowest instead of faulting.
     const bool scored = hb >= 0 && hb < a.numHostBlocks;
-    // The page's score: the largest bound of its S sub-page digests (S uniform: full-warp shuffles).
+    // The page's score: the largest bound of its S sub-page digests, kN loaded and scored together
+    // (S uniform: full-warp shuffles), then the largest over the lanes that hold the sub-pages.
     float best = -INFINITY;
-    for (int j = 0; j < a.digestsPerPage; ++j) {
-      float mn[8];
-      float mx[8];
-      loadDigest<kFp8>(a, static_cast<size_t>(hb) * a.digestsPerPage + j, g, l, scored && 8 * l < D, mn, mx);
-      const float v = laneScore(qs, G, L, l, mn, mx);
+    for (int j0 = 0; j0 < a.digestsPerPage; j0 += kN) {
+      float mn[kN][8];
+      float mx[kN][8];
+#pragma unroll
+      for (int j = 0; j < kN; ++j)
+        loadDigest<kFp8>(a, static_cast<size_t>(hb) * a.digestsPerPage + j0 + j, g, l, scored && 8 * l < D, mn[j],
+                         mx[j]);
+      const float v = laneScores<kN>(qs, G, L, l, mn, mx);
       if (v > best) best = v;
+    }
+#pragma unroll
+    for (int n = kN, o = L >> 1; n > 1; n >>= 1, o >>= 1) {  // max is exact: any order
+      const float w = __shfl_xor_sync(0xffffffffu, best, o);
+      if (w > best) best = w;
     }
     if (live && l == 0) {
       const bool kept = prev != nullptr && scored && prev[p] != 0 && keepPrevious(qSeed, g, p, a.overlapP);
@@ -296,6 +350,16 @@ __global__ void __launch_bounds__(kThreads) questSelectKernel(const HsQuestSelec
   if (prev != nullptr)
     for (int p = numPages + threadIdx.x; p < a.tableStride; p += blockDim.x) prev[p] = 0;
   if (threadIdx.x == 0) a.selCount[item] = selSoFar;
+}
+
+/**
+ * Sub-pages a scoring warp takes at once (questScoreKernel's kN): the largest of 4, 2, 1 that
+ * divides S = digestsPerPage and is at most L lanes (butterflySums splits one lane bit per halving).
+ */
+int scoreChunk(int digestsPerPage, int lanes) {
+  for (int n = 4; n > 1; n >>= 1)
+    if (digestsPerPage % n == 0 && n <= lanes) return n;
+  return 1;
 }
 
 /** Dynamic shared memory of a scoring CTA: the group's qPos and qNeg, float32 [2, G, 8 L]. */
@@ -363,10 +427,20 @@ extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t 
   const dim3 scoreGrid(scoreCtasPerItem(p), p->numKvHeads, p->numReqs);
   if (p->numKvHeads > 65535) return cudaErrorInvalidValue;
   const size_t smem = scoreSmemBytes(p->numHeads / p->numKvHeads, p->headDim);
-  if (p->digestDtype == HS_DIGEST_FP8)
-    questScoreKernel<true><<<scoreGrid, kThreads, smem, stream>>>(*p);
-  else
-    questScoreKernel<false><<<scoreGrid, kThreads, smem, stream>>>(*p);
+  const bool fp8 = p->digestDtype == HS_DIGEST_FP8;
+  switch (scoreChunk(p->digestsPerPage, scoreLanes(p->headDim))) {
+    case 4:
+      if (fp8) questScoreKernel<true, 4><<<scoreGrid, kThreads, smem, stream>>>(*p);
+      else questScoreKernel<false, 4><<<scoreGrid, kThreads, smem, stream>>>(*p);
+      break;
+    case 2:
+      if (fp8) questScoreKernel<true, 2><<<scoreGrid, kThreads, smem, stream>>>(*p);
+      else questScoreKernel<false, 2><<<scoreGrid, kThreads, smem, stream>>>(*p);
+      break;
+    default:
+      if (fp8) questScoreKernel<true, 1><<<scoreGrid, kThreads, smem, stream>>>(*p);
+      else questScoreKernel<false, 1><<<scoreGrid, kThreads, smem, stream>>>(*p);
+  }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const dim3 grid(p->numKvHeads, p->numReqs);
