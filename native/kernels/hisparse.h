@@ -159,6 +159,13 @@ cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t stream);
  */
 void hsQuestSetScoreCtaCap(int maxCtasPerItem);
 
+/**
+ * Tests and benchmarks only: caps the sub-pages a scoring warp takes at once (1, 2 or 4; 0
+ * restores the default, the largest of 4, 2, 1 dividing digestsPerPage), process-wide, so the
+ * benchmark can time one-at-a-time scoring against the default in one binary. Not part of the addon.
+ */
+void hsQuestSetScoreChunkCap(int maxSubPagesAtOnce);
+
 /** Host tier element types (HsResolveParams.hostKvDtype, hsMirrorPages): the cache's bf16, or fp8 e4m3. */
 #define HS_HOST_KV_BF16 0
 #define HS_HOST_KV_FP8 1

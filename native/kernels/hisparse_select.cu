@@ -356,9 +356,10 @@ __global__ void __launch_bounds__(kThreads) questSelectKernel(const HsQuestSelec
  * Sub-pages a scoring warp takes at once (questScoreKernel's kN): the largest of 4, 2, 1 that
  * divides S = digestsPerPage and is at most L lanes (butterflySums splits one lane bit per halving).
  */
+int gScoreChunkCap = 0;  // hsQuestSetScoreChunkCap's value (0: none)
 int scoreChunk(int digestsPerPage, int lanes) {
   for (int n = 4; n > 1; n >>= 1)
-    if (digestsPerPage % n == 0 && n <= lanes) return n;
+    if (digestsPerPage % n == 0 && n <= lanes && (gScoreChunkCap == 0 || n <= gScoreChunkCap)) return n;
   return 1;
 }
 
@@ -407,6 +408,10 @@ extern "C" size_t hsQuestSelectScratchBytes(int numReqs, int numKvHeads, int tab
 }
 
 extern "C" void hsQuestSetScoreCtaCap(int maxCtasPerItem) { hs_sparse::gScoreCtaCap = std::max(0, maxCtasPerItem); }
+
+extern "C" void hsQuestSetScoreChunkCap(int maxSubPagesAtOnce) {
+  hs_sparse::gScoreChunkCap = std::max(0, maxSubPagesAtOnce);
+}
 
 extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t stream) {
   using namespace hs_sparse;
