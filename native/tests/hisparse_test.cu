@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
   selectCase(tally, 4, 2, 64, 16, 27, 8, true);
   selectCase(tally, 4, 2, 16, 16, 28, 4);
   selectCase(tally, 4, 2, 64, 12, 29, 3, true);
+  hsQuestSetScoreChunkCap(1);  // the benchmark's one-at-a-time comparison
+  selectCase(tally, 4, 2, 64, 16, 30, 4, true);
+  hsQuestSetScoreChunkCap(0);
   selectCase(tally, 20, 2, 64, 16, 14);  // 10 heads per group: two head tiles of the scoring kernel
   selectCase(tally, 2, 2, 64, 16, 15);   // 1 head per group
   selectCase(tally, 16, 2, 64, 16, 16);  // 8 heads per group
