@@ -4,7 +4,7 @@
  *     [--batches 32768:1,4,8,16;131072:1,2,4] [--off-batches SPEC] [--modes off,on,auto] [--steps 16]
  *     [--kv-budget-gib 32] [--host-pool-gib 64] [--topk 2048] [--buffer 4096] [--dense-layers 0,1]
  *     [--json FILE] [--budget-s 420] [--overlap P[,P2...]] [--num-layers N --num-experts E]
- *     [--host-kv-cache-dtype auto|fp8]
+ *     [--host-kv-cache-dtype auto|fp8] [--digest-tokens 4] [--digest-dtype bf16|fp8]
  * Llama-3.1-8B shape with seeded dummy weights (bf16), block size 16, CUDA graphs. Modes: `off`,
  * `auto`, `on` (residency host: long requests go host-resident after prefill) and `on-hybrid`
  * (`on` with residency hybrid: sparse attention over pages that stay on the device while there
@@ -69,6 +69,8 @@ import { writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { CudaBackend } from "../src/backends/cuda/cuda_backend.js";
 import {
+  DIGEST_DTYPES,
+  type DigestDtype,
   type HiSparseConfig,
   HOST_KV_CACHE_DTYPES,
   type HostKvCacheDtype,
@@ -136,6 +138,15 @@ const denseLayers = arg("dense-layers", "0,1")
   .split(",")
   .filter((x) => x !== "")
   .map(Number);
+/** Quest digests (absent: the config's defaults): tokens per digest and element type (issue 18). */
+const digestTokens = arg("digest-tokens", "");
+const digestDtype = arg("digest-dtype", "");
+if (digestDtype !== "" && !DIGEST_DTYPES.includes(digestDtype as DigestDtype))
+  throw new Error(`--digest-dtype must be one of ${DIGEST_DTYPES.join(", ")}, got ${digestDtype}`);
+const digestOptions = {
+  ...(digestTokens !== "" ? { digestTokens: Number(digestTokens) } : {}),
+  ...(digestDtype !== "" ? { digestDtype: digestDtype as DigestDtype } : {}),
+};
 
 /** Batch sizes per context: "C:b1,b2;C2:..." or one list for every context (`spec`: off's or the rest's). */
 function batchesFor(ctx: number, spec = batchSpec): number[] {
@@ -153,7 +164,12 @@ function hisparseConfig(mode: Exclude<BenchMode, "off">, dsa: boolean): HiSparse
   // DSA models derive topk (index_topk), the hot buffer and dense layers (config/hisparse_dsa.ts).
   const quest = dsa
     ? {}
-    : { topk: Number(arg("topk", "2048")), deviceBufferTokens: Number(arg("buffer", "4096")), denseLayers };
+    : {
+        topk: Number(arg("topk", "2048")),
+        deviceBufferTokens: Number(arg("buffer", "4096")),
+        denseLayers,
+        ...digestOptions,
+      };
   const cfg = resolveHiSparseConfig({
     mode: mode === "on-hybrid" ? "on" : mode,
     residency: mode === "on" ? "host" : "hybrid",

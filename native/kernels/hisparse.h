@@ -145,7 +145,8 @@ size_t hsQuestSelectScratchBytes(int numReqs, int numKvHeads, int tableStride);
  * bit for bit. Selection is a radix select over order-preserving 64-bit keys of the scores (-0
  * taken as +0). Two kernels: scoring, grid (CTAs per item, Hkv, numReqs) with CTAs per item
  * bounded by the pages of the table and by about 4 waves in all, each CTA looping over the row's
- * live pages, L = ceil(D / 8) (rounded to a power of two) lanes per page; selection, grid
+ * live pages, L = ceil(D / 8) (rounded to a power of two) lanes per page, a page's sub-pages
+ * 4 (or 2) at a time when 4 (2) divides S (same sums, the order of a max only); selection, grid
  * (Hkv, numReqs); 256 threads each.
  * Requirements: D a multiple of 8 and <= 256, Hq a multiple of Hkv, (Hq / Hkv) * 8L * 8 bytes of
  * queries within 48 KiB of shared memory, scratch as sized above.
@@ -158,6 +159,13 @@ cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t stream);
  * benchmark can compare grid shapes. Not part of the addon.
  */
 void hsQuestSetScoreCtaCap(int maxCtasPerItem);
+
+/**
+ * Tests and benchmarks only: caps the sub-pages a scoring warp takes at once (1, 2 or 4; 0
+ * restores the default, the largest of 4, 2, 1 dividing digestsPerPage), process-wide, so the
+ * benchmark can time one-at-a-time scoring against the default in one binary. Not part of the addon.
+ */
+void hsQuestSetScoreChunkCap(int maxSubPagesAtOnce);
 
 /** Host tier element types (HsResolveParams.hostKvDtype, hsMirrorPages): the cache's bf16, or fp8 e4m3. */
 #define HS_HOST_KV_BF16 0

@@ -12,7 +12,11 @@
 //    without FMA, then a butterfly of shuffles over the L lanes; the page's score is the
 //    largest head bound (quest.ts questScore: the same operation order, so the same ranks), and
 //    lane 0 stores an order-preserving 64-bit key of it (0 marks a forced page); with
-//    digestsPerPage S > 1 the page's score is the largest of its S sub-pages' scores, each as above;
+//    digestsPerPage S > 1 the page's score is the largest of its S sub-pages' scores, each as
+//    above: the lanes load kN = scoreChunk(S, L) (4 when 4 | S) sub-pages at once and score them
+//    together (each q load from shared memory serves kN sub-pages, kN independent sums in flight,
+//    a transpose-reduce butterfly of kN - 1 + log2(L) shuffles instead of kN log2(L); max is
+//    exact, so the order over sub-pages and heads does not change the score);
 // questSelectKernel, one CTA per (kv head, request):
 // 3. a radix select over the keys (8 passes of 8 bits, MSB first, shared-memory histograms)
 //    finds the k-th largest key T and how many keys equal to T are taken;
@@ -22,8 +26,9 @@
 // Scoring reads 4 * D * S bytes of bf16 digest (2 * D * S of e4m3) per page and kv head and does
 // 4 * D * S float32 operations per q head of the group: memory-bound with one digest per page at
 // any group size on an H100/H200 class GPU (bench: native/tests/quest_score_bench.cu); with S = 4
-// the sub-pages, scored in series, cost ~0.3 ms per layer at 16 x 32K requests
-// (bench/results/gpu_session4_20261202_h200.md).
+// the sub-pages, scored one at a time, cost ~0.3 ms per layer at 16 x 32K requests
+// (bench/results/gpu_session4_20261202_h200.md: shared-memory q loads and shuffles, not FP32,
+// bound that loop; kN sub-pages at once divide both by kN).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -32,6 +37,7 @@
 
 #include "hisparse.h"
 #include "hisparse_common.cuh"
+#include "quest_score.cuh"
 #include "radix_select.cuh"
 
 namespace hs_sparse {
@@ -42,41 +48,6 @@ namespace {
 /** bf16 bits of the qkv rows. */
 __device__ __forceinline__ const uint16_t* qkvBits(const HsQuestSelectParams& a) {
   return static_cast<const uint16_t*>(a.qkv);
-}
-/**
- * Lane l's 8 elements of one sub-page digest's min and max (kv head g), as floats; zeros when
- * !load (an unscored page, or the lanes past D). Digests [numHostBlocks * S, 2, Hkv, D] of bf16
- * (kFp8 false: one 16-byte load each) or e4m3 codes (one 8-byte load each, converted exactly).
- */
-template <bool kFp8>
-__device__ __forceinline__ void loadDigest(const HsQuestSelectParams& a, size_t sub, int g, int l, bool load,
-                                           float (&mn)[8], float (&mx)[8]) {
-  const size_t at = (sub * 2 * a.numKvHeads + g) * a.headDim;  // elements
-  const size_t half = static_cast<size_t>(a.numKvHeads) * a.headDim / 8;  // min -> max, in 8-element vectors
-  if constexpr (kFp8) {
-    uint2 lo{0u, 0u};
-    uint2 hi{0u, 0u};
-    if (load) {
-      const uint2* d = reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(a.digests) + at);
-      lo = d[l];
-      hi = d[half + l];
-    }
-    e4m3x8ToFloat(lo, mn);
-    e4m3x8ToFloat(hi, mx);
-  } else {
-    uint4 lo = make_uint4(0u, 0u, 0u, 0u);
-    uint4 hi = lo;
-    if (load) {
-      const uint4* d = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.digests) + at);
-      lo = d[l];
-      hi = d[half + l];
-    }
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      mn[e] = bf16Bits(lane16(lo, e));
-      mx[e] = bf16Bits(lane16(hi, e));
-    }
-  }
 }
 /** The sort keys in the scratch: [numReqs, Hkv, tableStride]. */
 __device__ __forceinline__ unsigned long long* sortKeys(const HsQuestSelectParams& a) {
@@ -144,39 +115,10 @@ __device__ __forceinline__ SelectRow selectRow(const HsQuestSelectParams& a, int
 }
 
 /**
- * The score of one page for one lane's 8 dims, all heads of the group (step 2 of the file
- * comment); every lane of the warp calls it (the butterfly shuffles span the warp). qs: the
- * group's [G][2][L] float4 qPos then [G][2][L] float4 qNeg; mn / mx: this lane's 8 values of the
- * page's min / max digest (zeros past D or for an unscored page).
+ * Scores the live pages of one (row, kv head) into the keys (steps 1-2 of the file comment); the
+ * S = digestsPerPage sub-pages of a page go kN at a time (kN divides S, kN <= L: scoreChunk).
  */
-__device__ __forceinline__ float laneScore(const float4* qs, int G, int L, int l, const float (&mn)[8],
-                                           const float (&mx)[8]) {
-  const float4* qNeg = qs + static_cast<size_t>(G) * 2 * L;
-  float best = -INFINITY;
-  for (int h = 0; h < G; ++h) {
-    float s = 0.f;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float4 pp = qs[(h * 2 + half) * L + l];
-      const float4 nn = qNeg[(h * 2 + half) * L + l];
-      const float qp[4] = {pp.x, pp.y, pp.z, pp.w};
-      const float qn[4] = {nn.x, nn.y, nn.z, nn.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int k = half * 4 + e;
-        s = __fadd_rn(s, __fmul_rn(qp[e], mx[k]));
-        s = __fadd_rn(s, __fmul_rn(qn[e], mn[k]));
-      }
-    }
-    for (int o = L >> 1; o >= 1; o >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
-    const float v = s != s ? -INFINITY : s;
-    if (v > best) best = v;
-  }
-  return best;
-}
-
-/** Scores the live pages of one (row, kv head) into the keys (steps 1-2 of the file comment). */
-template <bool kFp8>
+template <bool kFp8, int kN>
 __global__ void __launch_bounds__(kThreads) questScoreKernel(const HsQuestSelectParams a) {
   extern __shared__ __align__(16) unsigned char smem[];
   float4* qs = reinterpret_cast<float4*>(smem);  // [2 (pos, neg)][G][2][L] float4
@@ -225,14 +167,23 @@ __global__ void __launch_bounds__(kThreads) questScoreKernel(const HsQuestSelect
     const int hb = live && !forced ? a.hostBlockTable[static_cast<size_t>(row.slot) * a.tableStride + p] : -1;
     // An invalid host block (never in a consistent table) ranks lowest instead of faulting.
     const bool scored = hb >= 0 && hb < a.numHostBlocks;
-    // The page's score: the largest bound of its S sub-page digests (S uniform: full-warp shuffles).
+    // The page's score: the largest bound of its S sub-page digests, kN loaded and scored together
+    // (S uniform: full-warp shuffles), then the largest over the lanes that hold the sub-pages.
     float best = -INFINITY;
-    for (int j = 0; j < a.digestsPerPage; ++j) {
-      float mn[8];
-      float mx[8];
-      loadDigest<kFp8>(a, static_cast<size_t>(hb) * a.digestsPerPage + j, g, l, scored && 8 * l < D, mn, mx);
-      const float v = laneScore(qs, G, L, l, mn, mx);
+    for (int j0 = 0; j0 < a.digestsPerPage; j0 += kN) {
+      float mn[kN][8];
+      float mx[kN][8];
+#pragma unroll
+      for (int j = 0; j < kN; ++j)
+        loadDigest<kFp8>(a, static_cast<size_t>(hb) * a.digestsPerPage + j0 + j, g, l, scored && 8 * l < D, mn[j],
+                         mx[j]);
+      const float v = laneScores<kN>(qs, G, L, l, mn, mx);
       if (v > best) best = v;
+    }
+#pragma unroll
+    for (int n = kN, o = L >> 1; n > 1; n >>= 1, o >>= 1) {  // max is exact: any order
+      const float w = __shfl_xor_sync(0xffffffffu, best, o);
+      if (w > best) best = w;
     }
     if (live && l == 0) {
       const bool kept = prev != nullptr && scored && prev[p] != 0 && keepPrevious(qSeed, g, p, a.overlapP);
@@ -298,6 +249,17 @@ __global__ void __launch_bounds__(kThreads) questSelectKernel(const HsQuestSelec
   if (threadIdx.x == 0) a.selCount[item] = selSoFar;
 }
 
+/**
+ * Sub-pages a scoring warp takes at once (questScoreKernel's kN): the largest of 4, 2, 1 that
+ * divides S = digestsPerPage and is at most L lanes (butterflySums splits one lane bit per halving).
+ */
+int gScoreChunkCap = 0;  // hsQuestSetScoreChunkCap's value (0: none)
+int scoreChunk(int digestsPerPage, int lanes) {
+  for (int n = 4; n > 1; n >>= 1)
+    if (digestsPerPage % n == 0 && n <= lanes && (gScoreChunkCap == 0 || n <= gScoreChunkCap)) return n;
+  return 1;
+}
+
 /** Dynamic shared memory of a scoring CTA: the group's qPos and qNeg, float32 [2, G, 8 L]. */
 size_t scoreSmemBytes(int groupSize, int headDim) {
   return sizeof(float) * 2 * static_cast<size_t>(groupSize) * 8 * scoreLanes(headDim);
@@ -344,6 +306,10 @@ extern "C" size_t hsQuestSelectScratchBytes(int numReqs, int numKvHeads, int tab
 
 extern "C" void hsQuestSetScoreCtaCap(int maxCtasPerItem) { hs_sparse::gScoreCtaCap = std::max(0, maxCtasPerItem); }
 
+extern "C" void hsQuestSetScoreChunkCap(int maxSubPagesAtOnce) {
+  hs_sparse::gScoreChunkCap = std::max(0, maxSubPagesAtOnce);
+}
+
 extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t stream) {
   using namespace hs_sparse;
   if (p == nullptr) return cudaErrorInvalidValue;
@@ -363,10 +329,20 @@ extern "C" cudaError_t hsQuestSelect(const HsQuestSelectParams* p, cudaStream_t 
   const dim3 scoreGrid(scoreCtasPerItem(p), p->numKvHeads, p->numReqs);
   if (p->numKvHeads > 65535) return cudaErrorInvalidValue;
   const size_t smem = scoreSmemBytes(p->numHeads / p->numKvHeads, p->headDim);
-  if (p->digestDtype == HS_DIGEST_FP8)
-    questScoreKernel<true><<<scoreGrid, kThreads, smem, stream>>>(*p);
-  else
-    questScoreKernel<false><<<scoreGrid, kThreads, smem, stream>>>(*p);
+  const bool fp8 = p->digestDtype == HS_DIGEST_FP8;
+  switch (scoreChunk(p->digestsPerPage, scoreLanes(p->headDim))) {
+    case 4:
+      if (fp8) questScoreKernel<true, 4><<<scoreGrid, kThreads, smem, stream>>>(*p);
+      else questScoreKernel<false, 4><<<scoreGrid, kThreads, smem, stream>>>(*p);
+      break;
+    case 2:
+      if (fp8) questScoreKernel<true, 2><<<scoreGrid, kThreads, smem, stream>>>(*p);
+      else questScoreKernel<false, 2><<<scoreGrid, kThreads, smem, stream>>>(*p);
+      break;
+    default:
+      if (fp8) questScoreKernel<true, 1><<<scoreGrid, kThreads, smem, stream>>>(*p);
+      else questScoreKernel<false, 1><<<scoreGrid, kThreads, smem, stream>>>(*p);
+  }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const dim3 grid(p->numKvHeads, p->numReqs);

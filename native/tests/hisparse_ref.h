@@ -71,6 +71,53 @@ struct RefSelectConfig {
   int S = 1;
 };
 
+/** The group's queries of kv head g as f32 [G, D] (q: the request's query row, bf16 bits, q heads first). */
+inline std::vector<float> refGroupQuery(const RefSelectConfig& c, const uint16_t* q, int g) {
+  const int G = c.Hq / c.Hkv;
+  std::vector<float> qg(static_cast<size_t>(G) * c.D);
+  for (int h = 0; h < G; ++h)
+    for (int i = 0; i < c.D; ++i)
+      qg[static_cast<size_t>(h) * c.D + i] = bf16ToFloat(q[static_cast<size_t>(g * G + h) * c.D + i]);
+  return qg;
+}
+
+/**
+ * QuestSelector's score of one page (host block hb, kv head g): the largest quest.ts questScore
+ * over its S sub-page digests ([hb, S, 2, Hkv, D]) and the group's heads, NaN as -inf.
+ */
+inline double refPageScore(const RefSelectConfig& c, const std::vector<float>& dg, const std::vector<float>& qg,
+                           int hb, int g) {
+  const int G = c.Hq / c.Hkv;
+  int L = 1;  // quest.ts questScoreLanes
+  while (L * 8 < c.D) L *= 2;
+  std::vector<float> lane(L);
+  double best = -std::numeric_limits<double>::infinity();
+  for (int j = 0; j < c.S; ++j)
+    for (int h = 0; h < G; ++h) {
+      const size_t base = (static_cast<size_t>(hb) * c.S + j) * 2 * c.Hkv * c.D;
+      const size_t mn = base + static_cast<size_t>(g) * c.D;
+      const size_t mx = base + static_cast<size_t>(c.Hkv + g) * c.D;  // quest.ts questScore: f32 lanes of 8 dims, then a butterfly
+      for (int l = 0; l < L; ++l) {
+        float s = 0.f;
+        for (int i = 8 * l; i < std::min(8 * l + 8, c.D); ++i) {
+          const float v = qg[static_cast<size_t>(h) * c.D + i];
+          const float qPos = v > 0 ? v : 0.f;
+          const float qNeg = v > 0 ? 0.f : v;
+          s = s + qPos * dg[mx + i];  // ISO C++ (-std=c++20): no contraction, each op rounded
+          s = s + qNeg * dg[mn + i];
+        }
+        lane[l] = s;
+      }
+      for (int o = L / 2; o >= 1; o /= 2)
+        for (int l = 0; l < L; ++l)
+          if ((l & o) == 0) lane[l] = lane[l] + lane[l | o];
+      double v = lane[0];
+      if (v != v) v = -std::numeric_limits<double>::infinity();
+      if (v > best) best = v;
+    }
+  return best;
+}
+
 /**
  * QuestSelector.selectOne: the pages of one request and kv head g, ascending.
  * q: the request's query row (bf16 bits, q heads first); hostRow / pinned: the request's pages.
@@ -91,43 +138,10 @@ inline std::vector<int> refSelectOne(const RefSelectConfig& c, const std::vector
     }
   const int k = c.budgetPages - numForced;
   if (k > 0) {
-    const int G = c.Hq / c.Hkv;
-    std::vector<float> qg(static_cast<size_t>(G) * c.D);
-    for (int h = 0; h < G; ++h)
-      for (int i = 0; i < c.D; ++i)
-        qg[static_cast<size_t>(h) * c.D + i] = bf16ToFloat(q[static_cast<size_t>(g * G + h) * c.D + i]);
-    int L = 1;  // quest.ts questScoreLanes
-    while (L * 8 < c.D) L *= 2;
-    std::vector<float> lane(L);
+    const std::vector<float> qg = refGroupQuery(c, q, g);
     std::vector<std::pair<double, int>> scored;
-    for (int p = 0; p < numPages; ++p) {
-      if (isForced[p]) continue;
-      double best = -std::numeric_limits<double>::infinity();
-      for (int j = 0; j < c.S; ++j)  // the page's score: its best sub-page's (digests [hb, S, 2, Hkv, D])
-      for (int h = 0; h < G; ++h) {
-        const size_t base = (static_cast<size_t>(hostRow[p]) * c.S + j) * 2 * c.Hkv * c.D;
-        const size_t mn = base + static_cast<size_t>(g) * c.D;
-        const size_t mx = base + static_cast<size_t>(c.Hkv + g) * c.D;  // quest.ts questScore: f32 lanes of 8 dims, then a butterfly
-        for (int l = 0; l < L; ++l) {
-          float s = 0.f;
-          for (int i = 8 * l; i < std::min(8 * l + 8, c.D); ++i) {
-            const float v = qg[static_cast<size_t>(h) * c.D + i];
-            const float qPos = v > 0 ? v : 0.f;
-            const float qNeg = v > 0 ? 0.f : v;
-            s = s + qPos * dg[mx + i];  // ISO C++ (-std=c++20): no contraction, each op rounded
-            s = s + qNeg * dg[mn + i];
-          }
-          lane[l] = s;
-        }
-        for (int o = L / 2; o >= 1; o /= 2)
-          for (int l = 0; l < L; ++l)
-            if ((l & o) == 0) lane[l] = lane[l] + lane[l | o];
-        double v = lane[0];
-        if (v != v) v = -std::numeric_limits<double>::infinity();
-        if (v > best) best = v;
-      }
-      scored.emplace_back(best, p);
-    }
+    for (int p = 0; p < numPages; ++p)
+      if (!isForced[p]) scored.emplace_back(refPageScore(c, dg, qg, hostRow[p], g), p);
     std::stable_sort(scored.begin(), scored.end(), [](const std::pair<double, int>& a, const std::pair<double, int>& b) {
       return a.first > b.first || (a.first == b.first && a.second < b.second);
     });

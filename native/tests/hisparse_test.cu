@@ -43,6 +43,16 @@ int main(int argc, char** argv) {
   selectCase(tally, 8, 2, 64, 16, 17, 4);  // a page scores as the best of its 4 sub-page digests
   selectCase(tally, 8, 2, 64, 16, 11, 1, true);  // fp8 digests
   selectCase(tally, 8, 2, 64, 16, 17, 4, true);
+  // Sub-pages scored kN at a time (hisparse_select.cu scoreChunk): D = 32 (4 lanes) with S = 4
+  // splits every lane bit; S = 8 takes two chunks of 4; D = 16 (2 lanes) caps kN at 2; S = 3
+  // scores one at a time.
+  selectCase(tally, 4, 2, 32, 16, 26, 4);
+  selectCase(tally, 4, 2, 64, 16, 27, 8, true);
+  selectCase(tally, 4, 2, 16, 16, 28, 4);
+  selectCase(tally, 4, 2, 64, 12, 29, 3, true);
+  hsQuestSetScoreChunkCap(1);  // the benchmark's one-at-a-time comparison
+  selectCase(tally, 4, 2, 64, 16, 30, 4, true);
+  hsQuestSetScoreChunkCap(0);
   selectCase(tally, 20, 2, 64, 16, 14);  // 10 heads per group: two head tiles of the scoring kernel
   selectCase(tally, 2, 2, 64, 16, 15);   // 1 head per group
   selectCase(tally, 16, 2, 64, 16, 16);  // 8 heads per group

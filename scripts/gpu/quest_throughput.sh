@@ -19,7 +19,9 @@
 # Knobs (env): OVERLAPS (default "0.97,0": p values, the first runs first), BATCHES (HiSparse
 # batch sizes, default 1,8,16,24), HOST_KV (fp8 | auto: bf16 host pages, the device pool's),
 # HOST_GIB (default 48), STEPS (default 16), BUDGET_S (default 165: the sweep takes no new point
-# after that many seconds from its start, model load and pinning included; skipped points say so).
+# after that many seconds from its start, model load and pinning included; skipped points say so),
+# DIGEST_TOKENS / DIGEST_DTYPE (Quest digests, default the config's: one bf16 digest per page;
+# DIGEST_TOKENS=4 DIGEST_DTYPE=fp8 is issue 18's 4-token fp8 setting).
 # Logs in $OUT (or /tmp/quest-throughput): resolver.log, throughput.log, throughput.json.
 # Success prints "RESULT: PASS" for the resolver (exit status of the script: the resolver's) and
 # the two tables; the throughput targets are read off the peak table's "peak / off's peak"
@@ -39,12 +41,14 @@ timeout 90 bash scripts/gpu/resolver_bench.sh 2>&1 | tee "$out/resolver.log"
 resolver_rc=${PIPESTATUS[0]}
 echo "(resolver: exit $resolver_rc, $(( $(date +%s) - t0 )) s)"
 
-echo "== 32K decode sweep: off, auto, on-hybrid; p = ${OVERLAPS:-0.97,0}; host pages ${HOST_KV:-fp8}"
+echo "== 32K decode sweep: off, auto, on-hybrid; p = ${OVERLAPS:-0.97,0}; host pages ${HOST_KV:-fp8}; digests ${DIGEST_TOKENS:-page}-token ${DIGEST_DTYPE:-default}"
 timeout $(( ${BUDGET_S:-165} + 40 )) node dist/bench/hisparse_throughput.js \
   --contexts 32768 --batches "32768:${BATCHES:-1,8,16,24}" --off-batches "32768:1,7" \
   --modes off,auto,on-hybrid --overlap "${OVERLAPS:-0.97,0}" --steps "${STEPS:-16}" \
   --kv-budget-gib 32 --host-pool-gib "${HOST_GIB:-48}" --host-kv-cache-dtype "${HOST_KV:-fp8}" \
-  --budget-s "${BUDGET_S:-165}" --json "$out/throughput.json" 2>&1 | tee "$out/throughput.log"
+  --budget-s "${BUDGET_S:-165}" --json "$out/throughput.json" \
+  ${DIGEST_TOKENS:+--digest-tokens "$DIGEST_TOKENS"} ${DIGEST_DTYPE:+--digest-dtype "$DIGEST_DTYPE"} \
+  2>&1 | tee "$out/throughput.log"
 echo "(sweep: exit ${PIPESTATUS[0]}, $(( $(date +%s) - t0 )) s in all)"
 
 echo
