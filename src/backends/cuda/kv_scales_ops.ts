@@ -7,8 +7,12 @@
  * The kernels take the scales by value, so a CUDA graph bakes in what it was captured with.
  * That is safe here without moving the scales to device memory: calibration runs on the first
  * forward, always an eager prefill, and decode graphs are captured lazily on later decode steps
- * (worker/cuda_graph_runner.ts), so every graph sees the calibrated scales. A calibration
- * attempted during capture is refused (the read-back cannot be captured).
+ * (worker/cuda_graph_runner.ts), so every graph sees the calibrated scales (a first batch that
+ * is itself a pure decode batch, one-token prompts, calibrates in the eager warm-up run that
+ * precedes its capture). A calibration attempted during capture is refused (the read-back
+ * cannot be captured). Moving the scales to device memory would also work, but every fp8
+ * kernel (reshape, decode, prefill, the HiSparse copies) takes them by value today; this keeps
+ * that ABI and costs one sync per layer once.
  */
 import type { LayerKvScales } from "../../core/kv/kv_cache_scales.js";
 import type { QkvLayout, Tensor } from "../backend.js";
