@@ -70,6 +70,13 @@ Napi::Value ReshapeAndCacheFp8(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+Napi::Value KvAmax(const Napi::CallbackInfo& info) {
+  Args a(info, 9, "kvAmax");
+  HS_LAUNCH(hsKvAmax, a.stream(0), a.ptr(1), a.as<const int32_t>(2), a.i32(3), a.i32(4), a.i32(5), a.i32(6),
+            a.i32(7), a.ptr(8));
+  return info.Env().Undefined();
+}
+
 Napi::Value BiasAdd(const Napi::CallbackInfo& info) {
   Args a(info, 7, "biasAdd");
   HS_LAUNCH(hsBiasAdd, a.stream(0), a.ptr(1), a.ptr(2), a.i32(3), a.i32(4), a.i32(5), a.i32(6));
@@ -115,6 +122,7 @@ void initLaunchers(Napi::Env env, Napi::Object exports) {
   exports.Set("siluAndMul", Napi::Function::New(env, SiluAndMul, "siluAndMul"));
   exports.Set("reshapeAndCache", Napi::Function::New(env, ReshapeAndCache, "reshapeAndCache"));
   exports.Set("reshapeAndCacheFp8", Napi::Function::New(env, ReshapeAndCacheFp8, "reshapeAndCacheFp8"));
+  exports.Set("kvAmax", Napi::Function::New(env, KvAmax, "kvAmax"));
   exports.Set("biasAdd", Napi::Function::New(env, BiasAdd, "biasAdd"));
   exports.Set("cast", Napi::Function::New(env, Cast, "cast"));
   exports.Set("denseGemv", Napi::Function::New(env, DenseGemv, "denseGemv"));

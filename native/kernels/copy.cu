@@ -82,6 +82,29 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/**
+ * One block per token: the largest |k| and |v| of row t's KV heads (kvElems bf16 each) folded into
+ * out[0] / out[1] as f32 bits (non-negative floats order as their unsigned bits, and a NaN's bits
+ * exceed infinity's, so NaN propagates); out[2] |= 1 when the token has a slot. PAD tokens skip.
+ */
+__global__ void __launch_bounds__(256)
+    kvAmaxKernel(const __nv_bfloat16* qkv, const int32_t* __restrict__ slots, int rowStride, int kOffset,
+                 int kvElems, unsigned* __restrict__ out) {
+  const int t = blockIdx.x;
+  if (slots[t] < 0) return;  // PAD_SLOT_ID: not cached, not measured
+  const __nv_bfloat16* k = qkv + static_cast<size_t>(t) * rowStride + kOffset;
+  unsigned km = 0, vm = 0;
+  for (int i = threadIdx.x; i < kvElems; i += blockDim.x) {
+    const unsigned a = __float_as_uint(fabsf(__bfloat162float(k[i])));
+    const unsigned b = __float_as_uint(fabsf(__bfloat162float(k[kvElems + i])));
+    km = a > km ? a : km;
+    vm = b > vm ? b : vm;
+  }
+  atomicMax(&out[0], km);
+  atomicMax(&out[1], vm);
+  if (threadIdx.x == 0) atomicOr(&out[2], 1u);
+}
+
 template <typename D, typename S>
 __global__ void __launch_bounds__(256) castKernel(D* __restrict__ dst, const S* __restrict__ src, size_t n) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -182,6 +205,20 @@ extern "C" cudaError_t hsReshapeAndCacheFp8(const void* qkv, void* kvCache, cons
                        static_cast<const __nv_bfloat16*>(qkv), static_cast<uint8_t*>(kvCache), slotMapping,
                        rowStride, numHeads * headDim, kvElems, blockSize,
                        static_cast<long long>(numBlocks) * blockSize, 1.f / kScale, 1.f / vScale);
+}
+
+extern "C" cudaError_t hsKvAmax(const void* qkv, const int32_t* slotMapping, int numTokens, int rowStride,
+                                int numHeads, int numKvHeads, int headDim, void* out, cudaStream_t stream) {
+  if (numTokens < 0 || numHeads <= 0 || numKvHeads <= 0 || headDim <= 0) return cudaErrorInvalidValue;
+  if (rowStride < (numHeads + 2 * numKvHeads) * headDim) return cudaErrorInvalidValue;
+  cudaError_t e = cudaMemsetAsync(out, 0, 3 * sizeof(unsigned), stream);
+  if (e != cudaSuccess || numTokens == 0) return e;
+  const int kvElems = numKvHeads * headDim;
+  const int threads = hs::threadsFor(static_cast<long long>(kvElems), 256);
+  hs::kvAmaxKernel<<<numTokens, threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(qkv), slotMapping,
+                                                      rowStride, numHeads * headDim, kvElems,
+                                                      static_cast<unsigned*>(out));
+  return cudaGetLastError();
 }
 
 extern "C" cudaError_t hsCast(void* dst, int dstDtype, const void* src, int srcDtype, size_t count,

@@ -113,6 +113,15 @@ cudaError_t hsReshapeAndCacheFp8(const void* qkv, void* kvCache, const int32_t* 
                                  int rowStride, int numHeads, int numKvHeads, int headDim, int blockSize,
                                  int numBlocks, float kScale, float vScale, cudaStream_t stream);
 
+/**
+ * `--calculate-kv-scales` (vLLM calc_kv_scales): amax |k| and amax |v| over the K and V heads of
+ * the bf16 qkv rows [numTokens, rowStride] whose slot is >= 0. out: 3 x u32 (zeroed here, then
+ * written in stream order): out[0] / out[1] the f32 bits of amax |k| / |v| (NaN if any element
+ * is NaN), out[2] 1 when some token has a slot, else 0 (amaxes 0).
+ */
+cudaError_t hsKvAmax(const void* qkv, const int32_t* slotMapping, int numTokens, int rowStride, int numHeads,
+                     int numKvHeads, int headDim, void* out, cudaStream_t stream);
+
 /** In place y[r, c] = T(y[r, c] + bias[c]). y: [rows, cols] of yDtype; bias: [cols] of biasDtype. */
 cudaError_t hsBiasAdd(void* y, const void* bias, int rows, int cols, int yDtype, int biasDtype, cudaStream_t stream);
 

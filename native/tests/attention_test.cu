@@ -223,6 +223,7 @@ int main(int argc, char** argv) {
   }
   // ---- fp8 (e4m3) KV cache ----
   fp8ReshapeCase(tally, gOnly);
+  fp8AmaxCase(tally, gOnly);
   fp8AttentionCase(decodeSpec("fp8 d64 g4 bs16 decode", 8, 2, 64, 16, randomLens(21, 6, 1, 1500, 1), 2048, 301), true, tally, gOnly);
   fp8AttentionCase(prefillSpec("fp8 d128 g4 bs16 prefill", 16, 4, 128, 16, {{100, 100}, {33, 300}, {1, 70}}, 512, 302), false, tally, gOnly);
   if (!quick) {

@@ -13,7 +13,9 @@
 # BLOCK=8 sets the KV block (page) size (default 16); TRIALS (default 8) documents per depth;
 # LENGTHS (default "4096 8192"); PPL_WINDOWS (default 4) perplexity windows per length; NEEDLE=0
 # skips the passkey runs; PPL_VARIANTS=dense_fp8 measures only dense and fp8 KV (the fp8 target
-# on more text).
+# on more text); PPL_VARIANTS=dense_fp8_calib adds fp8 KV with --calculate-kv-scales (vLLM's
+# per-layer k/v scales from the first batch; bench/results/fp8_kv_scales_cpu.md), as does "all";
+# PPL_TIMEOUT (default 240) seconds per perplexity run.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="${OUT:-/tmp/hisparse-quality}"
@@ -39,8 +41,12 @@ for n in ${LENGTHS:-4096 8192}; do
   [ "${NEEDLE:-1}" = 0 ] || timeout 240 node bin/hisparse.js eval needle "${common[@]}" "${filler[@]}" --lengths "$n" --depths 5 --trials "${TRIALS:-8}" \
     --needles 1-4 --compare dense "${quest[0]}" "${quest[1]}" \
     --json "$out/needle_$n.json" 2>&1 | tee "$out/needle_$n.log"
-  [ "${PPL_VARIANTS:-all}" = dense_fp8 ] && quest=()
-  timeout 240 node bin/hisparse.js eval ppl "${common[@]}" --file "$out/text.txt" --ctx "$n" --prefix-tokens $(( n * 3 / 4 )) \
-    --max-windows "${PPL_WINDOWS:-4}" --compare dense "fp8: --kv-cache-dtype fp8" "${quest[@]}" \
+  fp8=("fp8: --kv-cache-dtype fp8" "fp8_calib: --kv-cache-dtype fp8 --calculate-kv-scales")
+  case "${PPL_VARIANTS:-all}" in
+    dense_fp8) quest=(); fp8=("${fp8[0]}") ;;
+    dense_fp8_calib) quest=() ;;
+  esac
+  timeout "${PPL_TIMEOUT:-240}" node bin/hisparse.js eval ppl "${common[@]}" --file "$out/text.txt" --ctx "$n" --prefix-tokens $(( n * 3 / 4 )) \
+    --max-windows "${PPL_WINDOWS:-4}" --compare dense "${fp8[@]}" "${quest[@]}" \
     --json "$out/ppl_$n.json" 2>&1 | tee "$out/ppl_$n.log"
 done

@@ -78,4 +78,9 @@ export interface KvCacheSpec {
   numKvHeads: number;
   headDim: number;
   dtype: DType;
+  /**
+   * fp8 only: `--calculate-kv-scales`, each layer's k/v scales come from the first batch its
+   * reshapeAndCache writes (core/kv/kv_cache_scales.ts); absent or false: 1.0.
+   */
+  calculateScales?: boolean;
 }

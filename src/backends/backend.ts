@@ -16,6 +16,7 @@
  * - Ops throw `Error` on shape or dtype mismatches (a programming error, not user input).
  */
 
+import type { LayerKvScales } from "../core/kv/kv_cache_scales.js";
 import type { AttentionMetadata, KvCacheSpec, PerHeadBlockTables, QkvLayout } from "./attention_types.js";
 import type { DeviceSamplingRows } from "./device_sampling.js";
 import type { BackendGraphs } from "./graphs.js";
@@ -85,6 +86,12 @@ export interface Backend {
   stage(data: Float32Array | Int32Array, shape: readonly number[], dtype: DType): Tensor;
   /** Allocates the paged KV cache: one zeroed tensor per layer. */
   allocateKvCache(spec: KvCacheSpec): Tensor[];
+  /**
+   * The k/v scales an fp8 cache layer (from allocateKvCache) stores and reads with now: 1.0, or
+   * with `calculateScales` the first batch's (core/kv/kv_cache_scales.ts); null for a cache that
+   * is not fp8. The object is the backend's own: read it, do not change it.
+   */
+  kvCacheScales?(kvCache: Tensor): Readonly<LayerKvScales> | null;
   /**
    * Copies host data into an existing tensor with the same element count (i32 tensors take an
    * Int32Array, the others a Float32Array, converted to the tensor's dtype). Asynchronous: the

@@ -36,9 +36,17 @@ export function addEngineFlags(cmd: Command): Command {
         .default(2 ** 30, "1"),
     )
     .addOption(
-      new Option("--kv-cache-dtype <dtype>", "KV cache storage dtype (fp8: e4m3, per-tensor scales 1.0)")
+      new Option(
+        "--kv-cache-dtype <dtype>",
+        "KV cache storage dtype (fp8: e4m3, per-layer scales 1.0 unless --calculate-kv-scales)",
+      )
         .choices([...KV_CACHE_DTYPES])
         .default("auto"),
+    )
+    .option(
+      "--calculate-kv-scales",
+      "fp8 KV cache: measure each layer's k/v scales from the first batch (amax / 200, amax / 100), then keep them",
+      false,
     )
     .option("--max-num-seqs <n>", "maximum running requests", parseIntArg, 256)
     .option("--max-num-batched-tokens <n>", "token budget of one engine step", parseIntArg, 2048)
@@ -100,6 +108,7 @@ export function engineArgsFromOptions(o: Record<string, unknown>): EngineArgs {
     numGpuBlocksOverride: pick<number>("numGpuBlocksOverride"),
     cpuKvCacheBytes: pick<number>("cpuKvCacheGib") ?? 2 ** 30,
     kvCacheDtype: pick<EngineArgs["kvCacheDtype"]>("kvCacheDtype") ?? "auto",
+    calculateKvScales: pick<boolean>("calculateKvScales") ?? false,
     maxNumSeqs: pick<number>("maxNumSeqs") ?? 256,
     maxNumBatchedTokens: pick<number>("maxNumBatchedTokens") ?? 2048,
     enableChunkedPrefill: pick<boolean>("enableChunkedPrefill") ?? true,

@@ -39,6 +39,12 @@ export interface CacheConfig {
    * e4m3 with per-tensor scales (core/kv/kv_cache_dtype.ts).
    */
   kvCacheDtype: "auto" | "bf16" | "f16" | "f32" | "fp8";
+  /**
+   * `--calculate-kv-scales` (vLLM's calculate_kv_scales): with an fp8 cache, each layer's k_scale /
+   * v_scale are measured from the first batch it caches (amax / 200, amax / 100:
+   * core/kv/kv_cache_scales.ts) instead of 1.0, then fixed. Only with `kvCacheDtype` "fp8".
+   */
+  calculateKvScales?: boolean;
   /** Reuse KV of identical prompt prefixes through block hashes (`--enable-prefix-caching`). */
   enablePrefixCaching: boolean;
 }
@@ -84,5 +90,9 @@ export function validateCacheConfig(c: CacheConfig): string[] {
     r.push(`number of KV blocks must be a non-negative integer, got ${c.numGpuBlocks}`);
   if (!(c.gpuMemoryUtilization > 0 && c.gpuMemoryUtilization <= 1))
     r.push(`--gpu-memory-utilization must be in (0, 1], got ${c.gpuMemoryUtilization}`);
+  if (c.calculateKvScales === true && c.kvCacheDtype !== "fp8")
+    r.push(
+      `--calculate-kv-scales measures the scales of an fp8 KV cache: it needs --kv-cache-dtype fp8, got ${c.kvCacheDtype}`,
+    );
   return r;
 }

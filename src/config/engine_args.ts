@@ -32,6 +32,8 @@ export interface EngineArgs {
   /** KV cache memory for the CPU backend in bytes (vLLM's VLLM_CPU_KVCACHE_SPACE; default 1 GiB). */
   cpuKvCacheBytes: number;
   kvCacheDtype: CacheConfig["kvCacheDtype"];
+  /** `--calculate-kv-scales`: fp8 k/v scales from the first batch (CacheConfig.calculateKvScales). */
+  calculateKvScales: boolean;
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
   enableChunkedPrefill: boolean;
@@ -70,6 +72,7 @@ export function defaultEngineArgs(): EngineArgs {
     gpuMemoryUtilization: 0.9,
     cpuKvCacheBytes: 1 << 30,
     kvCacheDtype: "auto",
+    calculateKvScales: false,
     maxNumSeqs: 256,
     maxNumBatchedTokens: 2048,
     enableChunkedPrefill: true,
@@ -104,6 +107,7 @@ export function cacheConfigOf(a: EngineArgs, numGpuBlocks: number): CacheConfig 
     numGpuBlocks,
     gpuMemoryUtilization: a.gpuMemoryUtilization,
     kvCacheDtype: a.kvCacheDtype,
+    calculateKvScales: a.calculateKvScales,
     enablePrefixCaching: a.enablePrefixCaching,
   };
 }

@@ -55,6 +55,7 @@ export function setupDenseKVCache(backend: Backend, ctx: KVCacheSetupContext): K
     blockSize,
     dtype: ctx.kvCacheDtype,
     numBlocksOf: () => numGpuBlocks,
+    calculateScales: ctx.args.calculateKvScales,
   };
   const kvCaches = allocateGroupCaches(backend, groups, alloc);
   const indexerKeyCaches = config.mla != null ? allocateIndexerKeyCaches(backend, groups, alloc) : null;

@@ -112,7 +112,14 @@ export type BlocksOfGroup = (group: KVCacheGroupSpec) => number;
 export function allocateGroupCaches(
   backend: Backend,
   groups: readonly KVCacheGroupSpec[],
-  o: { numLayers: number; blockSize: number; dtype: DType; numBlocksOf: BlocksOfGroup },
+  o: {
+    numLayers: number;
+    blockSize: number;
+    dtype: DType;
+    numBlocksOf: BlocksOfGroup;
+    /** `--calculate-kv-scales` (KvCacheSpec.calculateScales; fp8 caches only). */
+    calculateScales?: boolean;
+  },
 ): Tensor[] {
   const kvCaches: Tensor[] = new Array(o.numLayers);
   for (const g of groups) {
@@ -131,6 +138,7 @@ export function allocateGroupCaches(
         numKvHeads: s.numKvHeads,
         headDim: s.headDim,
         dtype: o.dtype,
+        ...(o.calculateScales === true ? { calculateScales: true } : {}),
       });
     g.layers.forEach((l, i) => {
       kvCaches[l] = tensors[i]!;

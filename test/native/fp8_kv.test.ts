@@ -3,7 +3,9 @@
  * src/backends/fp8.ts): from the same bf16 inputs, reshapeAndCache stores the same e4m3 values
  * in both backends (read back exactly), and paged attention (decode and prefill) over the fp8
  * caches agrees with the CPU within the bf16 tolerance and equals, bit for bit, CUDA attention
- * over a bf16 cache holding the dequantised values. Skipped without a GPU.
+ * over a bf16 cache holding the dequantised values. With `--calculate-kv-scales` (scales from the
+ * first batch, hsKvAmax on CUDA) both backends compute the same scales, store the same codes and
+ * attend within the bf16 tolerance. Skipped without a GPU.
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -91,6 +93,7 @@ describe("fp8 KV cache: CUDA vs the CPU oracle", { skip: gpuSkip() }, () => {
     step: Step,
     seed: number,
     replaceCache?: Float32Array,
+    calculateScales = false,
   ) {
     const rng = new Rng(seed);
     const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
@@ -108,6 +111,7 @@ describe("fp8 KV cache: CUDA vs the CPU oracle", { skip: gpuSkip() }, () => {
       numKvHeads: Hkv,
       headDim: D,
       dtype,
+      calculateScales,
     })[0]!;
     // History (every position before the step's queries) as one prefill write.
     const hist: Step = {
@@ -134,9 +138,10 @@ describe("fp8 KV cache: CUDA vs the CPU oracle", { skip: gpuSkip() }, () => {
     if (replaceCache !== undefined) be.writeTensor(cache, replaceCache);
     const out = Float32Array.from(be.toHost(be.pagedAttention(qkv, layout, cache, stepMeta, blockSize)));
     const cacheHost = Float32Array.from(be.toHost(cache));
+    const scales = { ...be.kvCacheScales?.(cache) };
     be.resetWorkspace();
     for (const t of [...tensors, cache]) be.free(t);
-    return { out, cache: cacheHost, numBlocks, blockIds };
+    return { out, cache: cacheHost, numBlocks, blockIds, scales };
   }
 
   for (const [name, layout, blockSize, step] of [
@@ -176,4 +181,21 @@ describe("fp8 KV cache: CUDA vs the CPU oracle", { skip: gpuSkip() }, () => {
       assertSame(b.out, g.out, "fp8 vs bf16-of-dequantised attention");
     });
   }
+
+  it("--calculate-kv-scales: the first batch gives the same scales and codes on CUDA as on the CPU", () => {
+    const layout = { numHeads: 6, numKvHeads: 2, headDim: 64 };
+    const step = { queryLens: [40, 1, 9], seqLens: [40, 300, 77] };
+    const g = run(gpu, "fp8", "bf16", layout, 16, step, 13, undefined, true);
+    const c = run(cpu, "fp8", "f32", layout, 16, step, 13, undefined, true);
+    assert.deepEqual(g.scales, c.scales, "amax / 200, amax / 100 of the same first batch");
+    assert.ok(g.scales.kScale !== 1 && g.scales.pending === false);
+    // toHost of an fp8 tensor gives the codes' values (scale 1): scale the K and V halves of each
+    // block as the CPU stores them (e4m3 value * scale in f32).
+    const half = 16 * layout.numKvHeads * layout.headDim;
+    const scaled = g.cache.map((v, i) =>
+      Math.fround(v * (Math.floor(i / half) % 2 === 0 ? g.scales.kScale! : g.scales.vScale!)),
+    );
+    assertSame(scaled, c.cache, "fp8 cache values at the calibrated scales");
+    assertClose(g.out, c.out, BF16_TOL, "attention over calibrated fp8 KV");
+  });
 });

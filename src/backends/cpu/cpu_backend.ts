@@ -1,6 +1,6 @@
 import { availableParallelism, freemem, totalmem } from "node:os";
 import { PAD_SLOT_ID } from "../../core/ids.js";
-import { DEFAULT_KV_CACHE_SCALE } from "../../core/kv/kv_cache_dtype.js";
+import { LayerKvScales } from "../../core/kv/kv_cache_scales.js";
 import type {
   AttentionMetadata,
   Backend,
@@ -17,7 +17,7 @@ import type {
 import { checkAttentionMetadata, checkPerHeadTables, checkQkv, cpu, expectShape } from "./checks.js";
 import { CHUNK_MACS, KernelDispatcher } from "./dispatch.js";
 import { bf16ToF32, f16ToF32 } from "./dtype.js";
-import { reshapeAndCacheKernel } from "./kernels/attention.js";
+import { kvAmaxKernel, reshapeAndCacheKernel } from "./kernels/attention.js";
 import {
   fusedAddRmsNormKernel,
   gatherRowsKernel,
@@ -69,8 +69,11 @@ export class CpuBackend implements Backend {
   /** Multi-head latent attention and DSA indexer ops (mla_ops.ts). */
   readonly mla: CpuMlaOps;
   private sampleScratch = new Float32Array(0);
-  /** KV caches allocated as "fp8": reshapeAndCache rounds what it writes to e4m3 (scale 1.0). */
-  private readonly fp8Caches = new WeakSet<Tensor>();
+  /**
+   * KV caches allocated as "fp8" and their scales: reshapeAndCache rounds what it writes to e4m3
+   * with them (1.0, or measured from the first batch under --calculate-kv-scales).
+   */
+  private readonly fp8Caches = new WeakMap<Tensor, LayerKvScales>();
 
   /** @throws Error when numThreads is not a positive integer. */
   constructor(options: CpuBackendOptions = {}) {
@@ -147,7 +150,7 @@ export class CpuBackend implements Backend {
     const out: Tensor[] = [];
     for (let l = 0; l < spec.numLayers; l++) {
       const t = this.mem.allocPersistent(shape, "f32");
-      if (spec.dtype === "fp8") this.fp8Caches.add(t);
+      if (spec.dtype === "fp8") this.fp8Caches.set(t, new LayerKvScales(spec.calculateScales === true));
       out.push(t);
     }
     return out;
@@ -312,6 +315,10 @@ export class CpuBackend implements Backend {
     const numBlocks = expectShape(kv, [-1, 2, blockSize, numKvHeads, headDim], "reshapeAndCache kvCache")[0]!;
     const slots = cpu(slotMapping, this.mem, "reshapeAndCache slotMapping", false, "i32");
     expectShape(slots, [T], "reshapeAndCache slotMapping");
+    const scales = this.fp8Caches.get(kvCache) ?? null;
+    // --calculate-kv-scales: the first batch with a token to cache fixes the layer's scales.
+    if (scales?.pending === true && slots.i32.some((s) => s !== PAD_SLOT_ID))
+      scales.calibrate(...kvAmaxKernel(q.f32, slots.i32, T, numHeads, numKvHeads, headDim, PAD_SLOT_ID));
     reshapeAndCacheKernel(
       q.f32,
       kv.f32,
@@ -323,8 +330,13 @@ export class CpuBackend implements Backend {
       blockSize,
       numBlocks,
       PAD_SLOT_ID,
-      this.fp8Caches.has(kvCache) ? { kScale: DEFAULT_KV_CACHE_SCALE, vScale: DEFAULT_KV_CACHE_SCALE } : null,
+      scales,
     );
+  }
+
+  /** The scales an fp8 cache layer stores with (Backend.kvCacheScales); null when not fp8. */
+  kvCacheScales(kvCache: Tensor): Readonly<LayerKvScales> | null {
+    return this.fp8Caches.get(kvCache) ?? null;
   }
 
   /**

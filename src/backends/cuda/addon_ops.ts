@@ -191,6 +191,21 @@ export interface NativeOpsApi {
     kScale: number,
     vScale: number,
   ): void;
+  /**
+   * hsKvAmax (`--calculate-kv-scales`): out (3 x u32, device) = f32 bits of amax |k|, of amax |v|
+   * over the bf16 qkv rows whose slot is >= 0, and 1 when some row has one (kernels.h).
+   */
+  kvAmax(
+    stream: number,
+    qkv: DevicePtr,
+    slotMapping: DevicePtr,
+    numTokens: number,
+    rowStride: number,
+    numHeads: number,
+    numKvHeads: number,
+    headDim: number,
+    out: DevicePtr,
+  ): void;
   biasAdd(
     stream: number,
     y: DevicePtr,

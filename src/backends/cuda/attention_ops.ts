@@ -86,7 +86,7 @@ export function pagedAttention(
     maxModelLen,
     workspace,
     workspaceBytes,
-    ...kvCacheReadFields(kvCache),
+    ...kvCacheReadFields(ctx, kvCache),
   });
   if (isDecode) {
     // Split-KV partials; every layer's decode reuses the same region (stream order).
@@ -103,12 +103,20 @@ export function pagedAttention(
 }
 
 /**
- * The HsPagedAttentionParams fields that say how to read a cache: fp8 (e4m3 with the per-tensor
- * scales, 1.0 until --calculate-kv-scales exists: core/kv/kv_cache_dtype.ts) or bf16.
+ * The HsPagedAttentionParams fields that say how to read a cache: fp8 (e4m3 with the layer's
+ * per-tensor scales: 1.0, or the first batch's under --calculate-kv-scales,
+ * core/kv/kv_cache_scales.ts) or bf16 (scales 1.0, unused).
  */
-export function kvCacheReadFields(kvCache: Tensor): { kvCacheFp8: number; kScale: number; vScale: number } {
-  const fp8 = kvCache.dtype === "fp8";
-  return { kvCacheFp8: fp8 ? 1 : 0, kScale: DEFAULT_KV_CACHE_SCALE, vScale: DEFAULT_KV_CACHE_SCALE };
+export function kvCacheReadFields(
+  ctx: CudaOpsContext,
+  kvCache: Tensor,
+): { kvCacheFp8: number; kScale: number; vScale: number } {
+  const s = kvCache.dtype === "fp8" ? ctx.kvCacheScales(kvCache) : null;
+  return {
+    kvCacheFp8: kvCache.dtype === "fp8" ? 1 : 0,
+    kScale: s?.kScale ?? DEFAULT_KV_CACHE_SCALE,
+    vScale: s?.vScale ?? DEFAULT_KV_CACHE_SCALE,
+  };
 }
 
 /**

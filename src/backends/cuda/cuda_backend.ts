@@ -1,3 +1,4 @@
+import { LayerKvScales } from "../../core/kv/kv_cache_scales.js";
 import {
   type AttentionMetadata,
   type Backend,
@@ -36,6 +37,7 @@ import {
 } from "./cuda_backend_setup.js";
 import type { CudaGraphs } from "./graphs.js";
 import { type HostStaging, readConverted, type UploadConversion, writeConverted } from "./host_io.js";
+import { calibrateKvScales } from "./kv_scales_ops.js";
 import * as linearOps from "./linear_ops.js";
 import { CudaMlaOps } from "./mla_ops.js";
 import { CudaMoeOps } from "./moe_ops.js";
@@ -78,6 +80,8 @@ export class CudaBackend implements Backend {
   /** Multi-head latent attention and the DSA indexer (mla_ops.ts). */
   readonly mla: BackendMlaOps;
   private readonly allocator: NativeDeviceAllocator;
+  /** fp8 KV caches and their per-layer scales (1.0, or the first batch's: --calculate-kv-scales). */
+  private readonly fp8Scales = new WeakMap<Tensor, LayerKvScales>();
   private readonly streamObj: NativeStream;
   private readonly workspace: StepWorkspace;
   private readonly staging: HostStaging;
@@ -188,9 +192,15 @@ export class CudaBackend implements Backend {
     for (let l = 0; l < spec.numLayers; l++) {
       const t = this.allocPersistent(shape, spec.dtype);
       this.addon.memsetAsync(t.ptr, 0, t.bytes, this.stream);
+      if (spec.dtype === "fp8") this.fp8Scales.set(t, new LayerKvScales(spec.calculateScales === true));
       caches.push(t);
     }
     return caches;
+  }
+
+  /** The scales an fp8 cache layer stores and reads with (Backend.kvCacheScales); null when not fp8. */
+  kvCacheScales(kvCache: Tensor): Readonly<LayerKvScales> | null {
+    return this.fp8Scales.get(kvCache) ?? null;
   }
 
   toHost(t: Tensor): Float32Array | Int32Array {
@@ -380,6 +390,8 @@ export class CudaBackend implements Backend {
     slotMapping: Tensor,
     blockSize: number,
   ): void {
+    const scales = this.fp8Scales.get(kvCache);
+    if (scales?.pending === true) calibrateKvScales(this, qkv, layout, slotMapping, scales);
     ops.reshapeAndCache(this, qkv, layout, kvCache, slotMapping, blockSize);
   }
   pagedAttention(

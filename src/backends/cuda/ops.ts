@@ -5,6 +5,7 @@
  * documented per kernel in kernels.h. `linear` and its fused forms are in linear_ops.ts.
  */
 import { DEFAULT_KV_CACHE_SCALE } from "../../core/kv/kv_cache_dtype.js";
+import type { KvCacheScales } from "../../core/kv/kv_cache_scales.js";
 import { DTYPE_BYTES, type DType, type QkvLayout, type Tensor } from "../backend.js";
 import { type DevicePtr, DTYPE_CODE, type HisparseNative, type NativeBlas } from "./addon.js";
 import { type CudaTensor, describe, expectDtype, expectShape } from "./tensor.js";
@@ -26,6 +27,8 @@ export interface CudaOpsContext {
    * this many rows (0: always cuBLAS; at most GEMV_MAX_TOKENS).
    */
   readonly denseGemvMaxTokens: number;
+  /** An fp8 cache layer's k/v scales (Backend.kvCacheScales); null when the cache is not fp8. */
+  kvCacheScales(kvCache: Tensor): Readonly<KvCacheScales> | null;
 }
 
 export const FLOAT_DTYPES: readonly DType[] = ["f32", "bf16", "f16"];
@@ -318,8 +321,12 @@ export function reshapeAndCache(
   const numBlocks = dim(kvCache, 0);
   const { numHeads, numKvHeads, headDim } = layout;
   if (kvCache.dtype === "fp8") {
-    // e4m3 with the per-tensor scales (core/kv/kv_cache_dtype.ts: 1.0 until --calculate-kv-scales)
+    // e4m3 with the layer's scales (1.0, or the first batch's under --calculate-kv-scales)
     expectDtype(qkv, "reshapeAndCache qkv (fp8 cache)", ["bf16"]);
+    const s = ctx.kvCacheScales(kvCache) ?? {
+      kScale: DEFAULT_KV_CACHE_SCALE,
+      vScale: DEFAULT_KV_CACHE_SCALE,
+    };
     ctx.addon.reshapeAndCacheFp8(
       ctx.stream,
       q.ptr,
@@ -332,8 +339,8 @@ export function reshapeAndCache(
       headDim,
       blockSize,
       numBlocks,
-      DEFAULT_KV_CACHE_SCALE,
-      DEFAULT_KV_CACHE_SCALE,
+      s.kScale,
+      s.vScale,
     );
     return;
   }

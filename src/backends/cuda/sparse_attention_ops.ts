@@ -89,7 +89,7 @@ export function sparseDecodeAttention(
     maxModelLen,
     workspace: ws,
     workspaceBytes: wsBytes,
-    ...kvCacheReadFields(kvCache),
+    ...kvCacheReadFields(ctx, kvCache),
     headBlockTables: headT.ptr,
     headSeqLens: headS.ptr,
     headTableStride: headW,

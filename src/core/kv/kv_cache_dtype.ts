@@ -14,8 +14,8 @@
  *
  * fp8 is OCP FP8 E4M3 (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; finite range +-448,
  * no infinities, one NaN pattern): stored = e4m3(x / scale), read = stored * scale. Every scale
- * is {@link DEFAULT_KV_CACHE_SCALE} today (vLLM's default when the checkpoint gives none);
- * `--calculate-kv-scales` (scales measured from the first batch) is not implemented yet.
+ * is {@link DEFAULT_KV_CACHE_SCALE} (vLLM's default when the checkpoint gives none) unless
+ * `--calculate-kv-scales` measures each layer's from its first batch (kv_cache_scales.ts).
  */
 import type { KVStorage } from "./kv_cache_interface.js";
 

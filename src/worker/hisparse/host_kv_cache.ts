@@ -2,6 +2,7 @@ import type { HostKvTier } from "../../attention/sparse/hot_buffer.js";
 import type { Tensor } from "../../backends/backend.js";
 import { E4M3_VALUES, floatToE4m3 } from "../../backends/fp8.js";
 import { DEFAULT_KV_CACHE_SCALE } from "../../core/kv/kv_cache_dtype.js";
+import type { KvCacheScales } from "../../core/kv/kv_cache_scales.js";
 
 /** Geometry of the host tier. */
 export interface HostKvCacheSpec {
@@ -13,9 +14,11 @@ export interface HostKvCacheSpec {
   /**
    * `host_kv_cache_dtype` fp8 (config/hisparse_config.ts): pages are held as e4m3 codes, 1 byte an
    * element, with per-tensor K and V scales (vLLM's k_scale / v_scale; DEFAULT_KV_CACHE_SCALE
-   * when absent). Absent or false: the device cache's f32 values.
+   * when absent). Absent or false: the device cache's f32 values. `scalesOf` (fp8 device caches)
+   * gives sparse layer i's scales at each copy instead, so that host pages hold the very codes
+   * of the device cache (`--calculate-kv-scales` scales per layer, fixed after the first batch).
    */
-  fp8?: { kScale?: number; vScale?: number } | false;
+  fp8?: { kScale?: number; vScale?: number; scalesOf?: (sparseLayer: number) => KvCacheScales } | false;
 }
 
 /** One sparse layer's host pages: f32 values, or e4m3 codes. */
@@ -41,7 +44,9 @@ export class CpuHostKvCache implements HostKvTier {
   /** Bytes per held element: 4 (f32) or 1 (fp8). */
   private readonly elementBytes: number;
   /** fp8: scale and 1 / scale of K rows and of V rows; null for f32 pages. */
-  private readonly quant: { k: number; v: number; invK: number; invV: number } | null;
+  private readonly quant: FpQuant | null;
+  /** fp8 with per-layer scales: sparse layer -> its scales (read at each copy). */
+  private readonly scalesOf: ((sparseLayer: number) => KvCacheScales) | null;
 
   /**
    * @param view host view of a device tensor's f32 elements (Backend.hostView).
@@ -56,6 +61,7 @@ export class CpuHostKvCache implements HostKvTier {
     const fp8 = spec.fp8 === undefined || spec.fp8 === false ? null : spec.fp8;
     this.elementBytes = fp8 === null ? 4 : 1;
     this.sliceBytes = 2 * blockSize * headDim * this.elementBytes;
+    this.scalesOf = fp8?.scalesOf ?? null;
     if (fp8 === null) {
       this.quant = null;
     } else {
@@ -96,11 +102,12 @@ export class CpuHostKvCache implements HostKvTier {
     const src = this.view(kvCache);
     const dst = this.layers[sparseLayer]!;
     const n = this.pageElems;
+    const q = this.quantOf(sparseLayer);
     for (let i = 0; i < blockIds.length; i++) {
       const b = blockIds[i]! * n;
       const h = hostBlockIds[i]! * n;
-      if (this.quant === null) (dst as Float32Array).set(src.subarray(b, b + n), h);
-      else this.quantise(src, b, dst as Uint8Array, h, n);
+      if (q === null) (dst as Float32Array).set(src.subarray(b, b + n), h);
+      else quantise(q, src, b, dst as Uint8Array, h, n);
     }
   }
 
@@ -119,15 +126,16 @@ export class CpuHostKvCache implements HostKvTier {
     const n = this.pageElems;
     const { blockSize: bs, numKvHeads: Hkv, headDim: D } = this.spec;
     const rowElems = Hkv * D;
+    const q = this.quantOf(sparseLayer);
     for (let i = 0; i < blockIds.length; i++) {
       const h = hostBlockIds[i]! * n;
       const b = blockIds[i]! * n;
-      if (this.quant === null) {
+      if (q === null) {
         dst.set((src as Float32Array).subarray(h, h + n), b);
         continue;
       }
       for (let r = 0; r < 2 * bs; r++)
-        this.dequantise(src as Uint8Array, h + r * rowElems, dst, b + r * rowElems, rowElems, r < bs);
+        dequantise(src as Uint8Array, h + r * rowElems, dst, b + r * rowElems, rowElems, r < bs ? q.k : q.v);
     }
   }
 
@@ -137,31 +145,46 @@ export class CpuHostKvCache implements HostKvTier {
     const dst = this.view(kvCache);
     const s0 = hostBlockId * this.pageElems + g * D;
     const d0 = blockId * this.pageElems + g * D;
+    const q = this.quantOf(sparseLayer);
     // Rows (k/v, offset) of the page, 2 * blockSize of them, each Hkv * D apart.
     for (let r = 0; r < 2 * bs; r++) {
       const o = r * Hkv * D;
-      if (this.quant === null) dst.set((src as Float32Array).subarray(s0 + o, s0 + o + D), d0 + o);
-      else this.dequantise(src as Uint8Array, s0 + o, dst, d0 + o, D, r < bs);
+      if (q === null) dst.set((src as Float32Array).subarray(s0 + o, s0 + o + D), d0 + o);
+      else dequantise(src as Uint8Array, s0 + o, dst, d0 + o, D, r < bs ? q.k : q.v);
     }
   }
 
-  /** e4m3 codes of one page: K rows (the first blockSize) with 1 / kScale, V rows with 1 / vScale. */
-  private quantise(src: Float32Array, s0: number, dst: Uint8Array, d0: number, n: number): void {
-    const q = this.quant!;
-    const half = n / 2;
-    for (let i = 0; i < n; i++) dst[d0 + i] = floatToE4m3(src[s0 + i]! * (i < half ? q.invK : q.invV));
+  /** The fp8 scales of a sparse layer's pages (its device cache's with `scalesOf`), null for f32. */
+  private quantOf(sparseLayer: number): FpQuant | null {
+    if (this.quant === null || this.scalesOf === null) return this.quant;
+    const { kScale: k, vScale: v } = this.scalesOf(sparseLayer);
+    // The kernels multiply by the f32 inverse (hsMirrorPages: 1.f / scale).
+    return { k, v, invK: Math.fround(1 / k), invV: Math.fround(1 / v) };
   }
+}
 
-  /** n values code * scale (K's scale for K rows) from codes at s0 into dst at d0. */
-  private dequantise(
-    src: Uint8Array,
-    s0: number,
-    dst: Float32Array,
-    d0: number,
-    n: number,
-    isK: boolean,
-  ): void {
-    const scale = isK ? this.quant!.k : this.quant!.v;
-    for (let i = 0; i < n; i++) dst[d0 + i] = E4M3_VALUES[src[s0 + i]!]! * scale;
-  }
+/** fp8 pages: scale and 1 / scale of K rows and of V rows. */
+interface FpQuant {
+  k: number;
+  v: number;
+  invK: number;
+  invV: number;
+}
+
+/** e4m3 codes of one page: K rows (the first half) with 1 / kScale, V rows with 1 / vScale. */
+function quantise(q: FpQuant, src: Float32Array, s0: number, dst: Uint8Array, d0: number, n: number): void {
+  const half = n / 2;
+  for (let i = 0; i < n; i++) dst[d0 + i] = floatToE4m3(src[s0 + i]! * (i < half ? q.invK : q.invV));
+}
+
+/** n values code * scale from codes at s0 into dst at d0. */
+function dequantise(
+  src: Uint8Array,
+  s0: number,
+  dst: Float32Array,
+  d0: number,
+  n: number,
+  scale: number,
+): void {
+  for (let i = 0; i < n; i++) dst[d0 + i] = E4M3_VALUES[src[s0 + i]!]! * scale;
 }

@@ -119,6 +119,7 @@ export function layOutHiSparse(
     blockSize: bs,
     dtype: ctx.kvCacheDtype,
     numBlocksOf: (g) => (g.offloadable ? numGpuBlocks : numHostBlocks),
+    calculateScales: ctx.args.calculateKvScales,
   });
   const sparseLayers = sparseLayersOf(hs, config.numHiddenLayers);
   const sparseIndex = new Array<number>(config.numHiddenLayers).fill(-1);

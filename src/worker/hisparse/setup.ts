@@ -10,7 +10,7 @@ import { DIGEST_ELEMENT_BYTES } from "../../core/kv/kv_cache_interface.js";
 import type { KVCacheSetup, KVCacheSetupContext } from "../kv_cache_setup.js";
 import { dsaSettingsOf, setupDsaHiSparse } from "./dsa_setup.js";
 import { HiSparseWorker } from "./hisparse_worker.js";
-import { CpuHostKvCache } from "./host_kv_cache.js";
+import { CpuHostKvCache, type HostKvCacheSpec } from "./host_kv_cache.js";
 import { hisparseKVCacheSetup, layOutHiSparse } from "./layout.js";
 
 /** Reasons the settings cannot work on this model and backend (empty when they can). */
@@ -85,7 +85,7 @@ export function setupHiSparse(backend: Backend, ctx: KVCacheSetupContext, hs: Hi
       ...tier,
       numKvHeads: layout.numKvHeads,
       headDim: config.headDim,
-      fp8: hs.hostKvCacheDtype === "fp8" ? {} : false,
+      fp8: hs.hostKvCacheDtype === "fp8" ? hostFp8Scales(backend, lay.kvCaches, sparseLayers) : false,
     },
     view,
   );
@@ -112,4 +112,19 @@ export function setupHiSparse(backend: Backend, ctx: KVCacheSetupContext, hs: Hi
   );
   const extension = new HiSparseWorker(backend, bs, lay.kvCaches, sparseLayers, hostTier, resolver);
   return hisparseKVCacheSetup(backend, ctx, hs, lay, attention, extension);
+}
+
+/**
+ * fp8 host pages: over an fp8 device cache, each sparse layer's device scales (1.0, or the
+ * first batch's under --calculate-kv-scales), so a mirror stores the device's own codes and a
+ * recall reads back the same values; over an f32 cache, 1.0 (host_kv_cache.ts).
+ */
+function hostFp8Scales(
+  backend: Backend,
+  kvCaches: readonly Tensor[],
+  sparseLayers: readonly number[],
+): NonNullable<HostKvCacheSpec["fp8"]> {
+  const scalesOf = (i: number) => backend.kvCacheScales?.(kvCaches[sparseLayers[i]!]!) ?? null;
+  if (sparseLayers.length === 0 || scalesOf(0) === null) return {};
+  return { scalesOf: (i) => scalesOf(i)! };
 }

@@ -210,6 +210,38 @@ export function reshapeAndCacheKernel(
   }
 }
 
+/**
+ * amax |k| and amax |v| over the tokens of a batch that reshapeAndCache writes (slot not
+ * padSlotId): what `--calculate-kv-scales` measures (core/kv/kv_cache_scales.ts).
+ * qkv: f32 [T, (Hq + 2 * Hkv) * D]; slotMapping: i32 [T]. NaN propagates.
+ * @returns [kAmax, vAmax], 0 for a batch without tokens.
+ */
+export function kvAmaxKernel(
+  qkv: Float32Array,
+  slotMapping: Int32Array,
+  T: number,
+  Hq: number,
+  Hkv: number,
+  D: number,
+  padSlotId: number,
+): [number, number] {
+  const rowStride = (Hq + 2 * Hkv) * D;
+  const kvTok = Hkv * D;
+  let k = 0;
+  let v = 0;
+  for (let t = 0; t < T; t++) {
+    if (slotMapping[t] === padSlotId) continue; // padding token: not cached, not measured
+    const kSrc = t * rowStride + Hq * D;
+    for (let i = 0; i < kvTok; i++) {
+      const a = Math.abs(qkv[kSrc + i]!);
+      const b = Math.abs(qkv[kSrc + kvTok + i]!);
+      k = a > k || Number.isNaN(a) ? a : k;
+      v = b > v || Number.isNaN(b) ? b : v;
+    }
+  }
+  return [k, v];
+}
+
 /** Per-tensor scales of an fp8 KV cache layer (vLLM k_scale / v_scale): stored = e4m3(x / scale). */
 export interface Fp8KvScales {
   kScale: number;

@@ -82,6 +82,8 @@ export interface FakeAddon extends HisparseNative {
   readonly memory: AddressSpace;
   /** ids returned by `sample` (set by the test; default 0s). */
   sampleResult: number[];
+  /** What `kvAmax` writes to its out words: [amax |k|, amax |v|, any token] (default 0s: none). */
+  kvAmaxResult: [number, number, number];
   /** Every FileReader read, in order: [buffer, fd, position, bytes]. */
   readonly reads: [number, number, number, number][];
   /** FileReaders created and not yet disposed. */
@@ -359,6 +361,7 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     liveReaders: 0,
     memory: mem,
     sampleResult: [],
+    kvAmaxResult: [0, 0, 0],
     lastSampleRows: null,
     abiVersion: ADDON_ABI_VERSION,
     // NCCL: a one-rank communicator whose collectives are recorded (nothing moves).
@@ -444,6 +447,14 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     denseGemvRope: record("denseGemvRope"),
     reshapeAndCache: record("reshapeAndCache"),
     reshapeAndCacheFp8: record("reshapeAndCacheFp8"),
+    kvAmax: (...args: number[]) => {
+      calls.push({ fn: "kvAmax", args });
+      const [k, v, any] = fake.kvAmaxResult;
+      const words = new Uint8Array(12);
+      new Float32Array(words.buffer, 0, 2).set([k, v]);
+      new Uint32Array(words.buffer, 8, 1)[0] = any;
+      fake.memory.view(args[8]!, 12).set(words);
+    },
     biasAdd: record("biasAdd"),
     setDecodeMinSplitTokens: (tokens: number) => {
       const prev = minSplitTokens;

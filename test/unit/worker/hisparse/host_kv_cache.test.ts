@@ -90,6 +90,56 @@ describe("CpuHostKvCache", () => {
     assert.equal(tier.pageBytes, PAGE);
   });
 
+  it("fp8 pages over an fp8 device cache with calibrated scales: the device's own codes, per layer", () => {
+    // Two sparse layers, each an fp8 device cache whose first batch set its scales
+    // (--calculate-kv-scales): a mirror then a load gives back the device values exactly.
+    const layers = [0, 1].map(() => {
+      const kv = be.allocateKvCache({
+        numLayers: 1,
+        numBlocks: 3,
+        blockSize: BS,
+        numKvHeads: Hkv,
+        headDim: D,
+        dtype: "fp8",
+        calculateScales: true,
+      })[0]!;
+      return kv;
+    });
+    // One token per layer into slot 0 (block 0) with amax |k| 2 (layer 0) or 20 (layer 1).
+    layers.forEach((kv, l) => {
+      const row = Float32Array.from(
+        { length: (2 + 2 * Hkv) * D },
+        (_, i) => (0.37 * (i + 1) * (l * 9 + 1)) % 2,
+      );
+      row[2 * D] = 2 * (l * 9 + 1); // the first K element: the amax
+      be.reshapeAndCache(
+        be.stage(row, [1, row.length], "f32"),
+        { numHeads: 2, numKvHeads: Hkv, headDim: D },
+        kv,
+        be.stage(Int32Array.from([0]), [1], "i32"),
+        BS,
+      );
+    });
+    const scales = layers.map((kv) => be.kvCacheScales(kv)!);
+    assert.deepEqual(
+      scales.map((s) => s.kScale),
+      [Math.fround(2 / 200), Math.fround(20 / 200)],
+    );
+    const tier = new CpuHostKvCache(
+      { ...spec, numSparseLayers: 2, fp8: { scalesOf: (i) => scales[i]! } },
+      view,
+    );
+    layers.forEach((kv, l) => {
+      const before = Float32Array.from(view(kv));
+      tier.mirror(l, kv, [0], [2]);
+      view(kv).fill(0);
+      tier.load(l, kv, [0], [2]);
+      assert.deepEqual(view(kv), before, `layer ${l}: the recall reads what the device cache held`);
+      assert.equal((tier.layers[l] as Uint8Array)[2 * PAGE], floatToE4m3(before[0]! / scales[l]!.kScale));
+    });
+    be.resetWorkspace();
+  });
+
   it("fp8 scales must be > 0", () => {
     assert.throws(
       () => new CpuHostKvCache({ ...spec, fp8: { kScale: 0 } }, view),
