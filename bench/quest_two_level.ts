@@ -1,5 +1,5 @@
 /**
- * How often the exact two-level Quest check (src/attention/sparse/quest_two_level.ts) passes on
+ * How often the exact two-level Quest check (bench/quest_two_level_lib.ts) passes on
  * real activations (issue 18): ref-small on the CPU backend, forced decoding over a C file as in
  * bench/hisparse_scorers.ts, 4-token sub-page digests (S = 4 at 16-token pages), bf16 and fp8.
  * Every sparse selection (request, layer, kv head) runs the engine's QuestSelector as usual and,
@@ -14,11 +14,11 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { QuestSelector } from "../src/attention/sparse/quest.js";
-import { questPageBound, questSubPageScore, twoLevelTopK } from "../src/attention/sparse/quest_two_level.js";
 import { type DigestDtype, resolveHiSparseConfig } from "../src/config/hisparse_config.js";
 import { LLM } from "../src/engine/llm.js";
 import { Tokenizer } from "../src/tokenizer/tokenizer.js";
 import type { QuestInternals } from "./hisparse_oracle.js";
+import { questPageBound, questSubPageScore, twoLevelTopK } from "./quest_two_level_lib.js";
 
 const argv = process.argv.slice(2);
 const opt = (name: string, d: string) => (argv.includes(name) ? argv[argv.indexOf(name) + 1]! : d);

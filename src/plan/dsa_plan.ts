@@ -82,17 +82,20 @@ export function dsaHiSparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan
   const numIndexerLayers = ix.layerTypes.filter((t) => t === "full").length;
   const ratio = (n: number) =>
     dense.maxConcurrent > 0 && n > 0 ? ` (${(n / dense.maxConcurrent).toFixed(1)}× dense)` : "";
-  const given =
-    c.hostPoolBytes === null
-      ? "  with the default host pool (DSA: the one that holds the most requests of --max-model-len, here the context; set --host-pool-gib):"
-      : "  with --host-pool-gib:";
+  const given = {
+    given: "  with --host-pool-gib:",
+    max_model_len:
+      "  with the default host pool (DSA: the one that holds the most requests of --max-model-len, here the context; capped at half the RAM, over the TP ranks; set --host-pool-gib):",
+    device_ratio:
+      "  with the default host pool (2 × the GPU pool's pages: the budget holds no request of this context; set --host-pool-gib):",
+  }[h.givenSizedBy];
   const perPage = h.numDenseLayers > 0 ? "indexer keys + dense layers" : "indexer keys";
   const dl = h.numDenseLayers > 0 ? ` + dense layers ${h.numDenseLayers} × ${bs} × ${row} × ${e} B` : "";
   return [
     `HiSparse for DSA (selector dsa: the indexer's top ${c.topk} rows per layer; hot buffer ${c.deviceBufferTokens} rows, window ${c.windowTokens}, dense layers [${c.denseLayers.join(", ")}])`,
     `  sparse layers  = ${p.model.numHiddenLayers} − ${h.numDenseLayers} dense = ${h.numSparseLayers}`,
     `  GPU block      = ${h.numSparseLayers} sparse layers × ${bs} × ${row} latent × ${e} B = ${formatBytes(h.mainBytesPerBlock)}`,
-    `  host page      = the same latent rows = ${formatBytes(h.hostBytesPerBlock)} (one copy per node serves every TP rank)`,
+    `  host page      = the same latent rows = ${formatBytes(h.hostBytesPerBlock)} (each TP rank pins its own copy today)`,
     `  GPU per page   = indexer keys ${numIndexerLayers} layers × ${bs} × ${ix.headDim} × ${e} B${dl} = ${formatBytes(h.deviceBytesPerHostBlock)}`,
     `  per request    = ${formatInt(h.pagesPerRequest)} pages; on the GPU ceil((${c.windowTokens} + ${c.deviceBufferTokens}) / ${bs}) + 1 = ${formatInt(h.devicePagesPerRequest)} blocks`,
     `                 = ${formatInt(h.devicePagesPerRequest)} × ${formatBytes(h.mainBytesPerBlock)} + ${formatInt(h.pagesPerRequest)} × ${formatBytes(h.deviceBytesPerHostBlock)} = ${formatBytes(h.deviceBytesPerRequest)} of GPU memory (dense: ${formatBytes(dense.pagesPerRequest * dense.kvBytesPerBlock)})`,

@@ -43,6 +43,7 @@ import {
   bestHostPool,
   concurrency,
   decodeOnlyConcurrency,
+  hostPoolForRequests,
   maxByDevicePool,
   sparseDevicePagesPerRequest,
   sparseRequestDeviceBytes,
@@ -190,6 +191,8 @@ export interface HiSparsePlan {
   /** Device bytes of one request at steady state (decoding sparsely). */
   deviceBytesPerRequest: number;
   given: HiSparsePoolPlan;
+  /** What sized `given`: --host-pool-gib, or the engine's default rule (config DefaultHostPool). */
+  givenSizedBy: "given" | DefaultHostPool;
   /**
    * The host pool that lets the most requests run: the most N with
    * N × (P × h + d × m) + (P − d) × m <= budget (P pagesPerRequest, d devicePagesPerRequest,
@@ -290,12 +293,21 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
   const digestBytesPerPage = groups
     .filter((g) => g.spec.kind === "page_digest")
     .reduce((s, g) => s + groupPageBytes(g, bs), 0);
+  // The engine's default for DSA models (worker/hisparse/layout.ts), at --max-model-len = the context.
+  const defaultHostPoolBytes =
+    h.defaultHostPool === "max_model_len"
+      ? (hostPoolForRequests(p.kvBudgetBytes, costs, {
+          requestTokens: p.contextTokens,
+          minGpuBlocks,
+          blockSize: bs,
+        }) ?? undefined)
+      : undefined;
   const pool = (hostPoolBytes: number | null): HiSparsePoolPlan => {
     const sizing = sizeKVMemory({
       groups,
       blockSize: bs,
       deviceBudgetBytes: p.kvBudgetBytes,
-      hisparse: { hostPoolBytes, minGpuBlocks, hostElementBytes },
+      hisparse: { hostPoolBytes, defaultHostPoolBytes, minGpuBlocks, hostElementBytes },
     });
     return poolPlan(sizing, pagesPerRequest, devicePagesPerRequest, bs);
   };
@@ -312,10 +324,13 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
     devicePagesPerRequest,
     minGpuBlocks,
     deviceBytesPerRequest: sparseRequestDeviceBytes(costs, pagesPerRequest, devicePagesPerRequest),
-    given: pool(
-      h.hostPoolBytes ??
-        (h.defaultHostPool === "max_model_len" && best.bestN > 0 ? best.hostPoolBytes : null),
-    ),
+    given: pool(h.hostPoolBytes),
+    givenSizedBy:
+      h.hostPoolBytes !== null
+        ? "given"
+        : defaultHostPoolBytes !== undefined
+          ? "max_model_len"
+          : "device_ratio",
     best: pool(best.hostPoolBytes),
     bestN: best.bestN,
     decodeOnly: decodeOnlyConcurrency(p.kvBudgetBytes, costs, pagesPerRequest, devicePagesPerRequest),

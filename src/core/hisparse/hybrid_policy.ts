@@ -149,24 +149,35 @@ export class HybridPolicy implements KVPressureHandler {
   /**
    * Admission of a waiting request's prefill (KVPressureHandler.admitsPrefill): a prefill attends
    * densely and holds every page of its context on the device until it decodes, so the request
-   * starts only when the device pool holds its whole context beside what the running requests
-   * keep at least: a decoding request its sparse minimum (sinks, window, hot buffer and the page
-   * a step may open; relieveKVPressure spills it down to that), a prefilling one all its pages.
-   * Without this, a second long prefill admitted beside a running one runs the pool dry
-   * mid-prefill and preempts the newest, which then recomputes its whole context (the 128K churn
-   * of bench/results/gpu_session5_20261202_h200.md); with it, the pool holds what
-   * core/kv/kv_concurrency.ts maxByDevicePool counts. Prefix-cache sharing is not subtracted,
-   * so with shared pages the check errs towards waiting.
+   * starts only when the device pool holds its whole context beside what each running request
+   * will still hold ({@link blocksKept}). Without this, a second long prefill admitted beside a
+   * running one runs the pool dry mid-prefill and preempts the newest, which then recomputes its
+   * whole context; with it, the pool holds what core/kv/kv_concurrency.ts maxByDevicePool counts.
+   * With nothing running the answer is true (the admission limit makes a request's pages fit the
+   * pool), so the head of the queue always starts once the running requests finish. Pages shared
+   * through the prefix cache count once per holder: the check errs towards waiting.
    */
   admitsPrefill(request: Request, scheduler: SchedulerView): boolean {
-    const bs = this.config.blockSize;
-    const minBlocks = this.config.numSinkPages + this.config.numWindowPages + this.kv.numHotBlocks + 1;
-    let need = numPagesOf(request.numTokens, bs);
-    for (const r of scheduler.runningRequests) {
-      const pages = numPagesOf(r.numTokens, bs);
-      need += this.isDecodePhase(r) ? Math.min(pages, minBlocks) : pages;
-    }
+    let need = numPagesOf(request.numTokens, this.config.blockSize);
+    for (const r of scheduler.runningRequests) need += this.blocksKept(r);
     return need <= this.kv.blockPool.numGpuBlocks;
+  }
+
+  /**
+   * Device blocks a running request keeps under pressure: a prefilling one every page of its
+   * context; a decoding one its resident pages and hot buffer less what relieveKVPressure would
+   * spill now (its exclusive spillable pages, net of the hot buffer a first spill takes: no spill
+   * without a gain), plus the page a step may open. Sinks, the window and pages not yet mirrored,
+   * pinned or shared cannot spill, so they count as kept (once all of a long request's pages are
+   * mirrored this is core/kv/kv_memory.ts sparseRequestMinBlocks).
+   */
+  private blocksKept(r: Request): number {
+    const pages = numPagesOf(r.numTokens, this.config.blockSize);
+    const rp = this.kv.pagesOf(r.requestId);
+    if (!this.isDecodePhase(r) || rp === undefined) return pages;
+    const gain = this.exclusivePages(r, this.spillablePages(r)).length - this.hotCost(r);
+    const held = rp.numPages - rp.numInactive + rp.hotBlocks.length;
+    return held - Math.max(0, gain) + 1;
   }
 
   /** `on` mode: the request is longer than minSparseTokens and in its decode phase. */

@@ -69,7 +69,9 @@ export interface KVPressureHandler {
    * this step, asked before its first chunk is allocated; false keeps it waiting, and FCFS keeps
    * everything behind it waiting too. Absent: always (vLLM: an admission that later runs short
    * preempts). HiSparse answers false while the prefills already under way would leave too little
-   * of the pool for this one's pages ({@link HybridPolicy.admitsPrefill}).
+   * of the pool for this one's pages (core/hisparse/hybrid_policy.ts admitsPrefill).
+   * Contract: true whenever no request is running, else the head of the queue waits forever (the
+   * no-deadlock argument of src/core/README.md rests on it).
    */
   admitsPrefill?(request: Request, scheduler: SchedulerView): boolean;
 }

@@ -99,6 +99,8 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
       [h.best.numHostBlocks, h.given.numHostBlocks, h.given.numGpuBlocks, h.given.maxConcurrent],
       [52, 52, 36, 4],
     );
+    assert.equal(h.givenSizedBy, "max_model_len");
+    assert.equal(plan().h.givenSizedBy, "given");
     const run = await runOn([], PROMPT + MAX_TOKENS, h.given.maxConcurrent + 2);
     assert.deepEqual([run.numGpuBlocks, run.numHostBlocks], [h.given.numGpuBlocks, h.given.numHostBlocks]);
     assert.equal(run.peak, h.given.maxConcurrent);

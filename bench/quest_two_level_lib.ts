@@ -1,8 +1,9 @@
-import { questScore } from "./quest.js";
+import { questScore } from "../src/attention/sparse/quest.js";
 
 /**
- * Exact two-level Quest top-k (issue 18, evaluation and the CUDA plan's oracle): with S sub-page
- * digests per page, a page's exact score s_p is the largest questScore of its S sub-pages
+ * Exact two-level Quest top-k (issue 18; an evaluation only: bench/quest_two_level.ts counts how
+ * often its check passes on real activations, and bench/results/quest_two_level_cpu.md found it
+ * costs more than the full score, so no kernel implements it). With S sub-page digests per page, a page's exact score s_p is the largest questScore of its S sub-pages
  * (QuestSelector); its page bound U_p is questScore of the page's box (per dim the smallest
  * sub-page min and the largest sub-page max: compares only). U_p >= s_p exactly in float32: in
  * each term qPos * max grows with max (qPos >= 0) and qNeg * min grows as min falls (qNeg <= 0),

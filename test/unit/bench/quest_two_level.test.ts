@@ -1,17 +1,13 @@
 /**
- * The exact two-level Quest top-k (quest_two_level.ts): page bounds from the sub-page box are >=
+ * The exact two-level Quest top-k (bench/quest_two_level_lib.ts): page bounds from the sub-page box are >=
  * the exact scores; whenever the check passes, the pages equal the full exact top-k (ties: lower
  * page first); a page whose box is far above its sub-pages makes the check fail (the fallback).
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import {
-  questPageBound,
-  questSubPageScore,
-  twoLevelTopK,
-} from "../../../../src/attention/sparse/quest_two_level.js";
-import { E4M3_VALUES, floatToE4m3Down, floatToE4m3Up } from "../../../../src/backends/fp8.js";
-import { makeRand } from "../../backends/cpu/helpers.js";
+import { questPageBound, questSubPageScore, twoLevelTopK } from "../../../bench/quest_two_level_lib.js";
+import { E4M3_VALUES, floatToE4m3Down, floatToE4m3Up } from "../../../src/backends/fp8.js";
+import { makeRand } from "../backends/cpu/helpers.js";
 
 const G = 4;
 const Hkv = 2;
