@@ -142,7 +142,7 @@ export const HOST_POOL_DEFAULT_RATIO = 2;
  * - `device_ratio`: HOST_POOL_DEFAULT_RATIO x the device pool's pages (Quest: most of the budget
  *   stays in device blocks, where pages are resident and attention is exact);
  * - `max_model_len`: the split of the budget that holds the most requests of `--max-model-len`
- *   tokens (core/kv/kv_concurrency.ts hostPoolForRequests; DSA models: their sparse attention is
+ *   tokens (core/kv/kv_concurrency.ts defaultHostPoolBytes; DSA models: their sparse attention is
  *   the model's own selection wherever the rows live, so a resident page gains only speed).
  */
 export type DefaultHostPool = "device_ratio" | "max_model_len";

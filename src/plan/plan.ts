@@ -43,7 +43,7 @@ import {
   bestHostPool,
   concurrency,
   decodeOnlyConcurrency,
-  hostPoolForRequests,
+  defaultHostPoolBytes,
   maxByDevicePool,
   sparseDevicePagesPerRequest,
   sparseRequestDeviceBytes,
@@ -293,21 +293,18 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
   const digestBytesPerPage = groups
     .filter((g) => g.spec.kind === "page_digest")
     .reduce((s, g) => s + groupPageBytes(g, bs), 0);
-  // The engine's default for DSA models (worker/hisparse/layout.ts), at --max-model-len = the context.
-  const defaultHostPoolBytes =
-    h.defaultHostPool === "max_model_len"
-      ? (hostPoolForRequests(p.kvBudgetBytes, costs, {
-          requestTokens: p.contextTokens,
-          minGpuBlocks,
-          blockSize: bs,
-        }) ?? undefined)
-      : undefined;
+  // The engine's default (worker/hisparse/layout.ts), at --max-model-len = the context.
+  const defaultPoolBytes = defaultHostPoolBytes(h.defaultHostPool ?? "device_ratio", p.kvBudgetBytes, costs, {
+    requestTokens: p.contextTokens,
+    minGpuBlocks,
+    blockSize: bs,
+  });
   const pool = (hostPoolBytes: number | null): HiSparsePoolPlan => {
     const sizing = sizeKVMemory({
       groups,
       blockSize: bs,
       deviceBudgetBytes: p.kvBudgetBytes,
-      hisparse: { hostPoolBytes, defaultHostPoolBytes, minGpuBlocks, hostElementBytes },
+      hisparse: { hostPoolBytes, defaultHostPoolBytes: defaultPoolBytes, minGpuBlocks, hostElementBytes },
     });
     return poolPlan(sizing, pagesPerRequest, devicePagesPerRequest, bs);
   };

@@ -3,6 +3,7 @@
  * (kv_memory.ts), from how the scheduler and the HiSparse policy use them; `hisparse plan`
  * prints these figures. Pure integer arithmetic.
  */
+import type { DefaultHostPool } from "../../config/hisparse_config.js";
 import {
   admissionRefusal,
   blocksForTokens,
@@ -142,20 +143,26 @@ export function bestHostPool(
 }
 
 /**
- * The default host pool of config DefaultHostPool `max_model_len`: {@link bestHostPool}'s for
- * requests of `requestTokens` tokens (the engine passes --max-model-len), d from the settings'
- * minimum device blocks (kv_memory.ts sparseRequestMinBlocks). Bytes, or null when the budget
- * holds not even one such request (the device-ratio default then applies, and the sizing's
- * refusals say what is short).
+ * The default host pool in bytes when `--host-pool-gib` is not given, for
+ * kv_memory.ts HiSparsePoolInput.defaultHostPoolBytes; the one place the rule is applied, for the
+ * engine (worker/hisparse/layout.ts, requestTokens = --max-model-len) and `hisparse plan`
+ * (requestTokens = the context). Rule `max_model_len` (config DefaultHostPool): {@link
+ * bestHostPool}'s pool for requests of `requestTokens` tokens, d from the settings' minimum
+ * device blocks (kv_memory.ts sparseRequestMinBlocks). Undefined, so that the device-ratio
+ * default applies: for rule `device_ratio`, with `--num-gpu-blocks-override` (the device pool is
+ * given), or when the budget (bytes, after reserved bytes) holds not even one such request (the
+ * sizing's refusals then say what is short).
  */
-export function hostPoolForRequests(
+export function defaultHostPoolBytes(
+  rule: DefaultHostPool,
   budgetBytes: number,
   costs: HiSparseBlockCosts,
-  o: { requestTokens: number; minGpuBlocks: number; blockSize: number },
-): number | null {
+  o: { requestTokens: number; minGpuBlocks: number; blockSize: number; numGpuBlocksOverride?: number },
+): number | undefined {
+  if (rule !== "max_model_len" || o.numGpuBlocksOverride !== undefined) return undefined;
   const P = blocksForTokens(o.requestTokens, o.blockSize);
   const best = bestHostPool(budgetBytes, costs, P, sparseDevicePagesPerRequest(P, o.minGpuBlocks));
-  return best.bestN > 0 ? best.hostPoolBytes : null;
+  return best.bestN > 0 ? best.hostPoolBytes : undefined;
 }
 
 /**

@@ -116,7 +116,7 @@ export interface HiSparsePoolInput {
    * HOST_POOL_DEFAULT_RATIO × the device pool's pages.
    */
   hostPoolBytes: number | null;
-  /** The default host pool in bytes (config DefaultHostPool `max_model_len`: kv_concurrency.ts hostPoolForRequests). */
+  /** The default host pool in bytes (kv_concurrency.ts defaultHostPoolBytes; absent: the device ratio). */
   defaultHostPoolBytes?: number;
   /** Largest default host pool in bytes (CUDA: a share of the RAM, the host tier is pinned). */
   defaultHostPoolMaxBytes?: number;

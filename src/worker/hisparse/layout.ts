@@ -15,7 +15,7 @@ import {
   type KVCacheGroupSpec,
   modelKVCacheGroups,
 } from "../../core/kv/kv_cache_interface.js";
-import { hostPoolForRequests } from "../../core/kv/kv_concurrency.js";
+import { defaultHostPoolBytes } from "../../core/kv/kv_concurrency.js";
 import {
   hisparseBlockCosts,
   type KVMemorySizing,
@@ -88,7 +88,6 @@ export function layOutHiSparse(
   );
   const minGpuBlocks = sparseRequestMinBlocks(hs, bs);
   const hostElementBytes = hostKvElementBytes(hs);
-  const budget = ctx.deviceBudgetBytes - (o.reservedDeviceBytes ?? 0);
   const sizing = sizeKVMemory({
     groups,
     blockSize: bs,
@@ -97,15 +96,17 @@ export function layOutHiSparse(
     numGpuBlocksOverride: ctx.args.numGpuBlocksOverride,
     hisparse: {
       hostPoolBytes: hs.hostPoolBytes,
-      // With --num-gpu-blocks-override the device pool is given: the ratio default sizes the host.
-      defaultHostPoolBytes:
-        hs.defaultHostPool === "max_model_len" && ctx.args.numGpuBlocksOverride === undefined
-          ? (hostPoolForRequests(budget, hisparseBlockCosts(groups, bs, hostElementBytes), {
-              requestTokens: ctx.maxModelLen,
-              minGpuBlocks,
-              blockSize: bs,
-            }) ?? undefined)
-          : undefined,
+      defaultHostPoolBytes: defaultHostPoolBytes(
+        hs.defaultHostPool,
+        ctx.deviceBudgetBytes - (o.reservedDeviceBytes ?? 0),
+        hisparseBlockCosts(groups, bs, hostElementBytes),
+        {
+          requestTokens: ctx.maxModelLen,
+          minGpuBlocks,
+          blockSize: bs,
+          numGpuBlocksOverride: ctx.args.numGpuBlocksOverride,
+        },
+      ),
       defaultHostPoolMaxBytes: o.defaultHostPoolMaxBytes,
       minGpuBlocks,
       hostElementBytes,

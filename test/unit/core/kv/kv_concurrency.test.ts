@@ -7,7 +7,7 @@ import { test } from "node:test";
 import {
   bestHostPool,
   concurrency,
-  hostPoolForRequests,
+  defaultHostPoolBytes,
   maxByDevicePool,
   sparseRequestDeviceBytes,
 } from "../../../../src/core/kv/kv_concurrency.js";
@@ -68,18 +68,18 @@ test("the best host pool: N requests and one prefill within the budget, at least
 
 test("the default host pool of DSA models (max_model_len): the best one for requests of that length, none when not one fits", () => {
   // 624 tokens = 39 pages of 16 (the best host pool above), d = min(39, minGpuBlocks 11).
-  const tokens = 39 * 16;
+  const o = { requestTokens: 39 * 16, minGpuBlocks: 11, blockSize: 16 };
   assert.equal(
-    hostPoolForRequests(2_867_336, costs, { requestTokens: tokens, minGpuBlocks: 11, blockSize: 16 }),
+    defaultHostPoolBytes("max_model_len", 2_867_336, costs, o),
     bestHostPool(2_867_336, costs, 39, 11).hostPoolBytes,
   );
   // One request needs (39 − 11) × 12,288 + 39 × 4,864 + 11 × 12,288 = 668,928 B: a smaller budget holds none.
+  assert.equal(defaultHostPoolBytes("max_model_len", 668_927, costs, o), undefined);
+  assert.notEqual(defaultHostPoolBytes("max_model_len", 668_928, costs, o), undefined);
+  // The device ratio's rule, or a given device pool: no default here (kv_memory's ratio applies).
+  assert.equal(defaultHostPoolBytes("device_ratio", 2_867_336, costs, o), undefined);
   assert.equal(
-    hostPoolForRequests(668_927, costs, { requestTokens: tokens, minGpuBlocks: 11, blockSize: 16 }),
-    null,
-  );
-  assert.notEqual(
-    hostPoolForRequests(668_928, costs, { requestTokens: tokens, minGpuBlocks: 11, blockSize: 16 }),
-    null,
+    defaultHostPoolBytes("max_model_len", 2_867_336, costs, { ...o, numGpuBlocksOverride: 94 }),
+    undefined,
   );
 });
