@@ -85,7 +85,7 @@ export function dsaHiSparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan
   const given = {
     given: "  with --host-pool-gib:",
     max_model_len:
-      "  with the default host pool (DSA: the one that holds the most requests of --max-model-len, here the context; capped at half the RAM, over the TP ranks; set --host-pool-gib):",
+      "  with the default host pool (DSA: the one that holds the most requests of --max-model-len, here the context; on CUDA the engine caps it at half the RAM, split over the TP ranks, which this plan does not apply; set --host-pool-gib):",
     device_ratio:
       "  with the default host pool (2 × the GPU pool's pages: the budget holds no request of this context; set --host-pool-gib):",
   }[h.givenSizedBy];

@@ -323,11 +323,7 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
     deviceBytesPerRequest: sparseRequestDeviceBytes(costs, pagesPerRequest, devicePagesPerRequest),
     given: pool(h.hostPoolBytes),
     givenSizedBy:
-      h.hostPoolBytes !== null
-        ? "given"
-        : defaultHostPoolBytes !== undefined
-          ? "max_model_len"
-          : "device_ratio",
+      h.hostPoolBytes !== null ? "given" : defaultPoolBytes !== undefined ? "max_model_len" : "device_ratio",
     best: pool(best.hostPoolBytes),
     bestN: best.bestN,
     decodeOnly: decodeOnlyConcurrency(p.kvBudgetBytes, costs, pagesPerRequest, devicePagesPerRequest),

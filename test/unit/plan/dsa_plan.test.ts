@@ -37,8 +37,8 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  /** The plan at the test's budget and context; hostPoolBytes null: the engine's default. */
-  const plan = (hostPoolBytes: number | null = HOST_PAGES * BLOCK) => {
+  /** The plan at the test's context (budget BUDGET unless given); hostPoolBytes null: the engine's default. */
+  const plan = (hostPoolBytes: number | null = HOST_PAGES * BLOCK, kvBudgetBytes = BUDGET) => {
     const config = loadModelConfig(dir);
     const knobs = planDsaKnobs({
       hostPoolBytes: hostPoolBytes ?? undefined,
@@ -49,7 +49,7 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
     });
     const p: PlanInput = {
       model: config,
-      kvBudgetBytes: BUDGET,
+      kvBudgetBytes,
       contextTokens: PROMPT + MAX_TOKENS,
       blockSize: 16,
       kvElementBytes: 4,
@@ -101,6 +101,8 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
     );
     assert.equal(h.givenSizedBy, "max_model_len");
     assert.equal(plan().h.givenSizedBy, "given");
+    // A budget that holds no request of the context: the engine falls back to the device ratio.
+    assert.equal(plan(null, 10 * BLOCK).h.givenSizedBy, "device_ratio");
     const run = await runOn([], PROMPT + MAX_TOKENS, h.given.maxConcurrent + 2);
     assert.deepEqual([run.numGpuBlocks, run.numHostBlocks], [h.given.numGpuBlocks, h.given.numHostBlocks]);
     assert.equal(run.peak, h.given.maxConcurrent);
