@@ -30,7 +30,7 @@ import type { WeightFill } from "./weight_fill.js";
 export type { AttentionMetadata, KvCacheSpec, PerHeadBlockTables, QkvLayout } from "./attention_types.js";
 export type { DeviceSamplingRows } from "./device_sampling.js";
 export type { BackendGraphs, GraphHandle } from "./graphs.js";
-export type { BackendMlaOps, IndexerScales, MlaDims, RotarySpan } from "./mla_ops.js";
+export type { BackendMlaOps, IndexerScales, MlaDims, RotarySpan, SpilledRows } from "./mla_ops.js";
 export type {
   BackendMoeOps,
   MoeLayerWeights,

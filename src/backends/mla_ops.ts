@@ -43,6 +43,28 @@ export interface IndexerScales {
 }
 
 /**
+ * Latent rows of pages that are not on the device, for {@link BackendMlaOps.attention}: Hybrid
+ * HiSparse for DSA models lets a request's mirrored pages leave the device while it still
+ * prefills (core/hisparse/hybrid_policy.ts, `spillsPrefill`), and its later chunks read them from
+ * the host tier. For a flagged request r, position i whose block blockTables[r, i / bs] is -1
+ * reads row i % bs of host block hostBlockTables[r, i / bs] of hostRows instead of the latent
+ * cache; other requests must name no -1 block. The CUDA backend runs flagged requests in the
+ * expanded form, whose gather reads the host rows over the bus (eager steps only: a captured
+ * graph never carries one).
+ */
+export interface SpilledRows {
+  /**
+   * The layer's host tier [numHostBlocks, blockSize, C + R] in the latent cache's dtype: the CPU
+   * backend's f32 rows; on CUDA, bf16 pinned host memory mapped into the device's address space.
+   */
+  hostRows: Tensor;
+  /** i32 [numReqs, maxPages]: the host block of every page of each request (the dense-layer tables). */
+  hostBlockTables: Tensor;
+  /** [numReqs] 1 for the requests whose pages may be on the host only (host flags). */
+  requests: Uint8Array;
+}
+
+/**
  * Multi-head latent attention (DeepSeek-V3, arXiv 2412.19437 §2.1) and the DeepSeek sparse
  * attention lightning indexer (DeepSeek-V3.2, GLM-5) as backend ops. One MLA layer runs, with x
  * its normed input [T, H] and A the fused down projection [q_a | kv_a | wk | weights_proj]
@@ -128,6 +150,8 @@ export interface BackendMlaOps {
    * attention as MQA over C + R wide rows, what a decode kernel does; kernels/mla.ts has both).
    * q: [T, Hq * (N + R)] after RoPE; latentCache: [numBlocks, blockSize, C + R];
    * kvBProj: [Hq * (N + Vd), C]; topkIndices: i32 [T, K] or null -> [T, Hq * Vd].
+   * With `spilled` (Hybrid HiSparse for DSA models, a prefill beside its own host-resident
+   * pages): see {@link SpilledRows}; the values are the same as with every row on the device.
    * @throws Error on inconsistent metadata or a selected position outside [0, p].
    */
   attention(
@@ -138,6 +162,7 @@ export interface BackendMlaOps {
     dims: MlaDims,
     blockSize: number,
     topkIndices: Tensor | null,
+    spilled?: SpilledRows | null,
   ): Tensor;
   /**
    * DSA indexer logits over the paged index keys (HF DeepseekV32Indexer, without its fp8 and
