@@ -319,6 +319,8 @@ function hisparseSchedulingFor(args: EngineArgs, info: WorkerInfo): HiSparseSche
     numGpuBlocks: info.numGpuBlocks,
     numHostBlocks: info.hisparse.numHostBlocks,
     enablePrefixCaching: args.enablePrefixCaching,
+    prefillReadsHostTier: info.hisparse.prefillReadsHostTier ?? false,
+    maxNumBatchedTokens: schedulerConfigOf(args, info.maxModelLen).maxNumBatchedTokens,
   });
 }
 

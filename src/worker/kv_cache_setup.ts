@@ -46,6 +46,11 @@ export interface HiSparseWorkerInfo {
    * config/hisparse_dsa.ts; the scheduler side is built from them); absent = the user's.
    */
   config?: HiSparseConfig;
+  /**
+   * The attention reads a prefilling request's host-resident pages from the host tier (DSA
+   * set-ups: BackendMlaOps.attention's SpilledRows), so the scheduler may spill them mid-prefill.
+   */
+  prefillReadsHostTier?: boolean;
 }
 
 /** What the worker reports about the KV cache (WorkerInfo fields). */

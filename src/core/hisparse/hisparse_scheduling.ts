@@ -14,6 +14,14 @@ export interface HiSparseGeometry {
   numHostBlocks: number;
   /** Prefix caching over both tiers (default false). */
   enablePrefixCaching?: boolean;
+  /**
+   * The worker reads a prefilling request's host-resident pages from the host tier
+   * (HiSparseWorkerInfo.prefillReadsHostTier: DSA models), so pages may spill while it prefills
+   * (HybridPolicyConfig.spillsPrefill; default false).
+   */
+  prefillReadsHostTier?: boolean;
+  /** Most tokens one step computes for a request (max_num_batched_tokens; needed with prefillReadsHostTier). */
+  maxNumBatchedTokens?: number;
 }
 
 /** The scheduler side of HiSparse: the objects to give the Scheduler, and their stats. */
@@ -51,6 +59,8 @@ export function createHiSparseScheduling(config: HiSparseConfig, geo: HiSparseGe
     numWindowPages: config.windowTokens / bs,
     minSparseTokens: config.minSparseTokens,
     residency: config.residency,
+    spillsPrefill: geo.prefillReadsHostTier ?? false,
+    maxChunkTokens: geo.maxNumBatchedTokens ?? geo.numGpuBlocks * bs,
   });
   const extension = new HiSparseExtension(kvCacheManager, policy);
   return {

@@ -15,6 +15,14 @@ export interface HybridPolicyConfig extends PageClassConfig {
    * step; `hybrid` keeps them on the device until pressure spills them.
    */
   residency: HiSparseResidency;
+  /**
+   * The worker's attention reads a prefilling request's host-resident pages from the host tier
+   * (DSA models: BackendMlaOps.attention's SpilledRows), so pages may spill during a prefill too;
+   * false (Quest: a prefill attends densely on the device) keeps every page of a prefill resident.
+   */
+  spillsPrefill: boolean;
+  /** Most tokens one step computes for a request (the scheduler's max_num_batched_tokens). */
+  maxChunkTokens: number;
 }
 
 /**
@@ -23,8 +31,9 @@ export interface HybridPolicyConfig extends PageClassConfig {
  *
  * A page may be spilled when it is ACTIVE, its host mirror has completed, it is not a sink,
  * window (tail included) or pinned page, and its request is in its decode phase (one token left
- * to compute: prefill, chunked or a recompute after preemption, attends densely and needs every
- * page resident).
+ * to compute) or, with `spillsPrefill`, prefilling past its first chunk (the window then ends at
+ * the tokens computed so far). Without `spillsPrefill` a prefill (chunked, or a recompute after
+ * preemption) attends densely on the device and needs every page resident.
  *
  * - `auto` and `on`: as the scheduler's {@link KVPressureHandler}, when an allocation fails the
  *   policy spills pages instead of letting the scheduler preempt (relieveKVPressure).
@@ -64,8 +73,13 @@ export class HybridPolicy implements KVPressureHandler {
   spillablePages(request: Request): number[] {
     const reqId = request.requestId;
     const rp = this.kv.pagesOf(reqId);
-    if (rp === undefined || !this.isDecodePhase(request)) return [];
-    const end = Math.min(rp.numPages, windowStartPage(request.numTokens, this.config));
+    if (rp === undefined) return [];
+    const context = this.isDecodePhase(request)
+      ? request.numTokens
+      : this.isStreamingPrefill(request)
+        ? request.numComputedTokens
+        : 0;
+    const end = Math.min(rp.numPages, windowStartPage(context, this.config));
     const out: number[] = [];
     for (let p = 0; p < end; p++) {
       if (isSinkPage(p, this.config) || rp.pinned.has(p)) continue;
@@ -76,7 +90,8 @@ export class HybridPolicy implements KVPressureHandler {
 
   /*
    * relieveKVPressure: an allocation of ctx.numBlocksNeeded device blocks failed. Victims are the
-   * running requests in their decode phase that have spillable pages, best first: the most
+   * running requests with spillable pages (decoding, or with `spillsPrefill` prefilling: the
+   * requester itself may be one), best first: the most
    * blocks gained, counting the hot buffer a victim without one takes with its spill (spillable
    * pages - numHotBlocks), then the most spillable pages, then the newest. Each victim spills all
    * its spillable pages (it attends sparsely from now on anyway) and takes its hot buffer at once
@@ -138,19 +153,33 @@ export class HybridPolicy implements KVPressureHandler {
   }
 
   /**
-   * Admission limit (core/kv/kv_memory.ts maxBlocksPerRequest): a request must fit the device
-   * pool densely (prefill, and a recompute after preemption, attend over all its pages) and the
-   * host tier (every page has a host block).
+   * Admission limit (core/kv/kv_memory.ts maxBlocksPerRequest): a request must fit the host tier
+   * (every page has a host block) and the device pool densely (prefill, and a recompute after
+   * preemption, attend over all its pages), unless `spillsPrefill` and the pool holds what a
+   * streaming prefill keeps ({@link streamingPrefillBlocks}): then the host tier alone bounds it.
    */
   maxBlocksPerRequest(numGpuBlocks: number): number {
-    return maxBlocksPerRequest({ numGpuBlocks, numHostBlocks: this.kv.hostBlockPool.numHostBlocks });
+    const numHostBlocks = this.kv.hostBlockPool.numHostBlocks;
+    if (this.config.spillsPrefill && this.streamingPrefillBlocks() <= numGpuBlocks) return numHostBlocks;
+    return maxBlocksPerRequest({ numGpuBlocks, numHostBlocks });
+  }
+
+  /**
+   * Device blocks a streaming prefill (`spillsPrefill`) holds at most beside pages it could
+   * spill: its sinks and window, the chunk whose mirrors are in flight and the next chunk (one
+   * page more each for a chunk that straddles pages), and the hot buffer its first spill takes.
+   */
+  streamingPrefillBlocks(): number {
+    const c = this.config;
+    const chunkPages = numPagesOf(c.maxChunkTokens, c.blockSize) + 1;
+    return c.numSinkPages + c.numWindowPages + 2 * chunkPages + this.kv.numHotBlocks;
   }
 
   /**
    * Admission of a waiting request's prefill (KVPressureHandler.admitsPrefill): a prefill attends
-   * densely and holds every page of its context on the device until it decodes, so the request
-   * starts only when the device pool holds its whole context beside what each running request
-   * will still hold ({@link blocksKept}). Without this, a second long prefill admitted beside a
+   * densely and holds every page of its context on the device until it decodes (with
+   * `spillsPrefill`, at most {@link streamingPrefillBlocks}), so the request starts only when the
+   * device pool holds that beside what each running request will still hold ({@link blocksKept}). Without this, a second long prefill admitted beside a
    * running one runs the pool dry mid-prefill and preempts the newest, which then recomputes its
    * whole context; with it, the pool holds what core/kv/kv_concurrency.ts maxByDevicePool counts.
    * With nothing running the answer is true (the admission limit makes a request's pages fit the
@@ -158,14 +187,14 @@ export class HybridPolicy implements KVPressureHandler {
    * through the prefix cache count once per holder: the check errs towards waiting.
    */
   admitsPrefill(request: Request, scheduler: SchedulerView): boolean {
-    let need = numPagesOf(request.numTokens, this.config.blockSize);
+    let need = this.prefillPagesKept(numPagesOf(request.numTokens, this.config.blockSize));
     for (const r of scheduler.runningRequests) need += this.blocksKept(r);
     return need <= this.kv.blockPool.numGpuBlocks;
   }
 
   /**
    * Device blocks a running request keeps under pressure: a prefilling one every page of its
-   * context; a decoding one its resident pages and hot buffer less what relieveKVPressure would
+   * context (with `spillsPrefill`, as a decoding one, growing by a chunk instead of a page); a decoding one its resident pages and hot buffer less what relieveKVPressure would
    * spill now (its exclusive spillable pages, net of the hot buffer a first spill takes: no spill
    * without a gain), plus the page a step may open. Sinks, the window and pages not yet mirrored,
    * pinned or shared cannot spill, so they count as kept (once all of a long request's pages are
@@ -174,10 +203,32 @@ export class HybridPolicy implements KVPressureHandler {
   private blocksKept(r: Request): number {
     const pages = numPagesOf(r.numTokens, this.config.blockSize);
     const rp = this.kv.pagesOf(r.requestId);
-    if (!this.isDecodePhase(r) || rp === undefined) return pages;
+    const decoding = this.isDecodePhase(r);
+    if (rp === undefined || !(decoding || this.isStreamingPrefill(r))) return this.prefillPagesKept(pages);
     const gain = this.exclusivePages(r, this.spillablePages(r)).length - this.hotCost(r);
     const held = rp.numPages - rp.numInactive + rp.hotBlocks.length;
-    return held - Math.max(0, gain) + 1;
+    const grows = decoding
+      ? 1
+      : Math.min(pages - rp.numPages, numPagesOf(this.config.maxChunkTokens, this.config.blockSize) + 1);
+    return held - Math.max(0, gain) + grows;
+  }
+
+  /**
+   * Device blocks a prefill of `pages` pages keeps: all of them, or with `spillsPrefill` at most
+   * what a streaming prefill holds ({@link streamingPrefillBlocks}).
+   */
+  private prefillPagesKept(pages: number): number {
+    return this.config.spillsPrefill ? Math.min(pages, this.streamingPrefillBlocks()) : pages;
+  }
+
+  /** With `spillsPrefill`: the request runs, has computed part of its prompt and is not yet decoding. */
+  private isStreamingPrefill(request: Request): boolean {
+    return (
+      this.config.spillsPrefill &&
+      request.status === RequestStatus.RUNNING &&
+      request.numComputedTokens > 0 &&
+      !this.isDecodePhase(request)
+    );
   }
 
   /** `on` mode: the request is longer than minSparseTokens and in its decode phase. */
@@ -191,14 +242,16 @@ export class HybridPolicy implements KVPressureHandler {
 
   /**
    * Whether the request attends sparsely in a step that computes `numScheduledTokens` of its
-   * tokens: always when it holds an INACTIVE page (its KV is not all on the device); in `on` mode
-   * with residency `hybrid` also when it decodes one output token and is longer than
-   * minSparseTokens (its selected pages are read where they are: resident ones in place).
+   * tokens: always when it decodes and holds an INACTIVE page (its KV is not all on the device);
+   * in `on` mode with residency `hybrid` also when it decodes one output token and is longer than
+   * minSparseTokens (its selected pages are read where they are: resident ones in place). A
+   * prefill holding INACTIVE pages (`spillsPrefill`) attends as prefills do, reading those pages
+   * from the host tier (the worker flags it).
    */
   decodesSparsely(request: Request, numScheduledTokens: number): boolean {
     const rp = this.kv.pagesOf(request.requestId);
     if (rp === undefined) return false;
-    if (rp.numInactive > 0) return true;
+    if (rp.numInactive > 0) return !this.config.spillsPrefill || this.isDecodePhase(request);
     return this.config.residency === "hybrid" && numScheduledTokens === 1 && this.isLongOnDecode(request);
   }
 

@@ -10,6 +10,7 @@ import { type HiSparseConfig, resolveHiSparseConfig } from "../../../../src/conf
 import { newExtensionData } from "../../../../src/core/extension_data.js";
 import {
   createHiSparseScheduling,
+  type HiSparseGeometry,
   type HiSparseScheduling,
 } from "../../../../src/core/hisparse/hisparse_scheduling.js";
 import {
@@ -30,13 +31,15 @@ export const BS = 4;
 /**
  * A scheduler with HiSparse: device pool `numGpuBlocks`, host pool `numHostBlocks`; config
  * defaults for tiny tests: topk 8 (2 pages), hot buffer 8 (2 blocks), sink 4 (page 0),
- * window 4 (the tail page), mode auto; `sched` overrides the scheduler config (e.g. its token budget).
+ * window 4 (the tail page), mode auto; `sched` overrides the scheduler config (e.g. its token budget),
+ * `geo` the worker's capabilities (a streaming prefill: prefillReadsHostTier).
  */
 export function hisparseScheduler(
   config: Partial<HiSparseConfig>,
   numGpuBlocks: number,
   numHostBlocks: number,
   sched: Partial<SchedulerConfig> = {},
+  geo: Pick<HiSparseGeometry, "prefillReadsHostTier" | "maxNumBatchedTokens"> = {},
 ): { s: Scheduler; hs: HiSparseScheduling } {
   const cfg = resolveHiSparseConfig({
     mode: "auto",
@@ -47,7 +50,7 @@ export function hisparseScheduler(
     minSparseTokens: 16,
     ...config,
   });
-  const hs = createHiSparseScheduling(cfg, { blockSize: BS, numGpuBlocks, numHostBlocks });
+  const hs = createHiSparseScheduling(cfg, { blockSize: BS, numGpuBlocks, numHostBlocks, ...geo });
   const s = makeScheduler(sched, { blockSize: BS, numGpuBlocks }, hs.schedulerOptions);
   return { s, hs };
 }
