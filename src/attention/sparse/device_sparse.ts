@@ -8,6 +8,7 @@
  */
 import type { AttentionMetadata, Tensor } from "../../backends/backend.js";
 import { extensionKey } from "../../core/extension_data.js";
+import type { StreamedPrefill } from "./selector.js";
 
 /** The rows of a step as the kernels read them (R rows: the step's requests, or a padded bucket). */
 export interface DeviceSparseRows {
@@ -81,6 +82,8 @@ export interface DeviceHiSparseStepMeta {
    * sparse rows at 0, so that the general attention kernel skips them; null otherwise.
    */
   maskedSeqLens: Tensor | null;
+  /** The prefills beside host-resident pages (DSA models; eager steps only), or null. */
+  streamed: StreamedPrefill | null;
 }
 
 /**

@@ -1,4 +1,10 @@
-import type { AttentionMetadata, Backend, BackendMlaOps, Tensor } from "../../backends/backend.js";
+import type {
+  AttentionMetadata,
+  Backend,
+  BackendMlaOps,
+  SpilledRows,
+  Tensor,
+} from "../../backends/backend.js";
 import {
   DenseMlaAttention,
   type IndexerInputs,
@@ -8,7 +14,7 @@ import {
 import type { DsaSelector, LruHotRowResolver, RowResolution } from "./dsa.js";
 import { NO_ENTRY } from "./dsa.js";
 import { HISPARSE_STEP_META, type HiSparseStepMeta } from "./hisparse_attention.js";
-import type { SparseBatch } from "./selector.js";
+import type { SparseBatch, StreamedPrefill } from "./selector.js";
 
 /** Which layers keep their latent rows resident, and which indexer each layer's selection is. */
 export interface DsaLayerPlan {
@@ -47,6 +53,7 @@ export class DsaHiSparseAttention implements MlaAttentionBackend {
     private readonly layers: DsaLayerPlan,
     readonly selector: DsaSelector,
     readonly resolver: LruHotRowResolver,
+    private readonly hostRows: readonly Tensor[],
   ) {
     if (backend.mla === undefined || backend.hostView === undefined)
       throw new Error(`the ${backend.name} backend has no MLA ops with host views`);
@@ -62,12 +69,13 @@ export class DsaHiSparseAttention implements MlaAttentionBackend {
     const ops = this.ops;
     ops.writeRows(x.kvc, latentCache, 0, meta.slotMapping);
     ops.writeRows(x.kpe, latentCache, x.dims.kvLoraRank, meta.slotMapping);
+    const { meta: m, spilled } = streamedInputs(meta, hs.streamed, this.hostRows[li]!, hs.denseMeta);
     if (hs.batch.numSparse === 0 || x.topkIndices === null)
-      return ops.attention(x.q, latentCache, x.kvBProj, meta, x.dims, this.blockSize, x.topkIndices);
+      return ops.attention(x.q, latentCache, x.kvBProj, m, x.dims, this.blockSize, x.topkIndices, spilled);
     const res = this.resolutionOf(this.layers.sourceLayer[layerIdx]!, x.topkIndices, hs);
     this.resolver.apply(li, res, latentCache);
-    const view = this.sparseView(meta, x.topkIndices, hs.batch, res);
-    return ops.attention(x.q, latentCache, x.kvBProj, view.meta, x.dims, this.blockSize, view.topk);
+    const view = this.sparseView(m, x.topkIndices, hs.batch, res);
+    return ops.attention(x.q, latentCache, x.kvBProj, view.meta, x.dims, this.blockSize, view.topk, spilled);
   }
 
   indexerTopk(layerIdx: number, x: IndexerInputs, indexKeyCache: Tensor, meta: AttentionMetadata): Tensor {
@@ -135,6 +143,26 @@ export class DsaHiSparseAttention implements MlaAttentionBackend {
     };
     return { meta: view, topk: b.stage(sel, [...topk.shape], "i32") };
   }
+}
+
+/**
+ * A sparse layer's attention inputs in a step with prefills beside host-resident pages: the
+ * worker's tables for those requests and the SpilledRows naming the layer's host tier (the
+ * step's own metadata and null otherwise).
+ * @param hostRows the layer's host tier [numHostBlocks, blockSize, C + R].
+ * @param denseMeta the step's dense-layer metadata (host block tables).
+ */
+export function streamedInputs(
+  meta: AttentionMetadata,
+  streamed: StreamedPrefill | null,
+  hostRows: Tensor,
+  denseMeta: AttentionMetadata,
+): { meta: AttentionMetadata; spilled: SpilledRows | null } {
+  if (streamed === null) return { meta, spilled: null };
+  return {
+    meta: { ...streamed.meta, extensions: meta.extensions },
+    spilled: { hostRows, hostBlockTables: denseMeta.blockTables, requests: streamed.rows },
+  };
 }
 
 /** The step's HiSparse metadata. @throws Error when the step carries none. */

@@ -8,7 +8,7 @@ import type {
 import { extensionKey } from "../../core/extension_data.js";
 import type { AttentionBackend } from "../backend.js";
 import type { HotBufferResolver, ResolvedPages } from "./hot_buffer.js";
-import type { Selector, SparseBatch } from "./selector.js";
+import type { Selector, SparseBatch, StreamedPrefill } from "./selector.js";
 
 /**
  * What the HiSparse worker extension prepares once per step for every layer
@@ -24,6 +24,8 @@ export interface HiSparseStepMeta {
   denseMeta: AttentionMetadata;
   /** The requests that decode sparsely this step. */
   batch: SparseBatch;
+  /** The prefills beside host-resident pages (DSA models), or null. */
+  streamed: StreamedPrefill | null;
 }
 
 /** Key of the step metadata in AttentionMetadata.extensions. */

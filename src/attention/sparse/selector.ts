@@ -4,7 +4,7 @@
  * oracle); the CUDA issue replaces it with kernels that run inside a CUDA graph, so the
  * interface passes tensors and flat typed arrays, never per-request objects.
  */
-import type { Tensor } from "../../backends/backend.js";
+import type { AttentionMetadata, Tensor } from "../../backends/backend.js";
 import type { RequestId } from "../../core/ids.js";
 
 /**
@@ -59,4 +59,20 @@ export interface Selector {
   updateDigests(sparseLayer: number, qkv: Tensor, hostSlotMapping: Int32Array): void;
   /** Pages each request of `batch` attends to in sparse layer `sparseLayer`. */
   select(sparseLayer: number, qkv: Tensor, batch: SparseBatch): PageSelection;
+}
+
+/**
+ * The prefilling requests of a step that hold host-resident pages (core/hisparse/hybrid_policy.ts
+ * `spillsPrefill`, DSA models): their attention reads those pages from the host tier
+ * (BackendMlaOps.attention's SpilledRows). Built by the HiSparse worker, which holds the page
+ * tables; null in a step without one.
+ */
+export interface StreamedPrefill {
+  /** [numReqs] 1 for those requests (host flags). */
+  rows: Uint8Array;
+  /**
+   * The step's metadata with those requests' device block tables as the worker holds them (-1 for
+   * a host-resident page; the step's own tables still name the blocks such a page had).
+   */
+  meta: AttentionMetadata;
 }

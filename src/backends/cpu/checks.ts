@@ -78,6 +78,8 @@ export interface CheckedMetadata {
  * Validates AttentionMetadata for a step of T tokens against a cache of numBlocks blocks:
  * queryStartLoc starts at 0, never decreases and ends at T; every seqLen covers its query
  * tokens; every block a request reads is a valid block id.
+ * block -1 is allowed only for the requests spilledReqs flags (their rows come from the host
+ * tier: BackendMlaOps SpilledRows).
  * @throws Error naming the first inconsistency.
  */
 export function checkAttentionMetadata(
@@ -86,6 +88,7 @@ export function checkAttentionMetadata(
   T: number,
   numBlocks: number,
   blockSize: number,
+  spilledReqs: Uint8Array | null = null,
 ): CheckedMetadata {
   const R = meta.numReqs;
   const qsl = cpu(meta.queryStartLoc, mem, "pagedAttention queryStartLoc", false, "i32");
@@ -108,6 +111,7 @@ export function checkAttentionMetadata(
       throw new Error(`pagedAttention: request ${r} needs ${nb} blocks, its table holds ${maxBlocksPerReq}`);
     for (let i = 0; i < nb; i++) {
       const b = blockTables.i32[r * maxBlocksPerReq + i]!;
+      if (b === -1 && spilledReqs?.[r] === 1) continue; // read from the host tier (SpilledRows)
       if (b < 0 || b >= numBlocks)
         throw new Error(`pagedAttention: request ${r} block ${i} is ${b}, outside [0, ${numBlocks})`);
     }

@@ -6,6 +6,7 @@ import type {
   IndexerScales,
   MlaDims,
   RotarySpan,
+  SpilledRows,
   Tensor,
 } from "../backend.js";
 import { checkAttentionMetadata, cpu, expectShape } from "./checks.js";
@@ -112,6 +113,7 @@ export class CpuMlaOps implements BackendMlaOps {
     dims: MlaDims,
     blockSize: number,
     topkIndices: Tensor | null,
+    spilled: SpilledRows | null = null,
   ): Tensor {
     const { numHeads: Hq, qkNopeHeadDim: N, qkRopeHeadDim: R, vHeadDim: Vd, kvLoraRank: C } = dims;
     const qc = cpu(q, this.mem, "mla.attention q");
@@ -120,7 +122,8 @@ export class CpuMlaOps implements BackendMlaOps {
     expectShape(cache, [-1, blockSize, C + R], "mla.attention latentCache");
     const w = cpu(kvBProj, this.mem, "mla.attention kvBProj");
     expectShape(w, [Hq * (N + Vd), C], "mla.attention kvBProj");
-    const rows = this.stepRows(meta, T, cache, blockSize);
+    const rows = this.stepRows(meta, T, cache, blockSize, spilled?.requests ?? null);
+    if (spilled !== null) rows.spilled = this.spilledRows(spilled, meta.numReqs, blockSize, C + R);
     let sel: CpuTensor | null = null;
     if (topkIndices !== null) {
       sel = cpu(topkIndices, this.mem, "mla.attention topkIndices", false, "i32");
@@ -171,9 +174,37 @@ export class CpuMlaOps implements BackendMlaOps {
     return out;
   }
 
+  /**
+   * Host views of SpilledRows. @throws Error when hostRows is not [numHostBlocks, blockSize, w] or
+   * hostBlockTables not i32 [numReqs, -1] naming host blocks.
+   */
+  private spilledRows(
+    sp: SpilledRows,
+    numReqs: number,
+    blockSize: number,
+    w: number,
+  ): MlaStepRows["spilled"] {
+    const host = cpu(sp.hostRows, this.mem, "mla.attention spilled.hostRows");
+    const numHostBlocks = expectShape(host, [-1, blockSize, w], "mla.attention spilled.hostRows")[0]!;
+    const tables = cpu(sp.hostBlockTables, this.mem, "mla.attention spilled.hostBlockTables", false, "i32");
+    const width = expectShape(tables, [numReqs, -1], "mla.attention spilled.hostBlockTables")[1]!;
+    for (const h of tables.i32)
+      if (h < 0 || h >= numHostBlocks)
+        throw new Error(
+          `mla.attention: spilled.hostBlockTables names host block ${h}, outside [0, ${numHostBlocks})`,
+        );
+    return { hostRows: host.f32, hostBlockTables: tables.i32, maxHostBlocksPerReq: width };
+  }
+
   /** Host views of the step's metadata, checked against a row cache of blockSize-token blocks. */
-  private stepRows(meta: AttentionMetadata, T: number, cache: CpuTensor, blockSize: number): MlaStepRows {
-    const m = checkAttentionMetadata(meta, this.mem, T, cache.shape[0]!, blockSize);
+  private stepRows(
+    meta: AttentionMetadata,
+    T: number,
+    cache: CpuTensor,
+    blockSize: number,
+    spilledReqs: Uint8Array | null = null,
+  ): MlaStepRows {
+    const m = checkAttentionMetadata(meta, this.mem, T, cache.shape[0]!, blockSize, spilledReqs);
     return {
       queryStartLoc: m.qsl.i32,
       seqLens: m.seqLens.i32,

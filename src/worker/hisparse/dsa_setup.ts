@@ -78,6 +78,7 @@ export function setupDsaHiSparse(
       rowWidth: mla.kvLoraRank + mla.qkRopeHeadDim,
     },
     (t: Tensor) => hostView(t) as Float32Array,
+    (n, b, w) => backend.mla!.allocatePagedRows(n, b, w, "f32"),
   );
   const resolver = new LruHotRowResolver(hostTier, bs);
   const overlap =
@@ -94,6 +95,7 @@ export function setupDsaHiSparse(
     { sparseIndex: lay.sparseIndex, sourceLayer },
     selector,
     resolver,
+    hostTier.tensors,
   );
   const hotState = {
     forget: (id: RequestId) => {
@@ -111,10 +113,11 @@ export function setupDsaHiSparse(
   return {
     ...setup,
     mla: { attention, indexerKeyCaches },
-    info: { ...setup.info, hisparse: { ...setup.info.hisparse!, config: eff } },
+    info: { ...setup.info, hisparse: { ...setup.info.hisparse!, config: eff, prefillReadsHostTier: true } },
     dispose: () => {
       setup.dispose();
       for (const t of indexerKeyCaches) if (t !== null) backend.free(t);
+      for (const t of hostTier.tensors) backend.free(t);
     },
   };
 }

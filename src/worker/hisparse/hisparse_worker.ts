@@ -15,6 +15,7 @@ import type { SchedulerOutput } from "../../core/sched/output.js";
 import type { WorkerExtension } from "../extension.js";
 import type { PreparedInputs } from "../input_batch.js";
 import type { CpuHostKvCache } from "./host_kv_cache.js";
+import { streamedPrefillOf } from "./streamed_prefill.js";
 
 /** The worker's copy of one request's page table, built from the plans' PageTableDeltas. */
 interface WorkerPageTable {
@@ -140,10 +141,18 @@ export class HiSparseWorker implements WorkerExtension {
         slotMapping: hostSlotMapping,
       },
     };
+    const sparse = new Set(plan.sparseReqIds);
     out.set(HISPARSE_STEP_META, {
       hostSlotMapping,
       denseMeta,
       batch: this.sparseBatch(plan.sparseReqIds, inputs),
+      streamed: streamedPrefillOf(
+        b,
+        meta,
+        bs,
+        (r) => rows[r]!.blockIds,
+        (r) => sparse.has(inputs.reqIds[r]!),
+      ),
     });
   }
 

@@ -18,7 +18,9 @@ export interface HostRowCacheSpec {
  * can serve every rank. On CUDA this is pinned host memory read by the resolver's gather kernel.
  */
 export class CpuHostRowCache implements HostRowTier {
-  /** Per sparse layer, [numHostBlocks, blockSize, rowWidth]. */
+  /** Per sparse layer, the rows [numHostBlocks, blockSize, rowWidth] as a backend tensor (SpilledRows.hostRows). */
+  readonly tensors: Tensor[];
+  /** Per sparse layer, host views of {@link tensors}. */
   readonly layers: Float32Array[];
   readonly rowBytes: number;
   /** Elements of one page of one layer. */
@@ -26,20 +28,23 @@ export class CpuHostRowCache implements HostRowTier {
 
   /**
    * @param view host view of a device tensor's f32 elements (Backend.hostView).
+   * @param allocate a zeroed f32 row tensor [numBlocks, blockSize, rowWidth] of the backend
+   *   (BackendMlaOps.allocatePagedRows: on the CPU backend it is host memory).
    * @throws Error when the host tier cannot be allocated.
    */
   constructor(
     readonly spec: HostRowCacheSpec,
     private readonly view: (t: Tensor) => Float32Array,
+    allocate: (numBlocks: number, blockSize: number, rowWidth: number) => Tensor,
   ) {
     const { numSparseLayers, numHostBlocks, blockSize, rowWidth } = spec;
     this.pageElems = blockSize * rowWidth;
     this.rowBytes = rowWidth * 4;
     try {
-      this.layers = Array.from(
-        { length: numSparseLayers },
-        () => new Float32Array(numHostBlocks * this.pageElems),
+      this.tensors = Array.from({ length: numSparseLayers }, () =>
+        allocate(numHostBlocks, blockSize, rowWidth),
       );
+      this.layers = this.tensors.map((t) => view(t));
     } catch (e) {
       const gib = (numSparseLayers * numHostBlocks * this.pageElems * 4) / 2 ** 30;
       throw new Error(

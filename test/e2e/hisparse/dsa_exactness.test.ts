@@ -8,7 +8,9 @@
  * - `on` (residency host): every page but the tail leaves the device after the prefill, every
  *   selected row of an older page comes through the hot buffer;
  * - `auto` under forced pressure (a pool too small for the three requests): the policy spills
- *   pages of decoding requests instead of preempting them;
+ *   pages of decoding requests instead of preempting them; with a pool smaller than the longest
+ *   prompt, that prompt's prefill spills its own pages and reads them from the host tier
+ *   (streaming prefill, SpilledRows);
  * - GLM-5 with "shared" indexer layers (dummy weights): shared layers reuse their full layer's
  *   resolution (one plan, one copy pass per layer).
  */
@@ -78,6 +80,22 @@ function exactnessCases(model: () => string, opts: Partial<LLMOptions> = {}): vo
     assert.deepEqual(r.tokens, dense.tokens);
     const st = r.stats!;
     assert.ok(st.spilledPagesTotal > 0 && st.missesTotal > 0, JSON.stringify(st));
+  });
+
+  it("auto, streaming prefill (a 28-block pool, 16-token chunks): the 130-token prompt (33 pages) prefills by spilling its own pages, greedy tokens equal dense", async () => {
+    // A streaming prefill holds at most 2 chunks of 5 pages and the 16-block hot buffer: 26 <= 28.
+    // The longest prompt needs 33 pages, more than the pool: without reading host pages in its
+    // prefill it would be refused at admission.
+    const r = await run(model(), {
+      ...opts,
+      numGpuBlocksOverride: 28,
+      maxNumBatchedTokens: 16,
+      extensions: hisparse({ mode: "auto" }),
+    });
+    assert.deepEqual(r.tokens, dense.tokens);
+    const st = r.stats!;
+    assert.ok(st.spilledPagesTotal > 0 && st.missesTotal > 0, JSON.stringify(st));
+    assert.equal(r.numPreemptions, 0);
   });
 }
 

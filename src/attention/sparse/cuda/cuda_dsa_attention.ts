@@ -8,7 +8,7 @@ import {
   type MlaLayerInputs,
 } from "../../mla.js";
 import { DEVICE_HISPARSE_STEP_META, type DeviceHiSparseStepMeta } from "../device_sparse.js";
-import type { DsaLayerPlan } from "../dsa_attention.js";
+import { type DsaLayerPlan, streamedInputs } from "../dsa_attention.js";
 import type { CudaLruRowResolver } from "./cuda_hot_rows.js";
 
 /** The CUDA plan of the layers: DsaLayerPlan plus each indexer's index among those with hot rows. */
@@ -40,7 +40,8 @@ interface SourceView {
  *   forward, hsRowResolve (own slot, hot row or LRU victim; the plan) and hsRowViewMerge (the
  *   metadata of every row: the view for resolved rows, their own tables for the others), then per
  *   layer hsRowCopy of the misses into its cache and the same Backend.mla.attention as dense
- *   over the merged view. Layers sharing an indexer reuse its plan and view (one plan, a copy
+ *   over the merged view; a prefill beside its host-resident pages (the step's StreamedPrefill)
+ *   reads them from the layer's host tier (SpilledRows). Layers sharing an indexer reuse its plan and view (one plan, a copy
  *   pass each). Device work only: a decode step replays from a CUDA graph. A forward is told
  *   apart by its dense-layer metadata object (fresh per eager step and per graph forward).
  */
@@ -57,6 +58,8 @@ export class CudaDsaHiSparseAttention implements MlaAttentionBackend {
     private readonly blockSize: number,
     private readonly layers: CudaDsaLayerPlan,
     readonly resolver: CudaLruRowResolver,
+    /** Per sparse layer, its host tier of latent rows (SpilledRows.hostRows of a streaming prefill). */
+    private readonly hostRows: readonly Tensor[],
     private readonly rewrite: DeviceSelectionRewrite | null = null,
   ) {
     if (backend.mla === undefined) throw new Error("the CUDA backend has no MLA ops");
@@ -72,13 +75,14 @@ export class CudaDsaHiSparseAttention implements MlaAttentionBackend {
     const ops = this.ops;
     ops.writeRows(x.kvc, latentCache, 0, meta.slotMapping);
     ops.writeRows(x.kpe, latentCache, x.dims.kvLoraRank, meta.slotMapping);
+    const { meta: m, spilled } = streamedInputs(meta, hs.streamed, this.hostRows[li]!, hs.denseMeta);
     if (!hs.hasSparse || x.topkIndices === null)
-      return ops.attention(x.q, latentCache, x.kvBProj, meta, x.dims, this.blockSize, x.topkIndices);
-    const src = this.sourceViewOf(this.layers.sourceIndex[layerIdx]!, x.topkIndices, meta, hs);
+      return ops.attention(x.q, latentCache, x.kvBProj, m, x.dims, this.blockSize, x.topkIndices, spilled);
+    const src = this.sourceViewOf(this.layers.sourceIndex[layerIdx]!, x.topkIndices, m, hs);
     this.resolver.copy(li, src.plan, latentCache, hs.rows);
     const { view } = src;
-    const viewMeta: AttentionMetadata = { ...meta, blockTables: view.blockTables, seqLens: view.seqLens };
-    return ops.attention(x.q, latentCache, x.kvBProj, viewMeta, x.dims, this.blockSize, view.topk);
+    const viewMeta: AttentionMetadata = { ...m, blockTables: view.blockTables, seqLens: view.seqLens };
+    return ops.attention(x.q, latentCache, x.kvBProj, viewMeta, x.dims, this.blockSize, view.topk, spilled);
   }
 
   /** Sparse layers' rows into the main pool, dense layers' rows and the index keys at their host slots. */

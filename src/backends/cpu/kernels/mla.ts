@@ -19,6 +19,11 @@ export interface MlaStepRows {
   maxBlocksPerReq: number;
   numReqs: number;
   blockSize: number;
+  /**
+   * Rows of pages off the device (BackendMlaOps SpilledRows): a block id -1 reads row i % bs of
+   * host block hostBlockTables[r, i / bs] of hostRows ([numHostBlocks, bs, C + R]).
+   */
+  spilled?: { hostRows: Float32Array; hostBlockTables: Int32Array; maxHostBlocksPerReq: number };
 }
 
 /** MLA dims (MlaDims of the contract). */
@@ -127,6 +132,25 @@ function slotOf(rows: MlaStepRows, r: number, i: number): number {
 }
 
 /**
+ * Where position i of request r's latent row starts: [array, element offset] in the cache, or
+ * in the host rows when its page's block is -1 (MlaStepRows.spilled). w = C + R.
+ */
+function latentRow(
+  rows: MlaStepRows,
+  cache: Float32Array,
+  r: number,
+  i: number,
+  w: number,
+): [Float32Array, number] {
+  const bs = rows.blockSize;
+  const page = Math.floor(i / bs);
+  const b = rows.blockTables[r * rows.maxBlocksPerReq + page]!;
+  const sp = rows.spilled;
+  if (b >= 0 || sp === undefined) return [cache, (b * bs + (i % bs)) * w];
+  return [sp.hostRows, (sp.hostBlockTables[r * sp.maxHostBlocksPerReq + page]! * bs + (i % bs)) * w];
+}
+
+/**
  * Positions query token t (at position p) of a request attends to: [0, p] without a selection,
  * else the non-negative entries of its topk row. @throws Error for an entry outside [0, p] or
  * a repeated one.
@@ -179,10 +203,10 @@ export function mlaAttentionKernel(
       for (const i of list) {
         if (kv.has(i)) continue;
         const row = new Float32Array(kvRow);
-        const c = slotOf(rows, r, i) * (C + R);
+        const [src, c] = latentRow(rows, cache, r, i, C + R);
         for (let n = 0; n < kvRow; n++) {
           let acc = 0;
-          for (let k = 0; k < C; k++) acc += kvB[n * C + k]! * cache[c + k]!;
+          for (let k = 0; k < C; k++) acc += kvB[n * C + k]! * src[c + k]!;
           row[n] = acc;
         }
         kv.set(i, row);
@@ -198,10 +222,10 @@ export function mlaAttentionKernel(
         for (let a = 0; a < list.length; a++) {
           const i = list[a]!;
           const kvr = kv.get(i)!;
-          const pe = slotOf(rows, r, i) * (C + R) + C;
+          const [src, c] = latentRow(rows, cache, r, i, C + R);
           let dot = 0;
           for (let n = 0; n < N; n++) dot += q[qo + n]! * kvr[h * (N + Vd) + n]!;
-          for (let n = 0; n < R; n++) dot += q[qo + N + n]! * cache[pe + n]!;
+          for (let n = 0; n < R; n++) dot += q[qo + N + n]! * src[c + C + n]!;
           s[a] = dot * scale;
           if (s[a]! > mx) mx = s[a]!;
         }
@@ -260,6 +284,7 @@ export function mlaAttentionAbsorbedKernel(
   topk: Int32Array | null,
   K: number,
 ): void {
+  if (rows.spilled !== undefined) throw new Error("the absorbed MLA kernel reads device rows only");
   const { Hq, N, R, Vd, C, scale } = d;
   const qRow = Hq * (N + R);
   const qLat = new Float64Array(C);

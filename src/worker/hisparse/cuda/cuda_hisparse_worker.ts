@@ -14,6 +14,7 @@ import {
 import type { SchedulerOutput } from "../../../core/sched/output.js";
 import type { ExtensionGraphBucket, ExtensionGraphHooks, WorkerExtension } from "../../extension.js";
 import type { PreparedInputs } from "../../input_batch.js";
+import { streamedPrefillOf } from "../streamed_prefill.js";
 import type { CudaHostKvTier } from "./cuda_host_tier.js";
 import type { HiSparseSlotTables } from "./slot_tables.js";
 import { buildStepArrays, denseHostTables } from "./step_inputs.js";
@@ -124,6 +125,13 @@ export class CudaHiSparseWorker implements WorkerExtension {
       denseMeta,
       hasSparse: a.numSparse > 0,
       maskedSeqLens: mixed ? b.stage(a.maskedSeqLens, [R], "i32") : null,
+      streamed: streamedPrefillOf(
+        b,
+        meta,
+        bs,
+        (r) => this.tables.deviceRow(a.reqSlot[r]!),
+        (r) => a.rowFlags[r] === 1 || a.reqSlot[r]! < 0,
+      ),
     });
   }
 
@@ -208,6 +216,7 @@ class HiSparseGraphBucket implements ExtensionGraphBucket {
       denseMeta: base, // replaced by beginForward()
       hasSparse: variant === GRAPH_VARIANT_SPARSE,
       maskedSeqLens: null,
+      streamed: null,
     };
   }
 

@@ -15,6 +15,7 @@ import {
 import { CudaLruRowResolver } from "../../../attention/sparse/cuda/cuda_hot_rows.js";
 import type { CudaBackend } from "../../../backends/cuda/cuda_backend.js";
 import { rowSelectionOverlap, type SelectionOverlapState } from "../../../backends/cuda/hisparse_rows_ops.js";
+import { CudaTensor } from "../../../backends/cuda/tensor.js";
 import { ConfigError } from "../../../config/engine_args.js";
 import { type HiSparseConfig, sparseLayersOf } from "../../../config/hisparse_config.js";
 import { indexerSourceLayer, type MlaConfig } from "../../../config/mla_config.js";
@@ -161,7 +162,19 @@ function assemble(
   );
   const numSources = tablesConfig.lruShape![0]!;
   const overlap = selectionOverlapOf(backend, ctx, eff, tablesConfig.numSlots, numSources);
-  const attention = new CudaDsaHiSparseAttention(backend, bs, layers, resolver, overlap?.rewrite ?? null);
+  // The host tier of each sparse layer as a tensor the MLA attention reads (SpilledRows): pinned
+  // memory owned by the tier, never freed through the allocator.
+  const hostRows = sparseLayers.map(
+    (_, li) => new CudaTensor([numHostBlocks, bs, row], "bf16", hostTier.layerPtr(li), "persistent", -1),
+  );
+  const attention = new CudaDsaHiSparseAttention(
+    backend,
+    bs,
+    layers,
+    resolver,
+    hostRows,
+    overlap?.rewrite ?? null,
+  );
   const bytesPerMiss = (row * BF16_BYTES * Math.max(1, sparseLayers.length)) / numSources;
   const extension = new CudaHiSparseWorker(backend, bs, tables, hostTier, [], bytesPerMiss);
   const gqa = new DensePagedAttention(backend, layout, bs);
@@ -169,7 +182,7 @@ function assemble(
   return {
     ...setup,
     mla: { attention, indexerKeyCaches },
-    info: { ...setup.info, hisparse: { ...setup.info.hisparse!, config: eff } },
+    info: { ...setup.info, hisparse: { ...setup.info.hisparse!, config: eff, prefillReadsHostTier: true } },
     dispose: () => {
       setup.dispose();
       for (const t of indexerKeyCaches) if (t !== null) backend.free(t);

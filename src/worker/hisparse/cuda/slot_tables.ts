@@ -35,6 +35,8 @@ const product = (xs: readonly number[]): number => xs.reduce((a, x) => a * x, 1)
 interface SlotRow {
   /** [W] host block of each page, -1 past the request's pages. */
   host: Int32Array;
+  /** [W] device block of each page, -1 when INACTIVE or past the request's pages. */
+  device: Int32Array;
   numPages: number;
   hot: Int32Array;
 }
@@ -98,6 +100,7 @@ export class HiSparseSlotTables {
     this.freeSlots = Array.from({ length: S }, (_, i) => S - 1 - i);
     this.rows = Array.from({ length: S }, () => ({
       host: new Int32Array(W).fill(-1),
+      device: new Int32Array(W).fill(-1),
       numPages: 0,
       hot: new Int32Array(0),
     }));
@@ -136,6 +139,11 @@ export class HiSparseSlotTables {
     return this.rows[slot]!.host;
   }
 
+  /** Host copy of a slot's device-block row (-1 for INACTIVE pages and past the request's pages). */
+  deviceRow(slot: number): Int32Array {
+    return this.rows[slot]!.device;
+  }
+
   /** Number of requests holding a slot. */
   get numRequests(): number {
     return this.slotByReq.size;
@@ -166,11 +174,15 @@ export class HiSparseSlotTables {
     if (n > 0) {
       const host = Int32Array.from(d.newHostBlockIds);
       cur.host.set(host, cur.numPages);
+      cur.device.set(d.newBlockIds, cur.numPages);
       b.writeRange(this.hostBlockTable, at, host);
       b.writeRange(this.blockTable, at, Int32Array.from(d.newBlockIds));
       cur.numPages += n;
     }
-    for (const [p, len] of runs(d.spilledPages)) this.fillRow(this.blockTable, slot, p, len, -1);
+    for (const [p, len] of runs(d.spilledPages)) {
+      this.fillRow(this.blockTable, slot, p, len, -1);
+      cur.device.fill(-1, p, p + len);
+    }
     for (const [p, len] of runs(d.newPinnedPages)) this.fillRow(this.pinnedTable, slot, p, len, 1);
     if (d.newHotBlockIds.length > 0) this.setHot(slot, d);
   }
@@ -225,6 +237,7 @@ export class HiSparseSlotTables {
     this.fillRow(this.pinnedTable, slot, 0, W, 0);
     this.backend.fillRange(this.hotBlocks, slot * numHot, numHot, MINUS_ONE_BYTE);
     cur.host.fill(-1, 0, cur.numPages);
+    cur.device.fill(-1, 0, cur.numPages);
     cur.numPages = 0;
     cur.hot = new Int32Array(0);
     this.freeSlots.push(slot);

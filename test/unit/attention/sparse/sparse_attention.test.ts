@@ -201,7 +201,7 @@ function recall(fp8: boolean) {
     },
   ]);
   const hostSlotMapping = Int32Array.from([15 * BS + 1]);
-  const stepMeta: HiSparseStepMeta = { hostSlotMapping, denseMeta: meta, batch };
+  const stepMeta: HiSparseStepMeta = { hostSlotMapping, denseMeta: meta, batch, streamed: null };
   const out = b.toHost(
     attention.forward(0, qkv, kv, {
       ...meta,
