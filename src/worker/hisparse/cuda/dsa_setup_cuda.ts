@@ -182,7 +182,9 @@ function assemble(
   return {
     ...setup,
     mla: { attention, indexerKeyCaches },
-    info: { ...setup.info, hisparse: { ...setup.info.hisparse!, config: eff, prefillReadsHostTier: true } },
+    // Not yet: the CUDA MLA ops' SpilledRows (the expanded gather reading host rows) is on
+    // branch wip/cudaspill, untested on a GPU; until it lands, a CUDA prefill keeps its pages.
+    info: { ...setup.info, hisparse: { ...setup.info.hisparse!, config: eff, prefillReadsHostTier: false } },
     dispose: () => {
       setup.dispose();
       for (const t of indexerKeyCaches) if (t !== null) backend.free(t);
