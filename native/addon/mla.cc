@@ -80,10 +80,10 @@ Napi::Value MlaTopk(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value MlaGatherLatent(const Napi::CallbackInfo& info) {
-  Args a(info, 16, "mlaGatherLatent");
-  HS_LAUNCH(hsMlaGatherLatent, a.stream(0), a.ptr(1), a.i32(2), a.as<const int32_t>(3), a.i32(4), a.i32(5),
-            a.i32(6), a.i32(7), a.i32(8), a.i32(9), a.ptr(10), a.ptr(11), a.i32(12), a.i32(13), a.i32(14),
-            a.i32(15));
+  Args a(info, 19, "mlaGatherLatent");
+  HS_LAUNCH(hsMlaGatherLatent, a.stream(0), a.ptr(1), a.i32(2), a.as<const int32_t>(3), a.i32(4), a.ptr(5),
+            a.as<const int32_t>(6), a.i32(7), a.i32(8), a.i32(9), a.i32(10), a.i32(11), a.i32(12), a.ptr(13),
+            a.ptr(14), a.i32(15), a.i32(16), a.i32(17), a.i32(18));
   return info.Env().Undefined();
 }
 

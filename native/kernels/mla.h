@@ -207,8 +207,17 @@ cudaError_t hsMlaTopk(const float* logits, const int32_t* positions, int32_t* ou
  * out[i, rank + c] for h < kvCount, c < R (other kv columns untouched). A position with
  * i / blockSize >= maxBlocksPerReq gives zeros. cache: [numSlots, rowWidth] of cacheDtype
  * (f32 | bf16); out: bf16 [numRows, rowWidth]; kv: bf16 rows of kvLd.
+ * Host source (hostCache not NULL; Hybrid HiSparse for DSA, a prefill beside its own spilled
+ * pages): a position whose device block blockTables[req, b] (b = i / blockSize) is negative reads
+ * row hostBlockTables[req * hostMaxBlocksPerReq + b] * blockSize + i % blockSize of hostCache
+ * instead (mapped pinned host memory, [numHostBlocks, blockSize, rowWidth] of cacheDtype, read
+ * over the bus; 16-byte loads when hostCache and rowWidth bytes are 16-byte multiples); a negative
+ * host block or b >= hostMaxBlocksPerReq gives zeros, as does a negative device block without a
+ * host source. cudaErrorInvalidValue when hostCache is given without hostBlockTables or with
+ * hostMaxBlocksPerReq <= 0.
  */
 cudaError_t hsMlaGatherLatent(const void* cache, int cacheDtype, const int32_t* blockTables, int maxBlocksPerReq,
+                              const void* hostCache, const int32_t* hostBlockTables, int hostMaxBlocksPerReq,
                               int req, int blockSize, int rowWidth, int rank, int numRows, void* out, void* kv,
                               int kvLd, int kvOffset, int kvStride, int kvCount, cudaStream_t stream);
 

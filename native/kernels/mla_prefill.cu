@@ -4,6 +4,13 @@
 // buffer, and the masked softmax between the two attention GEMMs (S = scale Q K^T in f32 -> P in
 // bf16, the operand of O = P V).
 //
+// gatherKernel, one CTA of 128 threads per row i (block b = i / bs): the row comes from the device
+// cache at blockTables[req, b], or, when that block is negative and a host source is given
+// (Hybrid HiSparse for DSA: a prefill beside its own spilled pages), from the mapped pinned host
+// tier at hostBlockTables[req, b] (plain global loads over the bus; 16-byte loads when the host
+// rows are 16-byte aligned). No source (past a table, a negative block without one): zeros.
+// Host rows copy their k_pe into kv from the gathered row (device memory), not a second bus read.
+//
 // hsMlaPrefillSoftmax, one CTA of 256 threads per (query, head) row of S:
 // 1. attended keys: dense, j < limit = min(keyLimit, numKeys, p + 1) (causal); DSA, the row's
 //    top-k entries j with 0 <= j < limit (the absorbed kernel's rule: -1 and j > p skipped);
@@ -13,6 +20,7 @@
 // 3. P[j] = bf16(exp(s_j - max) / sum) at attended keys, 0 elsewhere (DSA: the row is zeroed
 //    before the barrier of step 2, then the entries are written).
 #include <cmath>
+#include <cstring>
 
 #include "mla.h"
 #include "mla_common.cuh"
@@ -33,29 +41,63 @@ constexpr int kWarps = kSoftmaxThreads / 32;
 /** Arguments of gatherKernel beyond the cache (hsMlaGatherLatent's). */
 struct GatherArgs {
   const int32_t* blockTables;
-  int maxBlocksPerReq, req, bs, W, rank, ropeDim;
+  int maxBlocksPerReq;
+  /** i32 [numReqs, hostMaxBlocksPerReq]; read only where the host cache is given. */
+  const int32_t* hostBlockTables;
+  int hostMaxBlocksPerReq;
+  /** The host rows' starts are 16-byte aligned (uint4 loads). */
+  bool hostVec;
+  int req, bs, W, rank, ropeDim;
   Bf16* out;
   Bf16* kv;
   int kvLd, kvOffset, kvStride, kvCount;
 };
 
+/** Row i's source: the device cache, the host tier (fromHost), or nullptr (zeros). */
 template <typename C>
-__global__ void __launch_bounds__(kGatherThreads) gatherKernel(const C* cache, const GatherArgs g) {
-  const int i = blockIdx.x;
+__device__ __forceinline__ const C* gatherSource(const C* cache, const C* hostCache, const GatherArgs& g, int i,
+                                                 bool& fromHost) {
+  fromHost = false;
   const int b = i / g.bs;
-  const bool inTable = b < g.maxBlocksPerReq;
-  const size_t slot =
-      inTable ? static_cast<size_t>(g.blockTables[static_cast<size_t>(g.req) * g.maxBlocksPerReq + b]) * g.bs + i % g.bs
-              : 0;
-  const C* src = cache + slot * g.W;
+  if (b >= g.maxBlocksPerReq) return nullptr;
+  const int32_t blk = g.blockTables[static_cast<size_t>(g.req) * g.maxBlocksPerReq + b];
+  if (blk >= 0) return cache + (static_cast<size_t>(blk) * g.bs + i % g.bs) * g.W;
+  if (hostCache == nullptr || b >= g.hostMaxBlocksPerReq) return nullptr;
+  const int32_t hb = g.hostBlockTables[static_cast<size_t>(g.req) * g.hostMaxBlocksPerReq + b];
+  if (hb < 0) return nullptr;
+  fromHost = true;
+  return hostCache + (static_cast<size_t>(hb) * g.bs + i % g.bs) * g.W;
+}
+
+template <typename C>
+__global__ void __launch_bounds__(kGatherThreads)
+    gatherKernel(const C* cache, const C* hostCache, const GatherArgs g) {
+  const int i = blockIdx.x;
+  bool fromHost;  // uniform over the CTA (depends on i only)
+  const C* src = gatherSource(cache, hostCache, g, i, fromHost);
   Bf16* dst = g.out + static_cast<size_t>(i) * g.W;
-  for (int e = threadIdx.x; e < g.W; e += blockDim.x) dst[e] = inTable ? toBf16(toFloat(src[e])) : Bf16{0};
+  constexpr int kVec = 16 / sizeof(C);
+  if (fromHost && g.hostVec) {
+    const uint4* src4 = reinterpret_cast<const uint4*>(src);
+    for (int v = threadIdx.x; v < g.W / kVec; v += blockDim.x) {
+      const uint4 raw = src4[v];
+      C x[kVec];
+      memcpy(x, &raw, sizeof(raw));  // not a pointer cast: no aliasing of raw's words
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) dst[v * kVec + k] = toBf16(toFloat(x[k]));
+    }
+  } else {
+    for (int e = threadIdx.x; e < g.W; e += blockDim.x) dst[e] = src != nullptr ? toBf16(toFloat(src[e])) : Bf16{0};
+  }
   if (g.kv == nullptr) return;
+  if (fromHost) __syncthreads();  // host rows: k_pe from dst (the barrier makes every thread's stores visible)
   Bf16* kvRow = g.kv + static_cast<size_t>(i) * g.kvLd + g.kvOffset;
   for (int e = threadIdx.x; e < g.kvCount * g.ropeDim; e += blockDim.x) {
     const int h = e / g.ropeDim;
     const int c = e - h * g.ropeDim;
-    kvRow[static_cast<size_t>(h) * g.kvStride + c] = inTable ? toBf16(toFloat(src[g.rank + c])) : Bf16{0};
+    kvRow[static_cast<size_t>(h) * g.kvStride + c] = fromHost         ? dst[g.rank + c]
+                                                     : src != nullptr ? toBf16(toFloat(src[g.rank + c]))
+                                                                      : Bf16{0};
   }
 }
 
@@ -139,18 +181,38 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
 using namespace hs_mla_prefill;
 
 extern "C" cudaError_t hsMlaGatherLatent(const void* cache, int cacheDtype, const int32_t* blockTables,
-                                         int maxBlocksPerReq, int req, int blockSize, int rowWidth, int rank,
+                                         int maxBlocksPerReq, const void* hostCache, const int32_t* hostBlockTables,
+                                         int hostMaxBlocksPerReq, int req, int blockSize, int rowWidth, int rank,
                                          int numRows, void* out, void* kv, int kvLd, int kvOffset, int kvStride,
                                          int kvCount, cudaStream_t stream) {
   if (numRows < 0 || rowWidth <= 0 || rank < 0 || rank > rowWidth || blockSize <= 0 || maxBlocksPerReq < 0 ||
-      req < 0 || !storageDtype(cacheDtype) || (kv != nullptr && (kvCount < 0 || kvOffset < 0 || kvLd <= 0)))
+      req < 0 || !storageDtype(cacheDtype) || (kv != nullptr && (kvCount < 0 || kvOffset < 0 || kvLd <= 0)) ||
+      (hostCache != nullptr && (hostBlockTables == nullptr || hostMaxBlocksPerReq <= 0)))
     return cudaErrorInvalidValue;
   if (numRows == 0) return cudaSuccess;
-  const GatherArgs g{blockTables, maxBlocksPerReq, req, blockSize, rowWidth, rank, rowWidth - rank,
-                     static_cast<Bf16*>(out), static_cast<Bf16*>(kv), kvLd, kvOffset, kvStride, kvCount};
+  const size_t elem = cacheDtype == HS_DTYPE_F32 ? 4 : 2;
+  const bool hostVec = hostCache != nullptr && reinterpret_cast<uintptr_t>(hostCache) % 16 == 0 &&
+                       (static_cast<size_t>(rowWidth) * elem) % 16 == 0;
+  const GatherArgs g{blockTables,
+                     maxBlocksPerReq,
+                     hostCache != nullptr ? hostBlockTables : nullptr,
+                     hostCache != nullptr ? hostMaxBlocksPerReq : 0,
+                     hostVec,
+                     req,
+                     blockSize,
+                     rowWidth,
+                     rank,
+                     rowWidth - rank,
+                     static_cast<Bf16*>(out),
+                     static_cast<Bf16*>(kv),
+                     kvLd,
+                     kvOffset,
+                     kvStride,
+                     kvCount};
   return withDtype(cacheDtype, [&](auto v) {
     using C = decltype(v);
-    gatherKernel<C><<<numRows, kGatherThreads, 0, stream>>>(static_cast<const C*>(cache), g);
+    gatherKernel<C><<<numRows, kGatherThreads, 0, stream>>>(static_cast<const C*>(cache),
+                                                            static_cast<const C*>(hostCache), g);
     return cudaGetLastError();
   });
 }

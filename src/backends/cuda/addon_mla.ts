@@ -106,6 +106,9 @@ export interface NativeMlaApi {
   /**
    * bf16 [numRows, rowWidth] = request req's first numRows paged rows, and (kv not NULL_PTR) each
    * row's k_pe into kvCount heads' keys at kvOffset + h * kvStride of kv rows of kvLd (hsMlaGatherLatent).
+   * hostCache (NULL_PTR: none; mapped pinned [numHostBlocks, blockSize, rowWidth] of cacheDtype):
+   * a position whose device block is -1 reads host block hostBlockTables[req, b] (i32 [numReqs,
+   * hostMaxBlocksPerReq], hostMaxBlocksPerReq > 0) instead.
    */
   mlaGatherLatent(
     stream: number,
@@ -113,6 +116,9 @@ export interface NativeMlaApi {
     cacheDtype: number,
     blockTables: DevicePtr,
     maxBlocksPerReq: number,
+    hostCache: DevicePtr,
+    hostBlockTables: DevicePtr,
+    hostMaxBlocksPerReq: number,
     req: number,
     blockSize: number,
     rowWidth: number,

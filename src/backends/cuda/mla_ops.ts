@@ -11,7 +11,9 @@
  * selection), the result through W_UV. Outside graph capture, requests of at least
  * `prefill.minQueryLen` new tokens (bf16 q) take the expanded form instead, on tensor cores
  * (mla_prefill.ts: k_nope / v per head from kv_b_proj, S = Q K^T and O = P V by cuBLAS, a masked
- * softmax kernel); a step mixing both runs each request through its own form.
+ * softmax kernel); a step mixing both runs each request through its own form. A request flagged
+ * in `spilled` (SpilledRows, mla_spilled.ts) always takes the expanded form: its gather reads the
+ * rows of its host-resident pages from the pinned host tier.
  */
 import type {
   AttentionMetadata,
@@ -20,6 +22,7 @@ import type {
   IndexerScales,
   MlaDims,
   RotarySpan,
+  SpilledRows,
   Tensor,
 } from "../backend.js";
 import { DTYPE_BYTES } from "../backend.js";
@@ -33,6 +36,7 @@ import {
   prefillTiles,
   type RequestRun,
 } from "./mla_prefill.js";
+import { spilledSource } from "./mla_spilled.js";
 import type { CudaOpsContext } from "./ops.js";
 import { type CudaTensor, describe, expectDtype, expectShape } from "./tensor.js";
 
@@ -226,7 +230,11 @@ export class CudaMlaOps implements BackendMlaOps {
    * Absorbed MLA attention (mla.h): q: [T, Hq * (N + R)] (bf16 | f32); latentCache: [numBlocks,
    * blockSize, C + R]; kvBProj: bf16 [Hq * (N + Vd), C]; topkIndices: i32 [T, K] or null -> [T,
    * Hq * Vd] of q's dtype. Selected positions outside [0, p] are skipped (the CPU backend throws).
-   * @throws Error on shapes, dtypes or dims beyond the kernels' limits.
+   * spilled (mla_spilled.ts): each flagged request runs alone in the expanded form, whose gather
+   * reads its -1 blocks' rows from hostRows (mapped pinned [numHostBlocks, blockSize, C + R] of
+   * latentCache's dtype); the other requests run as without it.
+   * @throws Error on shapes, dtypes or dims beyond the kernels' limits; with a flagged request,
+   *   when q is not bf16, during graph capture, or on hostRows' / hostBlockTables' shapes.
    */
   attention(
     q: Tensor,
@@ -236,6 +244,7 @@ export class CudaMlaOps implements BackendMlaOps {
     dims: MlaDims,
     blockSize: number,
     topkIndices: Tensor | null,
+    spilled?: SpilledRows | null,
   ): Tensor {
     const { ctx } = this;
     const { numHeads: Hq, qkNopeHeadDim: N, qkRopeHeadDim: R, vHeadDim: Vd, kvLoraRank: C } = dims;
@@ -261,13 +270,14 @@ export class CudaMlaOps implements BackendMlaOps {
       if (dim(topkIndices, 1) < 1) throw new Error("mla.attention: topkIndices has no columns");
     }
     const tables = stepTables(ctx, meta, "mla.attention");
+    const host = spilledSource(ctx, spilled, meta, q, latentCache, blockSize, C + R);
     const out = ctx.out([T, Hq * Vd], q.dtype);
     if (T === 0) return out;
     const { minQueryLen, scratchBytes } = this.prefill;
     const all: RequestRun = { expanded: false, r0: 0, r1: tables.numReqs, t0: 0, t1: T };
     const runs =
-      q.dtype === "bf16" && !ctx.graphs.isCapturing && meta.maxQueryLen >= minQueryLen
-        ? planRuns(meta.host.queryStartLoc, tables.numReqs, T, minQueryLen)
+      q.dtype === "bf16" && !ctx.graphs.isCapturing && (meta.maxQueryLen >= minQueryLen || host !== null)
+        ? planRuns(meta.host.queryStartLoc, tables.numReqs, T, minQueryLen, host?.flags)
         : [all];
     const step = {
       q: qt,
@@ -302,6 +312,7 @@ export class CudaMlaOps implements BackendMlaOps {
         seqLen,
         topk: sel?.ptr ?? NULL_PTR,
         topkStride: sel === null ? 0 : dim(sel, 1),
+        host: host?.flags[run.r0] === 1 ? host.source : undefined,
       };
       expandedAttention(ctx, request, dims, tiles, ctx.sharedScratch(tiles.totalBytes));
     }

@@ -3,7 +3,8 @@
  * DeepseekV3Attention / GlmMoeDsaAttention compute it so; CPU oracle ../cpu/kernels/mla.ts
  * mlaAttentionKernel). Per request of the chunk, with L = its context length after the step:
  * 1. hsMlaGatherLatent: its L paged latent rows -> bf16 [L, C + R] (contiguous), and each row's
- *    k_pe into the key of every head of the group buffer KV (below);
+ *    k_pe into the key of every head of the group buffer KV (below); the rows of pages whose
+ *    device block is -1 from the host tier when the request has one (ExpandedRequest.host);
  * 2. per group of g heads, kv_b_proj by two strided-batched cuBLAS GEMMs (one per head, batched):
  *    KV bf16 [L, g, N + R + Vd] = per head [k_nope = W_UK[h] c_i | k_pe_i | v = W_UV[h] c_i];
  * 3. per tile of q queries (positions P .. P + q - 1, keys [0, P + q)): S f32 [g, q, P + q] (rows
@@ -45,22 +46,30 @@ export interface RequestRun {
 
 /**
  * Splits a step into runs covering tokens [0, T): each request of >= minQueryLen new tokens alone
- * (expanded), the others grouped while consecutive (absorbed); tokens past the last request's
- * (padding) form a final absorbed run of no request (the kernel writes zeros for them).
- * qsl: host queryStartLoc [numReqs + 1], qsl[0] = 0.
+ * (expanded), and each request r with mustExpand[r] = 1 alone (expanded) whatever its length (a
+ * request that reads host rows, SpilledRows: only the expanded gather reads them); the others
+ * grouped while consecutive (absorbed); tokens past the last request's (padding) form a final
+ * absorbed run of no request (the kernel writes zeros for them).
+ * qsl: host queryStartLoc [numReqs + 1], qsl[0] = 0; mustExpand: [numReqs] or null (none).
  */
-export function planRuns(qsl: Int32Array, numReqs: number, T: number, minQueryLen: number): RequestRun[] {
+export function planRuns(
+  qsl: Int32Array,
+  numReqs: number,
+  T: number,
+  minQueryLen: number,
+  mustExpand: Uint8Array | null = null,
+): RequestRun[] {
   const runs: RequestRun[] = [];
-  const len = (r: number) => qsl[r + 1]! - qsl[r]!;
+  const expand = (r: number) => qsl[r + 1]! - qsl[r]! >= minQueryLen || mustExpand?.[r] === 1;
   let r = 0;
   while (r < numReqs) {
-    if (len(r) >= minQueryLen) {
+    if (expand(r)) {
       runs.push({ expanded: true, r0: r, r1: r + 1, t0: qsl[r]!, t1: qsl[r + 1]! });
       r++;
       continue;
     }
     let r1 = r + 1;
-    while (r1 < numReqs && len(r1) < minQueryLen) r1++;
+    while (r1 < numReqs && !expand(r1)) r1++;
     runs.push({ expanded: false, r0: r, r1, t0: qsl[r]!, t1: qsl[r1]! });
     r = r1;
   }
@@ -141,6 +150,18 @@ export interface ExpandedRequest {
   /** i32 [T, topkStride] DSA selections of the step, or NULL_PTR (dense causal). */
   topk: DevicePtr;
   topkStride: number;
+  /** Where the gather reads the rows of the request's -1 device blocks (SpilledRows); absent: nowhere. */
+  host?: HostRowSource;
+}
+
+/** The host tier of one layer as the gather reads it (device-visible pointers, mapped pinned memory). */
+export interface HostRowSource {
+  /** [numHostBlocks, blockSize, C + R] of the latent cache's dtype (ExpandedRequest.cacheDtype). */
+  rows: DevicePtr;
+  /** i32 [numReqs, maxBlocksPerReq] of the step: the host block of every page. */
+  blockTables: DevicePtr;
+  /** Columns of blockTables (> 0). */
+  maxBlocksPerReq: number;
 }
 
 /**
@@ -174,6 +195,9 @@ export function expandedAttention(
     x.cacheDtype,
     x.blockTables,
     x.maxBlocksPerReq,
+    x.host?.rows ?? NULL_PTR,
+    x.host?.blockTables ?? NULL_PTR,
+    x.host?.maxBlocksPerReq ?? 0,
     x.req,
     x.blockSize,
     D,

@@ -76,6 +76,9 @@ export function installMlaPrefillFakes(fake: FakeAddon, blas: object): void {
     cacheDtype: number,
     tables: number,
     maxBlocks: number,
+    hostCache: number,
+    hostTables: number,
+    hostMaxBlocks: number,
     req: number,
     bs: number,
     W: number,
@@ -88,13 +91,30 @@ export function installMlaPrefillFakes(fake: FakeAddon, blas: object): void {
     kvStride: number,
     kvCount: number,
   ) => {
-    fake.calls.push({ fn: "mlaGatherLatent", args: [req, numRows, kvLd, kvOffset, kvStride, kvCount] });
+    fake.calls.push({
+      fn: "mlaGatherLatent",
+      args: [req, numRows, kvLd, kvOffset, kvStride, kvCount, hostCache, hostTables, hostMaxBlocks],
+    });
+    if (hostCache !== 0 && (hostTables === 0 || hostMaxBlocks <= 0))
+      throw new Error("fake mlaGatherLatent: a host source needs its tables and a positive width");
     for (let i = 0; i < numRows; i++) {
       const b = Math.floor(i / bs);
-      const inTable = b < maxBlocks;
-      const slot = inTable ? get(mem, tables, I32, req * maxBlocks + b) * bs + (i % bs) : 0;
+      // The row's source (the kernel's gatherSource): device block, else host block, else zeros.
+      let src: [number, number] | null = null;
+      const blk = b < maxBlocks ? get(mem, tables, I32, req * maxBlocks + b) : -1;
+      if (blk >= 0) src = [cache, blk];
+      else if (b < maxBlocks && hostCache !== 0 && b < hostMaxBlocks) {
+        const hb = get(mem, hostTables, I32, req * hostMaxBlocks + b);
+        if (hb >= 0) src = [hostCache, hb];
+      }
       for (let e = 0; e < W; e++)
-        set(mem, out, BF16, i * W + e, inTable ? get(mem, cache, cacheDtype, slot * W + e) : 0);
+        set(
+          mem,
+          out,
+          BF16,
+          i * W + e,
+          src === null ? 0 : get(mem, src[0], cacheDtype, (src[1] * bs + (i % bs)) * W + e),
+        );
       if (kv === 0) continue;
       for (let h = 0; h < kvCount; h++)
         for (let c = 0; c < W - rank; c++)
