@@ -182,9 +182,8 @@ function assemble(
   return {
     ...setup,
     mla: { attention, indexerKeyCaches },
-    // Not yet: the CUDA MLA ops' SpilledRows (the expanded gather reading host rows) is on
-    // branch wip/cudaspill, untested on a GPU; until it lands, a CUDA prefill keeps its pages.
-    info: { ...setup.info, hisparse: { ...setup.info.hisparse!, config: eff, prefillReadsHostTier: false } },
+    // The CUDA MLA ops read a streaming prefill's spilled pages from the host tier (SpilledRows).
+    info: { ...setup.info, hisparse: { ...setup.info.hisparse!, config: eff, prefillReadsHostTier: true } },
     dispose: () => {
       setup.dispose();
       for (const t of indexerKeyCaches) if (t !== null) backend.free(t);
