@@ -100,6 +100,7 @@ function planned(
     mla: config.mla!,
     numLayers: config.numHiddenLayers,
     architecture: config.architecture,
+    maxNumBatchedTokens: chunk,
   });
   const p = {
     model: config,

@@ -97,10 +97,21 @@ function scheduledEngine(
     user === null
       ? null
       : { ...(kv.info.hisparse?.config ?? user), mode: user.mode, residency: user.residency };
+  const schedulerConfig = schedulerConfigOf(args, maxModelLen);
+  // As the engine's (engine/llm_engine.ts hisparseSchedulingFor): a set-up whose prefill reads
+  // host pages (DSA) lets a long prefill stream its pages to the host tier.
   const hisparse =
-    hs === null ? null : createHiSparseScheduling(hs, { blockSize, numGpuBlocks, numHostBlocks });
+    hs === null
+      ? null
+      : createHiSparseScheduling(hs, {
+          blockSize,
+          numGpuBlocks,
+          numHostBlocks,
+          prefillReadsHostTier: kv.info.hisparse?.prefillReadsHostTier ?? false,
+          maxNumBatchedTokens: schedulerConfig.maxNumBatchedTokens,
+        });
   const scheduler = new Scheduler(
-    schedulerConfigOf(args, maxModelLen),
+    schedulerConfig,
     cacheConfigOf(args, numGpuBlocks),
     hisparse?.schedulerOptions ?? {},
   );

@@ -1,6 +1,7 @@
 import { readFileSync, statSync } from "node:fs";
 import { isAbsolute, join, relative } from "node:path";
 import { type Command, Option } from "commander";
+import { defaultEngineArgs } from "../config/engine_args.js";
 import {
   type HiSparseConfig,
   resolveHiSparseConfig,
@@ -73,6 +74,7 @@ interface PlanOptions {
   hybridSparseTopk?: number;
   hisparseConfig?: string;
   hostPoolGib?: number;
+  maxNumBatchedTokens: number;
   json: boolean;
 }
 
@@ -103,6 +105,12 @@ export function registerPlan(program: Command): void {
     )
     .requiredOption("--context <n>", "tokens per request (prompt + output)", parseIntArg)
     .option("--block-size <n>", "tokens per KV block", parseIntArg, 16)
+    .option(
+      "--max-num-batched-tokens <n>",
+      "token budget of one engine step (DSA: the chunk a streaming prefill holds on the GPU)",
+      parseIntArg,
+      defaultEngineArgs().maxNumBatchedTokens,
+    )
     .addOption(
       new Option(
         "--kv-cache-dtype <dtype>",
@@ -274,6 +282,7 @@ async function runPlan(o: PlanOptions): Promise<void> {
           mla: config.mla,
           numLayers: config.numHiddenLayers,
           architecture: config.architecture,
+          maxNumBatchedTokens: o.maxNumBatchedTokens,
         })
       : planHiSparseKnobs({
           json: o.hisparseConfig,

@@ -26,6 +26,8 @@ export interface DsaKnobsInput {
   mla: MlaConfig;
   numLayers: number;
   architecture: string;
+  /** `--max-num-batched-tokens`: the chunk a streaming prefill takes per step. */
+  maxNumBatchedTokens: number;
 }
 
 /**
@@ -69,6 +71,8 @@ export function planDsaKnobs(o: DsaKnobsInput): PlanHiSparse & { config: HiSpars
     denseLayers: c.denseLayers,
     hostPoolBytes: c.hostPoolBytes,
     defaultHostPool: c.defaultHostPool,
+    // Both engines' DSA set-ups read a prefill's spilled pages (worker/hisparse/dsa_setup.ts, cuda/).
+    streamingPrefill: { maxChunkTokens: o.maxNumBatchedTokens },
   };
 }
 
@@ -99,7 +103,9 @@ export function dsaHiSparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan
     `  GPU per page   = indexer keys ${numIndexerLayers} layers × ${bs} × ${ix.headDim} × ${e} B${dl} = ${formatBytes(h.deviceBytesPerHostBlock)}`,
     `  per request    = ${formatInt(h.pagesPerRequest)} pages; on the GPU ceil((${c.windowTokens} + ${c.deviceBufferTokens}) / ${bs}) + 1 = ${formatInt(h.devicePagesPerRequest)} blocks`,
     `                 = ${formatInt(h.devicePagesPerRequest)} × ${formatBytes(h.mainBytesPerBlock)} + ${formatInt(h.pagesPerRequest)} × ${formatBytes(h.deviceBytesPerHostBlock)} = ${formatBytes(h.deviceBytesPerRequest)} of GPU memory (dense: ${formatBytes(dense.pagesPerRequest * dense.kvBytesPerBlock)})`,
-    `  prefill        = all ${formatInt(h.pagesPerRequest)} pages in GPU blocks while a request prefills; it shrinks to ${formatInt(h.devicePagesPerRequest)} blocks when it decodes`,
+    h.streamingPrefillBlocks === null
+      ? `  prefill        = all ${formatInt(h.pagesPerRequest)} pages in GPU blocks while a request prefills; it shrinks to ${formatInt(h.devicePagesPerRequest)} blocks when it decodes`
+      : `  prefill        = streams: at most ${formatInt(Math.min(h.pagesPerRequest, h.streamingPrefillBlocks))} GPU blocks while a request prefills (window, two chunks of ${formatInt(c.streamingPrefill!.maxChunkTokens)} tokens, hot buffer), its completed pages spilled to the host; ${formatInt(h.devicePagesPerRequest)} when it decodes`,
     ...poolLines(given, h.given, h, ratio(h.given.maxConcurrent), [], perPage),
     ...poolLines(
       `  with the best host pool for this context: --host-pool-gib ${(h.best.hostPoolBytes / GIB).toFixed(2)}`,

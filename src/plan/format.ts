@@ -151,9 +151,9 @@ export function poolLines(
     `    host pool      ${formatBytes(pool.hostPoolBytes)} = ${formatInt(pool.numHostBlocks)} pages; their ${perPage} on the GPU: ${formatBytes(pool.numHostBlocks * h.deviceBytesPerHostBlock)}`,
     `    GPU blocks     = floor((budget − ${formatBytes(pool.numHostBlocks * h.deviceBytesPerHostBlock)}) / ${formatBytes(h.mainBytesPerBlock)}) = ${formatInt(pool.numGpuBlocks)}`,
     `    by host pool   = floor(${formatInt(pool.numHostBlocks)} / ${formatInt(h.pagesPerRequest)}) = ${formatInt(pool.maxByHost)}`,
-    pool.numGpuBlocks >= h.pagesPerRequest
-      ? `    by GPU pool    = floor((${formatInt(pool.numGpuBlocks)} − ${formatInt(h.pagesPerRequest)} of one dense prefill) / ${formatInt(h.devicePagesPerRequest)}) + 1 = ${formatInt(pool.maxByDevice)}`
-      : `    by GPU pool    = 0 (${formatInt(pool.numGpuBlocks)} blocks < the ${formatInt(h.pagesPerRequest)} pages of one dense prefill)`,
+    pool.numGpuBlocks >= pool.prefillDeviceBlocks
+      ? `    by GPU pool    = floor((${formatInt(pool.numGpuBlocks)} − ${formatInt(pool.prefillDeviceBlocks)} of one ${pool.prefillDeviceBlocks < h.pagesPerRequest ? "streaming" : "dense"} prefill) / ${formatInt(h.devicePagesPerRequest)}) + 1 = ${formatInt(pool.maxByDevice)}`
+      : `    by GPU pool    = 0 (${formatInt(pool.numGpuBlocks)} blocks < the ${formatInt(pool.prefillDeviceBlocks)} pages of one dense prefill)`,
   ];
   for (const r of pool.refusals) lines.push(`    the engine would refuse this: ${r}`);
   lines.push(`    max requests   = ${formatInt(pool.maxConcurrent)}${suffix}`);

@@ -17,7 +17,10 @@
  *   all its pages, which stay in the device pool until it decodes (core/hisparse/hybrid_policy.ts:
  *   only decoding requests spill; `maxBlocksPerRequest` admits a request only if its pages fit
  *   the device pool), so the device pool must hold one request's every page beside the sparse
- *   footprint of the others.
+ *   footprint of the others; except with `streamingPrefill` (DSA models, whose MLA attention reads
+ *   a prefill's spilled pages from the host tier): a prefill then holds at most
+ *   core/kv/kv_memory.ts streamingPrefillBlocks (sinks, window, two chunks, hot buffer), and
+ *   only the host pool bounds a request's length.
  * This file checks the inputs, lays the model's KV cache out as the engine does and assembles
  * the formula's answers; it computes no size of its own.
  */
@@ -45,6 +48,7 @@ import {
   decodeOnlyConcurrency,
   defaultHostPoolBytes,
   maxByDevicePool,
+  prefillDeviceBlocks,
   sparseDevicePagesPerRequest,
   sparseRequestDeviceBytes,
   unpagedConcurrency,
@@ -56,6 +60,7 @@ import {
   type KVMemorySizing,
   sizeKVMemory,
   sparseRequestMinBlocks,
+  streamingPrefillBlocksOf,
 } from "../core/kv/kv_memory.js";
 import { describeKVRefusal } from "../core/kv/kv_refusals.js";
 
@@ -87,6 +92,11 @@ export interface PlanHiSparse {
   defaultHostPool?: DefaultHostPool;
   /** `host_kv_cache_dtype` (config/hisparse_config.ts): fp8 host pages cost 1 byte an element; absent: auto. */
   hostKvCacheDtype?: HostKvCacheDtype;
+  /**
+   * Present when a prefill streams its completed pages to the host tier (DSA models: the
+   * set-up's prefillReadsHostTier), with the step's token budget (`--max-num-batched-tokens`).
+   */
+  streamingPrefill?: { maxChunkTokens: number };
   /**
    * Knobs that change no figure, kept so that plan refuses what the engine would
    * (`--hisparse-config` min_sparse_tokens, selector, residency; absent = the engine's default).
@@ -147,12 +157,15 @@ export interface HiSparsePoolPlan {
   /** Requests the host pool holds: floor(numHostBlocks / pagesPerRequest). */
   maxByHost: number;
   /**
-   * Requests the device pool holds, one of them in its dense prefill (see {@link maxByDevicePool}):
-   * numGpuBlocks >= pagesPerRequest ? floor((numGpuBlocks - pagesPerRequest) / devicePagesPerRequest) + 1 : 0.
+   * Requests the device pool holds, one of them in its prefill (see {@link maxByDevicePool}), which
+   * holds p = pagesPerRequest blocks (with `streamingPrefill`, min(p, streamingPrefillBlocks) when
+   * the pool holds that): numGpuBlocks >= p ? floor((numGpuBlocks - p) / devicePagesPerRequest) + 1 : 0.
    */
   maxByDevice: number;
   /** min(maxByHost, maxByDevice), or 0 when the engine would refuse (refusals). */
   maxConcurrent: number;
+  /** Device blocks the prefilling request holds in this pool (core kv_concurrency.ts prefillDeviceBlocks). */
+  prefillDeviceBlocks: number;
   /**
    * Why the engine would refuse these settings (empty when it serves them): every reason it
    * refuses to start with (core/kv/kv_memory.ts sizeKVMemory), else why it rejects every request
@@ -188,6 +201,11 @@ export interface HiSparsePlan {
    * (core/kv/kv_memory.ts sparseRequestMinBlocks).
    */
   minGpuBlocks: number;
+  /**
+   * Device blocks a streaming prefill holds at most (core/kv/kv_memory.ts streamingPrefillBlocks),
+   * or null when prefills hold all their pages (no `streamingPrefill`).
+   */
+  streamingPrefillBlocks: number | null;
   /** Device bytes of one request at steady state (decoding sparsely). */
   deviceBytesPerRequest: number;
   given: HiSparsePoolPlan;
@@ -288,6 +306,10 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
   const hostElementBytes = h.hostKvCacheDtype === "fp8" ? KV_CACHE_DTYPE_BYTES.fp8 : undefined;
   const costs = hisparseBlockCosts(groups, bs, hostElementBytes);
   const minGpuBlocks = sparseRequestMinBlocks(h, bs);
+  const streaming =
+    h.streamingPrefill === undefined
+      ? undefined
+      : streamingPrefillBlocksOf(h, bs, h.streamingPrefill.maxChunkTokens);
   const pagesPerRequest = blocksForTokens(p.contextTokens, bs);
   const devicePagesPerRequest = sparseDevicePagesPerRequest(pagesPerRequest, minGpuBlocks);
   const digestBytesPerPage = groups
@@ -298,6 +320,7 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
     requestTokens: p.contextTokens,
     minGpuBlocks,
     blockSize: bs,
+    streamingBlocks: streaming,
   });
   const pool = (hostPoolBytes: number | null): HiSparsePoolPlan => {
     const sizing = sizeKVMemory({
@@ -306,9 +329,9 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
       deviceBudgetBytes: p.kvBudgetBytes,
       hisparse: { hostPoolBytes, defaultHostPoolBytes: defaultPoolBytes, minGpuBlocks, hostElementBytes },
     });
-    return poolPlan(sizing, pagesPerRequest, devicePagesPerRequest, bs);
+    return poolPlan(sizing, pagesPerRequest, devicePagesPerRequest, bs, streaming);
   };
-  const best = bestHostPool(p.kvBudgetBytes, costs, pagesPerRequest, devicePagesPerRequest);
+  const best = bestHostPool(p.kvBudgetBytes, costs, pagesPerRequest, devicePagesPerRequest, streaming);
   return {
     groups,
     numSparseLayers: L - h.denseLayers.length,
@@ -320,6 +343,7 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
     pagesPerRequest,
     devicePagesPerRequest,
     minGpuBlocks,
+    streamingPrefillBlocks: streaming ?? null,
     deviceBytesPerRequest: sparseRequestDeviceBytes(costs, pagesPerRequest, devicePagesPerRequest),
     given: pool(h.hostPoolBytes),
     givenSizedBy:
@@ -335,9 +359,15 @@ export function planHiSparse(p: PlanInput): HiSparsePlan {
 const fmt = (n: number): string => n.toLocaleString("en-US");
 
 /** One host pool's figures from the formula's sizing: pools, requests at once, refusals. */
-function poolPlan(sizing: KVMemorySizing, P: number, d: number, blockSize: number): HiSparsePoolPlan {
+function poolPlan(
+  sizing: KVMemorySizing,
+  P: number,
+  d: number,
+  blockSize: number,
+  streaming: number | undefined,
+): HiSparsePoolPlan {
   const host = sizing.host!;
-  const c = concurrency(sizing, P, d, blockSize);
+  const c = concurrency(sizing, P, d, blockSize, streaming);
   return {
     hostPoolBytes: host.hostPoolBytes,
     numHostBlocks: host.numHostBlocks,
@@ -345,6 +375,7 @@ function poolPlan(sizing: KVMemorySizing, P: number, d: number, blockSize: numbe
     maxByHost: c.maxByHost,
     maxByDevice: c.maxByDevice,
     maxConcurrent: c.maxConcurrent,
+    prefillDeviceBlocks: prefillDeviceBlocks(sizing.numGpuBlocks, P, streaming),
     refusals: c.refusals.map((r) => describeKVRefusal(r, fmt).fact),
   };
 }

@@ -10,10 +10,10 @@
  *   same with --enforce-eager (same tokens, same hits and misses);
  * - `auto` under forced pressure (a 30-block pool; on the CPU engine: 16 pages spilled, 757
  *   misses, no preemption): pages of decoding requests spill instead of preempting;
- * - `auto`, streaming prefill (a 28-block pool, 16-token chunks): the 130-token prompt spills its
- *   own pages while it prefills, and its later chunks read them from the host tier (SpilledRows);
- *   compared with the dense engine under the same chunking (chunking alone flips greedy tokens of
- *   these random models on CUDA, bf16).
+ * - `auto`, streaming prefill (the 130-token prompt alone, a 16-block pool, 16-token chunks): it
+ *   spills its own pages while it prefills, and its later chunks read them from the host tier
+ *   (SpilledRows); compared with the dense engine under the same chunking (chunking alone flips
+ *   greedy tokens of these random models on CUDA, bf16).
  * Models: the vocabulary-pruned tiny GLM-5 (with and without "shared" indexer layers: one plan,
  * a copy pass per layer) and DeepSeek-V3.2 in test/fixtures/models, and the full ../shared ones
  * when carried. HISPARSE_DSA_QUICK=1 runs one short case (for compute-sanitizer).
@@ -56,7 +56,7 @@ function skip(name: RefModel): string | false {
   return refModelDir(name) === null ? `${name} not found` : false;
 }
 
-function run(dir: string, opts: Partial<LLMOptions>): Promise<HiSparseRunResult> {
+function run(dir: string, opts: Partial<LLMOptions>, prompts = PROMPTS): Promise<HiSparseRunResult> {
   const base: LLMOptions = {
     model: dir,
     device: "cuda",
@@ -65,7 +65,7 @@ function run(dir: string, opts: Partial<LLMOptions>): Promise<HiSparseRunResult>
     maxNumSeqs: 8,
     gpuMemoryUtilization: 0.3,
   };
-  return runPrompts({ ...base, ...opts }, PROMPTS, PARAMS);
+  return runPrompts({ ...base, ...opts }, prompts, PARAMS);
 }
 
 const hisparse = (c: Partial<HiSparseConfig>) => ({ hisparse: resolveHiSparseConfig(c) });
@@ -113,20 +113,22 @@ for (const name of MODELS) {
         assert.ok(st.spilledPagesTotal > 0 && st.missesTotal > 0, JSON.stringify(st));
       });
 
-      it("auto, streaming prefill (a 28-block pool, 16-token chunks): the 130-token prompt (33 pages) prefills by spilling its own pages (SpilledRows), greedy tokens equal dense with the same chunking", async () => {
-        // A streaming prefill holds at most 2 chunks of 3 pages, the window and the hot buffer
-        // (fewer than 28); the 33-page prompt would be refused without reading host pages.
-        // The baseline is the dense engine with the same 16-token chunks: on CUDA, chunking alone
-        // moves bf16 logits enough to flip greedy tokens of these random tiny models (measured:
-        // dense 16-token chunks != dense unchunked, in either MLA form), so unchunked dense is not
-        // the reference here.
+      it("auto, streaming prefill (the 130-token prompt alone, a 16-block pool, 16-token chunks): its 18 pages prefill by spilling its own (SpilledRows), greedy tokens equal dense with the same chunking", async () => {
+        // A streaming prefill holds at most the window page, 2 chunks of 3 pages and the 8-block
+        // hot buffer (15 blocks); without reading host pages the 18-page request would be refused.
+        // The reference is the dense engine with the same 16-token chunks: on CUDA, chunking
+        // alone moves bf16 logits enough to flip greedy tokens of these random tiny models
+        // (measured: dense in 16-token chunks != dense unchunked, in either MLA form; streaming ==
+        // dense chunked). One prompt, so that both runs chunk it alike (with others beside it,
+        // admission under pressure changes where their chunks split).
+        const one = [PROMPTS[0]!];
         const chunked = { numGpuBlocksOverride: 256, maxNumBatchedTokens: 16 };
-        const ref = await run(dir, chunked);
-        const r = await run(dir, {
-          ...chunked,
-          numGpuBlocksOverride: 28,
-          extensions: hisparse({ mode: "auto" }),
-        });
+        const ref = await run(dir, chunked, one);
+        const r = await run(
+          dir,
+          { ...chunked, numGpuBlocksOverride: 16, extensions: hisparse({ mode: "auto" }) },
+          one,
+        );
         console.log(
           `# ${name} auto/streaming prefill: ${JSON.stringify(r.stats)} preemptions ${r.numPreemptions}`,
         );

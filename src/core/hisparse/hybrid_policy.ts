@@ -1,5 +1,5 @@
 import type { HiSparseResidency } from "../../config/hisparse_config.js";
-import { maxBlocksPerRequest } from "../kv/kv_memory.js";
+import { chunkPages, maxBlocksPerRequest, streamingPrefillBlocks } from "../kv/kv_memory.js";
 import { type Request, RequestStatus } from "../request.js";
 import type { KVPressureContext, KVPressureHandler, SchedulerView } from "../sched/extensions.js";
 import type { HybridKVCacheManager } from "./hybrid_kv_cache_manager.js";
@@ -160,19 +160,14 @@ export class HybridPolicy implements KVPressureHandler {
    */
   maxBlocksPerRequest(numGpuBlocks: number): number {
     const numHostBlocks = this.kv.hostBlockPool.numHostBlocks;
-    if (this.config.spillsPrefill && this.streamingPrefillBlocks() <= numGpuBlocks) return numHostBlocks;
-    return maxBlocksPerRequest({ numGpuBlocks, numHostBlocks });
+    const streaming = this.config.spillsPrefill ? this.streamingPrefillBlocks() : undefined;
+    return maxBlocksPerRequest({ numGpuBlocks, numHostBlocks }, streaming);
   }
 
-  /**
-   * Device blocks a streaming prefill (`spillsPrefill`) holds at most beside pages it could
-   * spill: its sinks and window, the chunk whose mirrors are in flight and the next chunk (one
-   * page more each for a chunk that straddles pages), and the hot buffer its first spill takes.
-   */
+  /** Device blocks a streaming prefill (`spillsPrefill`) holds at most (core/kv/kv_memory.ts streamingPrefillBlocks). */
   streamingPrefillBlocks(): number {
     const c = this.config;
-    const chunkPages = numPagesOf(c.maxChunkTokens, c.blockSize) + 1;
-    return c.numSinkPages + c.numWindowPages + 2 * chunkPages + this.kv.numHotBlocks;
+    return streamingPrefillBlocks({ ...c, numHotBlocks: this.kv.numHotBlocks });
   }
 
   /**
@@ -209,7 +204,7 @@ export class HybridPolicy implements KVPressureHandler {
     const held = rp.numPages - rp.numInactive + rp.hotBlocks.length;
     const grows = decoding
       ? 1
-      : Math.min(pages - rp.numPages, numPagesOf(this.config.maxChunkTokens, this.config.blockSize) + 1);
+      : Math.min(pages - rp.numPages, chunkPages(this.config.maxChunkTokens, this.config.blockSize));
     return held - Math.max(0, gain) + grows;
   }
 

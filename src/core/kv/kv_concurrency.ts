@@ -83,21 +83,39 @@ export interface Concurrency {
 }
 
 /**
+ * Device blocks one request holds while it prefills: all its P pages, or with `streamingBlocks`
+ * (kv_memory.ts streamingPrefillBlocks: a HiSparse set-up whose prefill reads host pages) that
+ * the device pool holds, min(P, streamingBlocks).
+ */
+export function prefillDeviceBlocks(
+  numGpuBlocks: number,
+  pagesPerRequest: number,
+  streamingBlocks?: number,
+): number {
+  return streamingBlocks !== undefined && streamingBlocks <= numGpuBlocks
+    ? Math.min(pagesPerRequest, streamingBlocks)
+    : pagesPerRequest;
+}
+
+/**
  * Requests of `pagesPerRequest` pages that run at once in `sizing`'s pools, `d` device pages each
- * once they decode (d = P for the dense engine). Refused when the engine would not start, or
- * would reject a request of this context at admission.
+ * once they decode (d = P for the dense engine), the prefilling one holding
+ * {@link prefillDeviceBlocks} (`streamingBlocks`: see there). Refused when the engine would not
+ * start, or would reject a request of this context at admission.
  */
 export function concurrency(
   sizing: KVMemorySizing,
   pagesPerRequest: number,
   devicePagesPerRequest: number,
   blockSize: number,
+  streamingBlocks?: number,
 ): Concurrency {
   const numHostBlocks = sizing.host?.numHostBlocks ?? null;
   const pools = { numGpuBlocks: sizing.numGpuBlocks, numHostBlocks };
-  const admission = admissionRefusal(pools, pagesPerRequest * blockSize, blockSize);
+  const admission = admissionRefusal(pools, pagesPerRequest * blockSize, blockSize, streamingBlocks);
   const refusals = sizing.refusals.length > 0 ? sizing.refusals : admission === null ? [] : [admission];
-  const maxByDevice = maxByDevicePool(sizing.numGpuBlocks, pagesPerRequest, devicePagesPerRequest);
+  const prefill = prefillDeviceBlocks(sizing.numGpuBlocks, pagesPerRequest, streamingBlocks);
+  const maxByDevice = maxByDevicePool(sizing.numGpuBlocks, prefill, devicePagesPerRequest);
   const maxByHost = numHostBlocks === null ? maxByDevice : Math.floor(numHostBlocks / pagesPerRequest);
   return {
     maxByHost,
@@ -122,13 +140,15 @@ export interface BestHostPool {
 /**
  * The best host pool for requests of P pages, d device pages each once decoding: N requests'
  * host pages and sparse device blocks, plus one prefill's P − d extra blocks, within the budget
- * (m main bytes per block, h device bytes per host page).
+ * (m main bytes per block, h device bytes per host page). With `streamingBlocks`
+ * (kv_memory.ts streamingPrefillBlocks) the prefill holds min(P, streamingBlocks) blocks instead of P.
  */
 export function bestHostPool(
   budgetBytes: number,
   costs: HiSparseBlockCosts,
   pagesPerRequest: number,
   devicePagesPerRequest: number,
+  streamingBlocks?: number,
 ): BestHostPool {
   const [P, d, m, h] = [
     pagesPerRequest,
@@ -136,7 +156,8 @@ export function bestHostPool(
     costs.mainBytesPerBlock,
     costs.deviceBytesPerHostBlock,
   ];
-  const bestN = Math.max(0, Math.floor((budgetBytes - (P - d) * m) / (P * h + d * m)));
+  const prefill = streamingBlocks === undefined ? P : Math.min(P, streamingBlocks);
+  const bestN = Math.max(0, Math.floor((budgetBytes - Math.max(0, prefill - d) * m) / (P * h + d * m)));
   const minHostBlocks = Math.ceil(budgetBytes / (m + h));
   const numHostBlocks = Math.max(bestN * P, minHostBlocks);
   return { bestN, minHostBlocks, numHostBlocks, hostPoolBytes: numHostBlocks * costs.hostBytesPerBlock };
@@ -157,11 +178,19 @@ export function defaultHostPoolBytes(
   rule: DefaultHostPool,
   budgetBytes: number,
   costs: HiSparseBlockCosts,
-  o: { requestTokens: number; minGpuBlocks: number; blockSize: number; numGpuBlocksOverride?: number },
+  o: {
+    requestTokens: number;
+    minGpuBlocks: number;
+    blockSize: number;
+    numGpuBlocksOverride?: number;
+    /** A streaming prefill's device blocks (kv_memory.ts streamingPrefillBlocks), when prefills stream. */
+    streamingBlocks?: number;
+  },
 ): number | undefined {
   if (rule !== "max_model_len" || o.numGpuBlocksOverride !== undefined) return undefined;
   const P = blocksForTokens(o.requestTokens, o.blockSize);
-  const best = bestHostPool(budgetBytes, costs, P, sparseDevicePagesPerRequest(P, o.minGpuBlocks));
+  const d = sparseDevicePagesPerRequest(P, o.minGpuBlocks);
+  const best = bestHostPool(budgetBytes, costs, P, d, o.streamingBlocks);
   return best.bestN > 0 ? best.hostPoolBytes : undefined;
 }
 

@@ -238,12 +238,61 @@ export interface KVPools {
 /**
  * Most blocks one request may ever hold (the scheduler's admission limit): the device pool
  * (dense; with HiSparse too, since a prefill or a recompute attends densely over all its pages),
- * and with HiSparse the host pool (every page has a host block).
+ * and with HiSparse the host pool (every page has a host block). With `streamingBlocks` (a
+ * HiSparse set-up whose prefill reads host pages: {@link streamingPrefillBlocks}) that the device
+ * pool holds, the host pool alone: the prefill spills its completed pages as it goes.
  */
-export function maxBlocksPerRequest(pools: KVPools): number {
-  return pools.numHostBlocks === null
-    ? pools.numGpuBlocks
-    : Math.min(pools.numGpuBlocks, pools.numHostBlocks);
+export function maxBlocksPerRequest(pools: KVPools, streamingBlocks?: number): number {
+  if (pools.numHostBlocks === null) return pools.numGpuBlocks;
+  if (streamingBlocks !== undefined && streamingBlocks <= pools.numGpuBlocks) return pools.numHostBlocks;
+  return Math.min(pools.numGpuBlocks, pools.numHostBlocks);
+}
+
+/**
+ * Pages one prefill chunk of up to `maxChunkTokens` tokens touches at most:
+ * ceil(maxChunkTokens / blockSize) + 1 (one more for a chunk that straddles pages).
+ */
+export function chunkPages(maxChunkTokens: number, blockSize: number): number {
+  return blocksForTokens(maxChunkTokens, blockSize) + 1;
+}
+
+/** What a streaming prefill's device footprint is computed from (pages and blocks of blockSize tokens). */
+export interface StreamingPrefillInput {
+  numSinkPages: number;
+  numWindowPages: number;
+  /** Blocks of one request's hot buffer (device_buffer_tokens / blockSize). */
+  numHotBlocks: number;
+  /** Most tokens one step computes for a request (max_num_batched_tokens). */
+  maxChunkTokens: number;
+  blockSize: number;
+}
+
+/**
+ * Device blocks a streaming prefill (HiSparse, a set-up whose prefill reads host pages: DSA
+ * models) holds at most beside pages it could spill: its sinks and window, the chunk whose
+ * mirrors are in flight and the next ({@link chunkPages} each), and the hot buffer its first
+ * spill takes (core/hisparse/hybrid_policy.ts and `hisparse plan` both count it here).
+ */
+export function streamingPrefillBlocks(o: StreamingPrefillInput): number {
+  return o.numSinkPages + o.numWindowPages + 2 * chunkPages(o.maxChunkTokens, o.blockSize) + o.numHotBlocks;
+}
+
+/**
+ * {@link streamingPrefillBlocks} from HiSparse settings (tokens, each a whole number of pages:
+ * validateHiSparseConfig) and the step's token budget (max_num_batched_tokens).
+ */
+export function streamingPrefillBlocksOf(
+  c: { sinkTokens: number; windowTokens: number; deviceBufferTokens: number },
+  blockSize: number,
+  maxChunkTokens: number,
+): number {
+  return streamingPrefillBlocks({
+    numSinkPages: c.sinkTokens / blockSize,
+    numWindowPages: c.windowTokens / blockSize,
+    numHotBlocks: c.deviceBufferTokens / blockSize,
+    maxChunkTokens,
+    blockSize,
+  });
 }
 
 /** Which pools cannot hold one request of `numTokens` tokens (both false when it fits). */
@@ -263,9 +312,14 @@ export function poolsTooSmall(
  * The admission refusal of a request of `numTokens` tokens (its pages exceed
  * {@link maxBlocksPerRequest}), or null when it is admitted.
  */
-export function admissionRefusal(pools: KVPools, numTokens: number, blockSize: number): KVRefusal | null {
+export function admissionRefusal(
+  pools: KVPools,
+  numTokens: number,
+  blockSize: number,
+  streamingBlocks?: number,
+): KVRefusal | null {
   const blocksPerRequest = blocksForTokens(numTokens, blockSize);
-  return blocksPerRequest > maxBlocksPerRequest(pools)
+  return blocksPerRequest > maxBlocksPerRequest(pools, streamingBlocks)
     ? { kind: "request_exceeds_pool", ...pools, blocksPerRequest }
     : null;
 }

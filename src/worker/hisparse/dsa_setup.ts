@@ -61,7 +61,10 @@ export function setupDsaHiSparse(
     );
   if (reasons.length > 0 || dsa === null || hostView === undefined) throw new ConfigError(reasons);
   const eff = dsa.config;
-  const lay = layOutHiSparse(backend, ctx, eff, { digestElementBytes: DIGEST_ELEMENT_BYTES.cpu });
+  const lay = layOutHiSparse(backend, ctx, eff, {
+    digestElementBytes: DIGEST_ELEMENT_BYTES.cpu,
+    prefillReadsHostTier: true,
+  });
   const { numHostBlocks, sparseLayers } = lay;
   const mla = config.mla!;
   const indexerKeyCaches = allocateIndexerKeyCaches(backend, lay.groups, {

@@ -21,6 +21,7 @@ import {
   type KVMemorySizing,
   sizeKVMemory,
   sparseRequestMinBlocks,
+  streamingPrefillBlocksOf,
 } from "../../core/kv/kv_memory.js";
 import { kvRefusalMessage } from "../../core/kv/kv_refusals.js";
 import type { WorkerExtension } from "../extension.js";
@@ -60,6 +61,12 @@ export interface HiSparseSizingOptions {
   reservedDeviceBytes?: number;
   /** Largest default host pool in bytes (CUDA: a share of the RAM, the host tier is pinned). */
   defaultHostPoolMaxBytes?: number;
+  /**
+   * The set-up's attention reads a prefill's spilled pages from the host tier (DSA set-ups:
+   * HiSparseWorkerInfo.prefillReadsHostTier), so a prefill streams and the default host pool
+   * counts a prefill's core/kv/kv_memory.ts streamingPrefillBlocks instead of all its pages.
+   */
+  prefillReadsHostTier?: boolean;
 }
 
 /**
@@ -105,6 +112,9 @@ export function layOutHiSparse(
           minGpuBlocks,
           blockSize: bs,
           numGpuBlocksOverride: ctx.args.numGpuBlocksOverride,
+          streamingBlocks: o.prefillReadsHostTier
+            ? streamingPrefillBlocksOf(hs, bs, ctx.args.maxNumBatchedTokens)
+            : undefined,
         },
       ),
       defaultHostPoolMaxBytes: o.defaultHostPoolMaxBytes,

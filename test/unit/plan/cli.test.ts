@@ -54,13 +54,17 @@ describe("hisparse plan (CLI)", () => {
       "  KV per token   = MLA latent (512 + 64) × 1 B = 576 B/layer × 78 layers + indexer keys 128 × 1 B = 128 B/layer × 78 layers = 54,912 B",
       "  max requests   = floor(11,011 / 2,048) = 5   (without paging: floor(budget / (131,072 × 54,912 B)) = 5)",
       "  GPU per page   = indexer keys 78 layers × 64 × 128 × 1 B = 624.00 KiB",
-      "    max requests   = 22 (4.4× dense)",
+      // A prefill streams (at most 131 blocks: window, two 2,048-token chunks, hot buffer), so the
+      // engine reaches the decode-only figure: 25 by the host pool, 30 by the GPU pool.
+      "  prefill        = streams: at most 131 GPU blocks while a request prefills (window, two chunks of 2,048 tokens, hot buffer), its completed pages spilled to the host; 66 when it decodes",
+      "    by GPU pool    = floor((2,080 − 131 of one streaming prefill) / 66) + 1 = 30",
+      "    max requests   = 25 (5.0× dense)",
       "  decode-only   = floor(38,697,427,057 B / (2,048 × 638,976 B + 66 × 2,875,392 B)) = 25 (5.0× dense)",
     ])
       assert.ok(r.stdout.includes(`${line}\n`), `missing: ${line}\n${r.stdout}`);
     assert.match(
       r.stdout,
-      /Deployment \(8 GPUs, one tensor-parallel group\): .* so 8 GPUs run 5 requests dense, 22 with HiSparse \(default host pool\), 22 with the best host pool/,
+      /Deployment \(8 GPUs, one tensor-parallel group\): .* so 8 GPUs run 5 requests dense, 25 with HiSparse \(default host pool\), 25 with the best host pool/,
     );
     assert.match(
       r.stdout,

@@ -38,7 +38,11 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
   after(() => rmSync(dir, { recursive: true, force: true }));
 
   /** The plan at the test's context (budget BUDGET unless given); hostPoolBytes null: the engine's default. */
-  const plan = (hostPoolBytes: number | null = HOST_PAGES * BLOCK, kvBudgetBytes = BUDGET) => {
+  const plan = (
+    hostPoolBytes: number | null = HOST_PAGES * BLOCK,
+    kvBudgetBytes = BUDGET,
+    { contextTokens = PROMPT + MAX_TOKENS, maxNumBatchedTokens = 4096 } = {},
+  ) => {
     const config = loadModelConfig(dir);
     const knobs = planDsaKnobs({
       hostPoolBytes: hostPoolBytes ?? undefined,
@@ -46,11 +50,12 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
       mla: config.mla!,
       numLayers: config.numHiddenLayers,
       architecture: config.architecture,
+      maxNumBatchedTokens,
     });
     const p: PlanInput = {
       model: config,
       kvBudgetBytes,
-      contextTokens: PROMPT + MAX_TOKENS,
+      contextTokens,
       blockSize: 16,
       kvElementBytes: 4,
       hisparse: knobs,
@@ -109,8 +114,48 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
     assert.equal(run.preemptions, 0);
   });
 
-  /** `n` requests through a CPU engine with HiSparse on and the extra flags; what it sized and ran. */
-  const runOn = async (argv: string[], maxModelLen: number, n: number) => {
+  it("a streaming prefill (16-token chunks): a request longer than the GPU pool runs, as many at once as planned", async (t) => {
+    if (src === null) return t.skip("tiny-glm5-dsa-pv not found");
+    // 600 + 8 tokens = 38 pages > the 25-block pool. A prefill of 16-token chunks holds at most
+    // 1 window page + 2 × (1 + 1) chunk pages + 4 hot blocks = 9 blocks, so by the GPU pool
+    // floor((25 − 9) / 6) + 1 = 3, by the host pool floor(80 / 38) = 2; without streaming: refused.
+    const tokens = { contextTokens: 600 + MAX_TOKENS, maxNumBatchedTokens: 16 };
+    const { h } = plan(HOST_PAGES * BLOCK, BUDGET, tokens);
+    assert.deepEqual(
+      [
+        h.pagesPerRequest,
+        h.streamingPrefillBlocks,
+        h.given.maxByDevice,
+        h.given.maxByHost,
+        h.given.maxConcurrent,
+      ],
+      [38, 9, 3, 2, 2],
+    );
+    assert.equal(
+      plan(HOST_PAGES * BLOCK, BUDGET, { ...tokens, maxNumBatchedTokens: 4096 }).h.given.maxConcurrent,
+      0,
+    );
+    const run = await runOn(
+      ["--host-pool-gib", String((HOST_PAGES * BLOCK) / 2 ** 30)],
+      tokens.contextTokens,
+      h.given.maxConcurrent + 2,
+      { prompt: 600, maxNumBatchedTokens: 16 },
+    );
+    assert.equal(run.numGpuBlocks, h.given.numGpuBlocks);
+    assert.equal(run.peak, h.given.maxConcurrent, "the planned number of requests runs at once, no more");
+    assert.equal(run.preemptions, 0);
+  });
+
+  /**
+   * `n` requests of `prompt` tokens (default PROMPT) through a CPU engine with HiSparse on and the
+   * extra flags (chunked prefill of `maxNumBatchedTokens` when given, else whole prefills); what it sized and ran.
+   */
+  const runOn = async (
+    argv: string[],
+    maxModelLen: number,
+    n: number,
+    o: { prompt?: number; maxNumBatchedTokens?: number } = {},
+  ) => {
     const args = variantEngineArgs(
       {
         ...makeEngineArgs({
@@ -120,8 +165,8 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
           kvCacheDtype: "f32",
           blockSize: 16,
           maxModelLen,
-          maxNumBatchedTokens: 4096,
-          enableChunkedPrefill: false,
+          maxNumBatchedTokens: o.maxNumBatchedTokens ?? 4096,
+          enableChunkedPrefill: o.maxNumBatchedTokens !== undefined,
         }),
         cpuKvCacheGib: BUDGET,
       },
@@ -132,7 +177,7 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
       for (let i = 0; i < n; i++)
         engine.addRequest(
           `r${i}`,
-          { promptTokenIds: Array.from({ length: PROMPT }, (_, j) => 1 + ((i * 7 + j) % 300)) },
+          { promptTokenIds: Array.from({ length: o.prompt ?? PROMPT }, (_, j) => 1 + ((i * 7 + j) % 300)) },
           makeSamplingParams({ maxTokens: MAX_TOKENS, ignoreEos: true, temperature: 0 }),
         );
       let peak = 0;
@@ -162,6 +207,7 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
           mla: config.mla!,
           numLayers: config.numHiddenLayers,
           architecture: config.architecture,
+          maxNumBatchedTokens: 4096,
         }),
       (e: unknown) => e instanceof PlanError && /window_tokens does not apply to DSA models/.test(e.message),
     );

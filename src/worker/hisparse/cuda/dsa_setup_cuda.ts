@@ -119,6 +119,7 @@ export function setupCudaDsaHiSparse(
     digestElementBytes: digestElementBytes("cuda", eff.digestDtype),
     reservedDeviceBytes: HiSparseSlotTables.deviceBytes(tablesConfig),
     defaultHostPoolMaxBytes: defaultHostPoolMaxBytes(ctx.args.tensorParallelSize),
+    prefillReadsHostTier: true,
   });
   return assemble(backend, ctx, eff, lay, layers, tablesConfig, layout);
 }
