@@ -2,7 +2,7 @@
  * DSA HiSparse capacity (issue 15), GPU machine: how many long requests decode at once without a
  * preemption, `off` vs `auto` / `on`, on the same device memory, for a DSA model:
  *   node dist/bench/dsa_capacity.js [--config configs/glm-5] [--num-layers 8] [--num-experts 16]
- *     [--runs 131072:12:48,1048576:40:8:60] [--modes off,auto,on] [--chunk 65536] [--json FILE]
+ *     [--runs 131072:12:48,1048576:40:8:60,1048576:8:8] [--modes off,auto,on] [--chunk 65536] [--json FILE]
  * Each run is context:kvBudgetGiB:maxRequests[:hostPoolGiB]; without hostPoolGiB the engine's
  * default host pool (DSA: the one that holds the most requests of the context, the run's
  * --max-model-len; capped at half the RAM, so give it where that binds).
@@ -23,8 +23,9 @@
  * for the same settings (src/plan: planDense, planHiSparse over planDsaKnobs).
  *
  * What bounds HiSparse: the indexer keys stay on the GPU for every token (GLM-5: 256 B per token
- * and full layer, 22% of the dense bytes), a prefilling request holds all its latent rows on the
- * GPU until it decodes, and the host pool holds every latent row of every request.
+ * and full layer, 22% of the dense bytes), and the host pool holds every latent row of every
+ * request; a prefilling request streams (its attention reads the pages it spilled from the host
+ * tier), so it holds at most core/kv/kv_memory.ts streamingPrefillBlocks of the device pool.
  */
 import { writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
@@ -44,7 +45,7 @@ const arg = (name: string, d: string) => {
 };
 const GiB = 2 ** 30;
 const BLOCK = 16;
-const runs = arg("runs", "131072:12:48,1048576:40:8:60")
+const runs = arg("runs", "131072:12:48,1048576:40:8:60,1048576:8:8")
   .split(",")
   .map((r) => {
     const [c, g, n, hp] = r.split(":").map(Number);

@@ -25,18 +25,19 @@ command -v node >/dev/null || { echo "node is not on PATH (source .device/prelud
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>&1 | head -1
 # Throughput runs one context at a time, each with the host pool that holds the most requests of
 # that context in 8 GiB (what the engine's DSA default sizes for --max-model-len = the context;
-# `hisparse plan --config <glm-5 cut to 8 layers> --kv-cache-gib 8 --context N`: 22.22 GiB at 32K
-# (79 requests vs 23 dense), 27.00 GiB at 128K (24 vs 5)).
+# `hisparse plan --config <glm-5 cut to 8 layers> --kv-cache-gib 8 --context N
+# --max-num-batched-tokens 8192` (the bench's chunk): 22.91 GiB at 32K (79 requests vs 22 dense),
+# 30.61 GiB at 128K (27 vs 5; prefills stream since 662d68c)).
 common=(--config configs/glm-5 --num-layers 8 --num-experts 16 --kv-budget-gib 8 --steps 24)
-c32=(--contexts 32768 --host-pool-gib 22.22)
-c128=(--contexts 131072 --host-pool-gib 27)
+c32=(--contexts 32768 --host-pool-gib 22.91)
+c128=(--contexts 131072 --host-pool-gib 30.61)
 budget="${BUDGET_S:-200}"
 
 phases="${PHASES:-capacity 32 128 other}"
 has() { [[ " $phases " == *" $1 "* ]]; }
 
-has capacity && echo "== capacity (128K: the engine's default host pool; 1M: 60 GiB, the default would pin more than half the RAM)"
-has capacity && timeout 240 node dist/bench/dsa_capacity.js --runs 131072:12:48,1048576:40:8:60 \
+has capacity && echo "== capacity (128K: the engine's default host pool; 1M at 40 GiB: 60 GiB, the default would pin more than half the RAM; 1M at 8 GiB, below one dense request: the default)"
+has capacity && timeout 300 node dist/bench/dsa_capacity.js --runs 131072:12:48,1048576:40:8:60,1048576:8:8 \
   --json "$out/dsa_capacity.json" 2>&1 | tee "$out/dsa_capacity.txt" | grep -vE '^\s*$'
 
 for ctx in 32 128; do
@@ -45,7 +46,7 @@ for ctx in 32 128; do
   if [ "$ctx" = 32 ]; then
     c=("${c32[@]}" --off-batches "32768:1,8,23"); b="32768:1,8,24,48,79"
   else
-    c=("${c128[@]}" --off-batches "131072:1,4,5"); b="131072:1,4,16,24"
+    c=("${c128[@]}" --off-batches "131072:1,4,5"); b="131072:1,4,16,24,27"
   fi
   echo "== throughput ${ctx}K, overlap p = 0.87"
   timeout $((budget + 60)) node dist/bench/hisparse_throughput.js "${common[@]}" "${c[@]}" --batches "$b" \
