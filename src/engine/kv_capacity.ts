@@ -28,6 +28,8 @@ export interface KVCachePools {
   backend: "cpu" | "cuda";
   /** Blocks of the HiSparse host pool, or null when HiSparse is off. */
   numHostBlocks: number | null;
+  /** Device blocks a streaming prefill holds (core/kv/kv_memory.ts streamingPrefillBlocks), when prefills stream. */
+  streamingPrefillBlocks?: number;
 }
 
 /**
@@ -35,7 +37,8 @@ export interface KVCachePools {
  * start-up; without this, every long request would be refused one by one at admission. The
  * limit is what the scheduler admits ({@link Scheduler.maxBlocksPerRequest}): the device pool
  * when dense; with HiSparse, the device pool (a prefill attends densely, so all of a request's
- * pages are resident while it prefills) and the host pool (every page has a host block).
+ * pages are resident while it prefills; unless prefills stream, `streamingPrefillBlocks`, and the
+ * pool holds that) and the host pool (every page has a host block).
  * Like vLLM, the whole max_model_len must fit, ceil(maxModelLen / blockSize) blocks
  * (core/kv/kv_memory.ts poolsTooSmall names the pools at fault).
  * @throws KVCacheCapacityError naming max_model_len, the tokens that fit, the pools at fault
@@ -61,7 +64,8 @@ export function checkKVCacheCapacity(scheduler: Scheduler, pools: KVCachePools):
   }
   const numHostBlocks = pools.numHostBlocks;
   // Name each pool too small for max_model_len; the device pool unless the host pool alone is.
-  const short = poolsTooSmall({ numGpuBlocks, numHostBlocks }, maxModelLen, bs);
+  const streaming = pools.streamingPrefillBlocks;
+  const short = poolsTooSmall({ numGpuBlocks, numHostBlocks }, maxModelLen, bs, streaming);
   const hostOnly = short.host && !short.device;
   const remedies = [
     ...(hostOnly ? [] : [`the device pool (${deviceFlags})`]),
@@ -70,6 +74,13 @@ export function checkKVCacheCapacity(scheduler: Scheduler, pools: KVCachePools):
   throw new KVCacheCapacityError(
     maxModelLen,
     maxNumKvTokens,
-    `${head} one HiSparse request can hold (${maxNumKvTokens}: its pages must fit the device pool of ${numGpuBlocks} blocks for its dense prefill and the host pool of ${numHostBlocks} blocks, ${bs} tokens a block); increase ${remedies.join(" and ")}, ${tail}`,
+    `${head} one HiSparse request can hold (${maxNumKvTokens}: ${devicePart(numGpuBlocks, streaming)}the host pool of ${numHostBlocks} blocks, ${bs} tokens a block); increase ${remedies.join(" and ")}, ${tail}`,
   );
+}
+
+/** What the device pool must hold of one request, for the capacity sentence ("... and " ends it). */
+function devicePart(numGpuBlocks: number, streaming: number | undefined): string {
+  if (streaming !== undefined && streaming <= numGpuBlocks)
+    return `its prefill streams in ${streaming} of the device pool's ${numGpuBlocks} blocks, and its pages must fit `;
+  return `its pages must fit the device pool of ${numGpuBlocks} blocks for its dense prefill and `;
 }

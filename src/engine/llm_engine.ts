@@ -125,6 +125,9 @@ export class LLMEngine {
       checkKVCacheCapacity(scheduler, {
         backend: info.backend,
         numHostBlocks: info.hisparse?.numHostBlocks ?? null,
+        streamingPrefillBlocks: hisparse?.policy.config.spillsPrefill
+          ? hisparse.policy.streamingPrefillBlocks()
+          : undefined,
       });
       return new LLMEngine(args, info, tokenizer, scheduler, executor, hisparse);
     } catch (e) {

@@ -59,6 +59,8 @@ export function planDsaKnobs(o: DsaKnobsInput): PlanHiSparse & { config: HiSpars
     architecture: o.architecture,
   });
   reasons.push(...dsa.reasons);
+  if (!Number.isInteger(o.maxNumBatchedTokens) || o.maxNumBatchedTokens < 1)
+    reasons.push(`--max-num-batched-tokens must be >= 1, got ${o.maxNumBatchedTokens}`);
   if (reasons.length > 0)
     throw new PlanError(`the engine would refuse these settings: ${reasons.join("; ")}`);
   const c = dsa.config;
@@ -103,7 +105,7 @@ export function dsaHiSparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan
     `  GPU per page   = indexer keys ${numIndexerLayers} layers × ${bs} × ${ix.headDim} × ${e} B${dl} = ${formatBytes(h.deviceBytesPerHostBlock)}`,
     `  per request    = ${formatInt(h.pagesPerRequest)} pages; on the GPU ceil((${c.windowTokens} + ${c.deviceBufferTokens}) / ${bs}) + 1 = ${formatInt(h.devicePagesPerRequest)} blocks`,
     `                 = ${formatInt(h.devicePagesPerRequest)} × ${formatBytes(h.mainBytesPerBlock)} + ${formatInt(h.pagesPerRequest)} × ${formatBytes(h.deviceBytesPerHostBlock)} = ${formatBytes(h.deviceBytesPerRequest)} of GPU memory (dense: ${formatBytes(dense.pagesPerRequest * dense.kvBytesPerBlock)})`,
-    h.streamingPrefillBlocks === null
+    h.streamingPrefillBlocks === null || h.streamingPrefillBlocks >= h.pagesPerRequest
       ? `  prefill        = all ${formatInt(h.pagesPerRequest)} pages in GPU blocks while a request prefills; it shrinks to ${formatInt(h.devicePagesPerRequest)} blocks when it decodes`
       : `  prefill        = streams: at most ${formatInt(Math.min(h.pagesPerRequest, h.streamingPrefillBlocks))} GPU blocks while a request prefills (window, two chunks of ${formatInt(c.streamingPrefill!.maxChunkTokens)} tokens, hot buffer), its completed pages spilled to the host; ${formatInt(h.devicePagesPerRequest)} when it decodes`,
     ...poolLines(given, h.given, h, ratio(h.given.maxConcurrent), [], perPage),

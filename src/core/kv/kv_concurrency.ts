@@ -13,14 +13,16 @@ import {
 } from "./kv_memory.js";
 
 /**
- * Requests a device pool of G blocks runs at once, P pages per request, d once it decodes
- * sparsely:
- *   G >= P ? floor((G − P) / d) + 1 : 0
- * (floor(G / P) when d = P, the dense count). The steady state it assumes, from
+ * Requests a device pool of G blocks runs at once, the prefilling one holding p blocks (P, its
+ * pages; a streaming prefill: {@link prefillDeviceBlocks}), d each once it decodes sparsely:
+ *   G >= p ? floor((G − p) / d) + 1 : 0
+ * (floor(G / P) when d = p = P, the dense count). The steady state it assumes, from
  * core/sched/scheduler.ts and core/hisparse/hybrid_policy.ts:
  * - one request at a time is in its prefill and holds all P pages (prefill, chunked or a
  *   recompute after preemption, attends densely; pages spill only in the decode phase, and a
- *   recompute covers prompt and generated tokens, so up to the whole context). A waiting request
+ *   recompute covers prompt and generated tokens, so up to the whole context), or with a
+ *   streaming prefill (DSA set-ups read spilled pages while prefilling) at most
+ *   kv_memory.ts streamingPrefillBlocks of them. A waiting request
  *   starts only when the pool has room for its chunk after the pressure handler spilled the
  *   decoding requests' pages, and a running prefill that runs out of blocks preempts the newest
  *   request, so two prefills hold their pages together only when the pool has room for both;
@@ -34,11 +36,11 @@ import {
  */
 export function maxByDevicePool(
   numGpuBlocks: number,
-  pagesPerRequest: number,
+  prefillBlocks: number,
   devicePagesPerRequest: number,
 ): number {
-  if (numGpuBlocks < pagesPerRequest) return 0;
-  return Math.floor((numGpuBlocks - pagesPerRequest) / devicePagesPerRequest) + 1;
+  if (numGpuBlocks < prefillBlocks) return 0;
+  return Math.floor((numGpuBlocks - prefillBlocks) / devicePagesPerRequest) + 1;
 }
 
 /**

@@ -107,6 +107,8 @@ export type KVRefusal =
       /** HiSparse's host pool, or null for the dense engine. */
       numHostBlocks: number | null;
       blocksPerRequest: number;
+      /** Device blocks a streaming prefill holds ({@link streamingPrefillBlocks}), when prefills stream. */
+      streamingBlocks?: number;
     };
 
 /** The HiSparse half of {@link KVMemoryInput}. */
@@ -295,15 +297,20 @@ export function streamingPrefillBlocksOf(
   });
 }
 
-/** Which pools cannot hold one request of `numTokens` tokens (both false when it fits). */
+/**
+ * Which pools cannot hold one request of `numTokens` tokens (both false when it fits); with
+ * `streamingBlocks` ({@link streamingPrefillBlocks}) that the device pool holds, never the device pool.
+ */
 export function poolsTooSmall(
   pools: KVPools,
   numTokens: number,
   blockSize: number,
+  streamingBlocks?: number,
 ): { device: boolean; host: boolean } {
   const need = blocksForTokens(numTokens, blockSize);
+  const streams = streamingBlocks !== undefined && streamingBlocks <= pools.numGpuBlocks;
   return {
-    device: pools.numGpuBlocks < need,
+    device: !streams && pools.numGpuBlocks < need,
     host: pools.numHostBlocks !== null && pools.numHostBlocks < need,
   };
 }
@@ -320,6 +327,6 @@ export function admissionRefusal(
 ): KVRefusal | null {
   const blocksPerRequest = blocksForTokens(numTokens, blockSize);
   return blocksPerRequest > maxBlocksPerRequest(pools, streamingBlocks)
-    ? { kind: "request_exceeds_pool", ...pools, blocksPerRequest }
+    ? { kind: "request_exceeds_pool", ...pools, blocksPerRequest, streamingBlocks }
     : null;
 }

@@ -42,11 +42,18 @@ export function describeKVRefusal(r: KVRefusal, fmt: (n: number) => string = Str
       };
     case "request_exceeds_pool": {
       const hostShort = r.numHostBlocks !== null && r.numHostBlocks < r.blocksPerRequest;
-      const deviceShort = r.numGpuBlocks < r.blocksPerRequest;
+      // A streaming prefill the device pool holds needs none of the request's other pages there.
+      const streams = r.streamingBlocks !== undefined && r.streamingBlocks <= r.numGpuBlocks;
+      const deviceShort = !streams && r.numGpuBlocks < r.blocksPerRequest;
       const pool = deviceShort
         ? `the device pool (${fmt(r.numGpuBlocks)} blocks)`
         : `the host pool (${fmt(r.numHostBlocks ?? 0)} pages)`;
-      const why = deviceShort && r.numHostBlocks !== null ? " for its dense prefill" : "";
+      const why =
+        deviceShort && r.numHostBlocks !== null
+          ? r.streamingBlocks === undefined
+            ? " for its dense prefill"
+            : ` for its dense prefill (nor the ${fmt(r.streamingBlocks)} blocks a streaming prefill holds)`
+          : "";
       return {
         fact: `${pool} cannot hold one request's ${fmt(r.blocksPerRequest)} pages${why}`,
         remedy: hostShort && !deviceShort ? "raise --host-pool-gib" : "raise the memory budget",

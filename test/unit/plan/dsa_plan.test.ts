@@ -146,6 +146,27 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
     assert.equal(run.preemptions, 0);
   });
 
+  it("a streaming prefill bounded by the GPU pool: as many at once as planned", async (t) => {
+    if (src === null) return t.skip("tiny-glm5-dsa-pv not found");
+    // 20 GPU blocks and 120 host pages: by the GPU pool floor((20 − 9) / 6) + 1 = 2, by the host
+    // pool floor(120 / 38) = 3.
+    const budget = 20 * BLOCK + 120 * PER_PAGE;
+    const tokens = { contextTokens: 600 + MAX_TOKENS, maxNumBatchedTokens: 16 };
+    const { h } = plan(120 * BLOCK, budget, tokens);
+    assert.deepEqual(
+      [h.given.numGpuBlocks, h.given.maxByDevice, h.given.maxByHost, h.given.maxConcurrent],
+      [20, 2, 3, 2],
+    );
+    const run = await runOn(["--host-pool-gib", String((120 * BLOCK) / 2 ** 30)], tokens.contextTokens, 4, {
+      prompt: 600,
+      maxNumBatchedTokens: 16,
+      budget,
+    });
+    assert.deepEqual([run.numGpuBlocks, run.numHostBlocks], [20, 120]);
+    assert.equal(run.peak, 2, "the planned number of requests runs at once, no more");
+    assert.equal(run.preemptions, 0);
+  });
+
   /**
    * `n` requests of `prompt` tokens (default PROMPT) through a CPU engine with HiSparse on and the
    * extra flags (chunked prefill of `maxNumBatchedTokens` when given, else whole prefills); what it sized and ran.
@@ -154,7 +175,7 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
     argv: string[],
     maxModelLen: number,
     n: number,
-    o: { prompt?: number; maxNumBatchedTokens?: number } = {},
+    o: { prompt?: number; maxNumBatchedTokens?: number; budget?: number } = {},
   ) => {
     const args = variantEngineArgs(
       {
@@ -168,7 +189,7 @@ describe("hisparse plan vs the engine: DSA (tiny GLM-5, dummy weights)", () => {
           maxNumBatchedTokens: o.maxNumBatchedTokens ?? 4096,
           enableChunkedPrefill: o.maxNumBatchedTokens !== undefined,
         }),
-        cpuKvCacheGib: BUDGET,
+        cpuKvCacheGib: o.budget ?? BUDGET,
       },
       { name: "on", argv: ["--enable-hybrid-sparse", "on", ...argv] },
     );
