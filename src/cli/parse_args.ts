@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from "commander";
+import { BLOCK_SIZES } from "../config/configs.js";
 
 /** Flag value parsers; commander reports their errors as one line. */
 
@@ -6,6 +7,20 @@ import { InvalidArgumentError } from "commander";
 export function parseIntArg(v: string): number {
   if (!/^-?\d+$/.test(v.trim())) throw new InvalidArgumentError("must be an integer.");
   return Number.parseInt(v, 10);
+}
+
+/** Parses a flag value that must be an integer >= 1 (and a safe integer). */
+export function parsePositiveIntArg(v: string): number {
+  const n = parseIntArg(v);
+  if (n < 1 || !Number.isSafeInteger(n)) throw new InvalidArgumentError("must be an integer >= 1.");
+  return n;
+}
+
+/** Parses `--block-size`: the engine's rule (config/configs.ts BLOCK_SIZES). */
+export function parseBlockSizeArg(v: string): number {
+  const n = parseIntArg(v);
+  if (!BLOCK_SIZES.includes(n)) throw new InvalidArgumentError("must be a power of two in [1, 256].");
+  return n;
 }
 
 /** Parses a number flag value. */

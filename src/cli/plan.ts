@@ -46,6 +46,7 @@ import { parseFloatArg, parseGibArg, parseIntArg } from "./engine_flags.js";
 import { action } from "./errors.js";
 import { HISPARSE_CONFIG_HELP } from "./hisparse_flags.js";
 import { moeSummary } from "./info.js";
+import { parseBlockSizeArg, parsePositiveIntArg } from "./parse_args.js";
 
 /**
  * Bytes per weight element of `--weights-dtype` (fp8: an FP8 checkpoint's 1 byte per weight, its
@@ -103,12 +104,12 @@ export function registerPlan(program: Command): void {
       parseFloatArg,
       DEFAULT_RESERVE_GIB,
     )
-    .requiredOption("--context <n>", "tokens per request (prompt + output)", parseIntArg)
-    .option("--block-size <n>", "tokens per KV block", parseIntArg, 16)
+    .requiredOption("--context <n>", "tokens per request (prompt + output)", parsePositiveIntArg)
+    .option("--block-size <n>", "tokens per KV block (a power of two in [1, 256])", parseBlockSizeArg, 16)
     .option(
       "--max-num-batched-tokens <n>",
       "token budget of one engine step (DSA: the chunk a streaming prefill holds on the GPU)",
-      parseIntArg,
+      parsePositiveIntArg,
       defaultEngineArgs().maxNumBatchedTokens,
     )
     .addOption(

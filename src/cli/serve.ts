@@ -107,11 +107,13 @@ async function runServe(o: ServeOptions): Promise<void> {
       { tensor_parallel: { size: tp.size, devices: tp.devices, communicator: tp.communicator } },
       `tensor parallel: ${tp.size} rank${tp.size > 1 ? "s" : ""} over ${tp.communicator}: ${tp.devices.map((d, r) => `rank ${r} ${d}`).join(", ")}`,
     );
+  // Before the ready line: a client (or test) that signals as soon as it reads it must find the
+  // handlers installed, or the default action kills the process without a graceful shutdown.
+  installSignalHandlers(server, logger);
   logger.info(
     `hisparse serving ${server.context.modelName} on ${server.url} (${info.backend}: ${info.deviceName}, ` +
       `${tp.size > 1 ? `tensor_parallel_size ${tp.size}, ` : ""}max_model_len ${info.maxModelLen}, ${info.numGpuBlocks} KV blocks${tp.size > 1 ? " per rank" : ""})`,
   );
-  installSignalHandlers(server, logger);
 }
 
 /**

@@ -82,9 +82,12 @@ function longPrefillThresholdReasons(c: SchedulerConfig): string[] {
   return r;
 }
 
+/** KV block sizes (tokens) the engine takes: powers of two in [1, 256]. */
+export const BLOCK_SIZES: readonly number[] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+
 export function validateCacheConfig(c: CacheConfig): string[] {
   const r: string[] = [];
-  if (![1, 2, 4, 8, 16, 32, 64, 128, 256].includes(c.blockSize))
+  if (!BLOCK_SIZES.includes(c.blockSize))
     r.push(`--block-size must be a power of two in [1, 256], got ${c.blockSize}`);
   if (!Number.isInteger(c.numGpuBlocks) || c.numGpuBlocks < 0)
     r.push(`number of KV blocks must be a non-negative integer, got ${c.numGpuBlocks}`);
