@@ -1,5 +1,5 @@
 import { ConfigError } from "../config/engine_args.js";
-import { poolsTooSmall } from "../core/kv/kv_memory.js";
+import { poolsTooSmall, prefillStreams } from "../core/kv/kv_memory.js";
 import type { Scheduler } from "../core/sched/scheduler.js";
 
 /**
@@ -80,7 +80,7 @@ export function checkKVCacheCapacity(scheduler: Scheduler, pools: KVCachePools):
 
 /** What the device pool must hold of one request, for the capacity sentence ("... and " ends it). */
 function devicePart(numGpuBlocks: number, streaming: number | undefined): string {
-  if (streaming !== undefined && streaming <= numGpuBlocks)
+  if (prefillStreams(numGpuBlocks, streaming))
     return `its prefill streams in ${streaming} of the device pool's ${numGpuBlocks} blocks, and its pages must fit `;
   return `its pages must fit the device pool of ${numGpuBlocks} blocks for its dense prefill and `;
 }

@@ -125,9 +125,7 @@ export class LLMEngine {
       checkKVCacheCapacity(scheduler, {
         backend: info.backend,
         numHostBlocks: info.hisparse?.numHostBlocks ?? null,
-        streamingPrefillBlocks: hisparse?.policy.config.spillsPrefill
-          ? hisparse.policy.streamingPrefillBlocks()
-          : undefined,
+        streamingPrefillBlocks: hisparse?.policy.streamingPrefillBlocks(),
       });
       return new LLMEngine(args, info, tokenizer, scheduler, executor, hisparse);
     } catch (e) {

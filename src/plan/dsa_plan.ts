@@ -107,7 +107,7 @@ export function dsaHiSparseLines(p: PlanInput, h: HiSparsePlan, dense: DensePlan
     `                 = ${formatInt(h.devicePagesPerRequest)} × ${formatBytes(h.mainBytesPerBlock)} + ${formatInt(h.pagesPerRequest)} × ${formatBytes(h.deviceBytesPerHostBlock)} = ${formatBytes(h.deviceBytesPerRequest)} of GPU memory (dense: ${formatBytes(dense.pagesPerRequest * dense.kvBytesPerBlock)})`,
     h.streamingPrefillBlocks === null || h.streamingPrefillBlocks >= h.pagesPerRequest
       ? `  prefill        = all ${formatInt(h.pagesPerRequest)} pages in GPU blocks while a request prefills; it shrinks to ${formatInt(h.devicePagesPerRequest)} blocks when it decodes`
-      : `  prefill        = streams: at most ${formatInt(Math.min(h.pagesPerRequest, h.streamingPrefillBlocks))} GPU blocks while a request prefills (window, two chunks of ${formatInt(c.streamingPrefill!.maxChunkTokens)} tokens, hot buffer), its completed pages spilled to the host; ${formatInt(h.devicePagesPerRequest)} when it decodes`,
+      : `  prefill        = streams: at most ${formatInt(h.streamingPrefillBlocks)} GPU blocks while a request prefills (window, two chunks of ${formatInt(c.streamingPrefill!.maxChunkTokens)} tokens, hot buffer), its completed pages spilled to the host; ${formatInt(h.devicePagesPerRequest)} when it decodes`,
     ...poolLines(given, h.given, h, ratio(h.given.maxConcurrent), [], perPage),
     ...poolLines(
       `  with the best host pool for this context: --host-pool-gib ${(h.best.hostPoolBytes / GIB).toFixed(2)}`,

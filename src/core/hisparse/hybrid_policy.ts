@@ -160,14 +160,16 @@ export class HybridPolicy implements KVPressureHandler {
    */
   maxBlocksPerRequest(numGpuBlocks: number): number {
     const numHostBlocks = this.kv.hostBlockPool.numHostBlocks;
-    const streaming = this.config.spillsPrefill ? this.streamingPrefillBlocks() : undefined;
-    return maxBlocksPerRequest({ numGpuBlocks, numHostBlocks }, streaming);
+    return maxBlocksPerRequest({ numGpuBlocks, numHostBlocks }, this.streamingPrefillBlocks());
   }
 
-  /** Device blocks a streaming prefill (`spillsPrefill`) holds at most (core/kv/kv_memory.ts streamingPrefillBlocks). */
-  streamingPrefillBlocks(): number {
+  /**
+   * Device blocks a streaming prefill holds at most (core/kv/kv_memory.ts streamingPrefillBlocks),
+   * or undefined without `spillsPrefill` (a prefill then holds all its pages).
+   */
+  streamingPrefillBlocks(): number | undefined {
     const c = this.config;
-    return streamingPrefillBlocks({ ...c, numHotBlocks: this.kv.numHotBlocks });
+    return c.spillsPrefill ? streamingPrefillBlocks({ ...c, numHotBlocks: this.kv.numHotBlocks }) : undefined;
   }
 
   /**
@@ -213,7 +215,8 @@ export class HybridPolicy implements KVPressureHandler {
    * what a streaming prefill holds ({@link streamingPrefillBlocks}).
    */
   private prefillPagesKept(pages: number): number {
-    return this.config.spillsPrefill ? Math.min(pages, this.streamingPrefillBlocks()) : pages;
+    const streaming = this.streamingPrefillBlocks();
+    return streaming === undefined ? pages : Math.min(pages, streaming);
   }
 
   /** With `spillsPrefill`: the request runs, has computed part of its prompt and is not yet decoding. */

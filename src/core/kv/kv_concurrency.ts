@@ -10,6 +10,7 @@ import {
   type HiSparseBlockCosts,
   type KVMemorySizing,
   type KVRefusal,
+  prefillStreams,
 } from "./kv_memory.js";
 
 /**
@@ -94,8 +95,8 @@ export function prefillDeviceBlocks(
   pagesPerRequest: number,
   streamingBlocks?: number,
 ): number {
-  return streamingBlocks !== undefined && streamingBlocks <= numGpuBlocks
-    ? Math.min(pagesPerRequest, streamingBlocks)
+  return prefillStreams(numGpuBlocks, streamingBlocks)
+    ? Math.min(pagesPerRequest, streamingBlocks!)
     : pagesPerRequest;
 }
 

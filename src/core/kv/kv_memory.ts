@@ -246,8 +246,17 @@ export interface KVPools {
  */
 export function maxBlocksPerRequest(pools: KVPools, streamingBlocks?: number): number {
   if (pools.numHostBlocks === null) return pools.numGpuBlocks;
-  if (streamingBlocks !== undefined && streamingBlocks <= pools.numGpuBlocks) return pools.numHostBlocks;
+  if (prefillStreams(pools.numGpuBlocks, streamingBlocks)) return pools.numHostBlocks;
   return Math.min(pools.numGpuBlocks, pools.numHostBlocks);
+}
+
+/**
+ * Whether a prefill streams in a device pool of `numGpuBlocks`: prefills can stream
+ * (`streamingBlocks` given: {@link streamingPrefillBlocks}) and the pool holds what one keeps.
+ * Else a prefill holds all its pages on the device.
+ */
+export function prefillStreams(numGpuBlocks: number, streamingBlocks: number | undefined): boolean {
+  return streamingBlocks !== undefined && streamingBlocks <= numGpuBlocks;
 }
 
 /**
@@ -308,9 +317,8 @@ export function poolsTooSmall(
   streamingBlocks?: number,
 ): { device: boolean; host: boolean } {
   const need = blocksForTokens(numTokens, blockSize);
-  const streams = streamingBlocks !== undefined && streamingBlocks <= pools.numGpuBlocks;
   return {
-    device: !streams && pools.numGpuBlocks < need,
+    device: !prefillStreams(pools.numGpuBlocks, streamingBlocks) && pools.numGpuBlocks < need,
     host: pools.numHostBlocks !== null && pools.numHostBlocks < need,
   };
 }

@@ -3,7 +3,7 @@
  * reason, so the engine's start-up error and `hisparse plan` say the same thing. The engine adds
  * the remedy (the flags to change); the plan prints the fact with thousands separators.
  */
-import type { KVRefusal } from "./kv_memory.js";
+import { type KVRefusal, prefillStreams } from "./kv_memory.js";
 
 /** A refusal as a fact (what does not fit, with the numbers) and a remedy (what to change). */
 export interface KVRefusalText {
@@ -43,8 +43,8 @@ export function describeKVRefusal(r: KVRefusal, fmt: (n: number) => string = Str
     case "request_exceeds_pool": {
       const hostShort = r.numHostBlocks !== null && r.numHostBlocks < r.blocksPerRequest;
       // A streaming prefill the device pool holds needs none of the request's other pages there.
-      const streams = r.streamingBlocks !== undefined && r.streamingBlocks <= r.numGpuBlocks;
-      const deviceShort = !streams && r.numGpuBlocks < r.blocksPerRequest;
+      const deviceShort =
+        !prefillStreams(r.numGpuBlocks, r.streamingBlocks) && r.numGpuBlocks < r.blocksPerRequest;
       const pool = deviceShort
         ? `the device pool (${fmt(r.numGpuBlocks)} blocks)`
         : `the host pool (${fmt(r.numHostBlocks ?? 0)} pages)`;
