@@ -184,18 +184,23 @@ typedef struct HsMlaIndexerParams {
 
 /**
  * DSA indexer logits (Backend.mla.indexerLogits): logits[t, i] = sum_h (w[t, h] * headWeightScale)
- * * relu(softmaxScale * (q[t, h] . k_i)) for i <= p (fp32, heads summed in order), -inf for
- * i > p. Grid (ceil(width / 128), T). Requires Hi <= HS_MLA_MAX_INDEX_HEADS, Di <= HS_MLA_MAX_INDEX_DIM,
- * Di % 32 == 0, keyDtype == qDtype and 16-byte aligned key rows.
+ * * relu(softmaxScale * (q[t, h] . k_i)) for i <= p (fp32), -inf for i > p. Requires
+ * Hi <= HS_MLA_MAX_INDEX_HEADS, Di <= HS_MLA_MAX_INDEX_DIM, Di % 32 == 0, keyDtype == qDtype and
+ * 16-byte aligned key rows. bf16 with Hi <= 64 and Di in {32, 64, 128}: the tensor-core kernel
+ * (mma.sync m16n8k16, fp32 accumulation, heads summed by shuffles; grid (ceil(width / 256), T));
+ * otherwise, or with $HISPARSE_MLA_INDEXER=simt, hsMlaIndexerLogitsSimt.
  */
 cudaError_t hsMlaIndexerLogits(const HsMlaIndexerParams* p, cudaStream_t stream);
+
+/** The SIMT logits kernel (fp32 FMAs, heads summed in order; grid (ceil(width / 128), T)): the A/B reference. */
+cudaError_t hsMlaIndexerLogitsSimt(const HsMlaIndexerParams* p, cudaStream_t stream);
 
 /**
  * Causal top-k per row (Backend.mla.topkIndices): among positions [0, positions[t]] (clamped to
  * width - 1), the min(k, p + 1) largest logits in ascending position order, -1 after them. Order:
  * larger first, NaN as -inf, -0 as +0, ties to the lower position: an order-preserving 32-bit key
  * per logit and the radix select of hisparse_select.cu (radix_select.cuh), then one ordered pass.
- * One CTA per row. logits: f32 [T, width]; positions: i32 [T]; out: i32 [T, k].
+ * One CTA of 512 threads per row. logits: f32 [T, width]; positions: i32 [T]; out: i32 [T, k].
  */
 cudaError_t hsMlaTopk(const float* logits, const int32_t* positions, int32_t* out, int numTokens, int width, int k,
                       cudaStream_t stream);

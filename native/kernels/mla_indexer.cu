@@ -8,14 +8,18 @@
 // dot_h) over the heads in order. Positions past p (and
 // the padding columns up to width) get -inf.
 //
-// topkKernel, one CTA of 256 threads per row: the order-preserving 32-bit key of each candidate
-// logit (0 for positions past p), the radix select of radix_select.cuh for the k-th largest key
-// and how many keys equal to it are taken, then one ordered pass (CTA scans) that writes the
-// taken positions ascending: keys above the threshold and the first `take` equal keys in
-// position order (the CPU oracle's tie rule, src/backends/cpu/kernels/dsa.ts).
+// topkKernel, one CTA of 512 threads per row: the order-preserving 32-bit key of each candidate
+// logit, the radix select of radix_select.cuh for the k-th largest key and how many keys equal
+// to it are taken, then an ordered output over contiguous per-thread runs (two CTA scans in
+// all, not two per 512 positions) that writes the taken positions ascending: keys above the
+// threshold and the first `take` equal keys in position order (the CPU oracle's tie rule,
+// src/backends/cpu/kernels/dsa.ts).
 #include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
+#include "attention_tile.cuh"
 #include "hisparse_common.cuh"
 #include "mla.h"
 #include "mla_common.cuh"
@@ -110,7 +114,139 @@ __global__ void __launch_bounds__(kLogitThreads) indexerLogitsKernel(const HsMla
   out[i] = acc;
 }
 
-constexpr int kTopkThreads = hs_sparse::kThreads;
+// ---- tensor-core logits (bf16) ----------------------------------------------------------------
+// indexerLogitsTcKernel<MT, KC>, one CTA of 4 warps per (span of kTcSpan positions, token): the
+// token's queries are the A operand of mma.m16n8k16 (heads as rows, MT tiles of 16, zero rows
+// past Hi; Di = 32 * KC), each warp walks its kTcWarpPositions positions in n8 tiles whose key
+// rows are the B operand, loaded straight from the paged cache with 16-byte loads: lane (g, c)
+// loads row g's elements [32 j + 8 c, +8) of each 32-element chunk j. The dot product sums over
+// the head dimension, so the k order inside a chunk is free: k-step (j, half) takes elements
+// 32 j + 8 c + 4 half + {0, 1} as logical k {2c, 2c+1} and + {2, 3} as {2c+8, 2c+9}, the same
+// for A and B. Each lane then sums w_h * relu(scale * dot) over its heads (16 m + g, + 8) for its
+// two positions and the 8 lanes of a column reduce by shuffles (heads summed in another order
+// than the SIMT kernel's: fp32 rounding differs by ~1 ulp of the partial sums).
+
+constexpr int kTcWarps = 4;
+constexpr int kTcWarpPositions = 64;
+constexpr int kTcSpan = kTcWarps * kTcWarpPositions;
+
+/** 16 bytes at elements [e, e + 8) of a bf16 row (16-byte aligned), zero when !ok. */
+__device__ __forceinline__ uint4 load8(const Bf16* row, int e, bool ok) {
+  return ok ? *reinterpret_cast<const uint4*>(row + e) : make_uint4(0u, 0u, 0u, 0u);
+}
+
+template <int MT, int KC>
+__global__ void __launch_bounds__(kTcWarps * 32) indexerLogitsTcKernel(const HsMlaIndexerParams a) {
+  constexpr int NT = MT <= 2 ? 4 : 2;  // n8 tiles in flight per warp iteration
+  const int Hi = a.numHeads;
+  const int Di = 32 * KC;
+  const int t = blockIdx.y;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int g = lane >> 2;
+  const int c = lane & 3;
+  float* out = a.logits + static_cast<size_t>(t) * a.width;
+  int r = -1;
+  for (int j = 0; j < a.numReqs; ++j)
+    if (a.queryStartLoc[j] <= t && t < a.queryStartLoc[j + 1]) r = j;
+  const int p =
+      r < 0 ? -1 : a.seqLens[r] - (a.queryStartLoc[r + 1] - a.queryStartLoc[r]) + (t - a.queryStartLoc[r]);
+  const int span0 = blockIdx.x * kTcSpan;
+  if (span0 > p) {  // the whole span is past p
+    for (int i = span0 + threadIdx.x; i < min(a.width, span0 + kTcSpan); i += blockDim.x) out[i] = -INFINITY;
+    return;
+  }
+  const int bs = a.blockSize;
+  const int limit = min(p, a.maxBlocksPerReq * bs - 1);  // the last position with a key
+  // A fragments: qa[m][j] = row (16m + g) and (16m + g + 8), elements [32 j + 8 c, +8).
+  const Bf16* q = static_cast<const Bf16*>(a.q) + static_cast<size_t>(t) * Hi * Di;
+  uint4 qa[MT][KC][2];
+  float wh[MT][2];
+  const Bf16* w = static_cast<const Bf16*>(a.headWeights) + static_cast<size_t>(t) * Hi;
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int head = 16 * m + g + 8 * h;
+      wh[m][h] = head < Hi ? toFloat(w[head]) * a.headWeightScale : 0.f;
+#pragma unroll
+      for (int j = 0; j < KC; ++j) qa[m][j][h] = load8(q + head * Di, 32 * j + 8 * c, head < Hi);
+    }
+  const Bf16* keys = static_cast<const Bf16*>(a.indexKeys);
+  const int32_t* table = a.blockTables + static_cast<size_t>(r) * a.maxBlocksPerReq;
+  const int w0 = span0 + warp * kTcWarpPositions;
+  for (int base = w0; base < w0 + kTcWarpPositions && base < a.width; base += 8 * NT) {
+    uint4 kb[NT][KC];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const int pos = base + 8 * n + g;
+      const bool ok = pos <= limit;
+      const Bf16* key = keys + static_cast<size_t>(ok ? table[pos / bs] * bs + pos % bs : 0) * Di;
+#pragma unroll
+      for (int j = 0; j < KC; ++j) kb[n][j] = load8(key, 32 * j + 8 * c, ok);
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      float part[2] = {0.f, 0.f};
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < KC; ++j) {
+          const uint32_t a0[4] = {qa[m][j][0].x, qa[m][j][1].x, qa[m][j][0].y, qa[m][j][1].y};
+          hs_attn::mmaBf16(acc, a0, kb[n][j].x, kb[n][j].y);
+          const uint32_t a1[4] = {qa[m][j][0].z, qa[m][j][1].z, qa[m][j][0].w, qa[m][j][1].w};
+          hs_attn::mmaBf16(acc, a1, kb[n][j].z, kb[n][j].w);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float sc = acc[e] * a.softmaxScale;
+          if (sc > 0.f) part[e & 1] += sc * wh[m][e >> 1];
+        }
+      }
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) {
+        part[0] += __shfl_xor_sync(0xffffffffu, part[0], o);
+        part[1] += __shfl_xor_sync(0xffffffffu, part[1], o);
+      }
+      if (g == 0)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int pos = base + 8 * n + 2 * c + e;
+          if (pos < a.width) out[pos] = pos <= limit ? part[e] : -INFINITY;
+        }
+    }
+  }
+}
+
+/** The tensor-core kernel for bf16 and these shapes (Hi <= 64, Di in {32, 64, 128}); false: the SIMT kernel. */
+bool launchLogitsTc(const HsMlaIndexerParams& a, cudaStream_t stream, cudaError_t* err) {
+  if (a.qDtype != HS_DTYPE_BF16 || a.numHeads > 64 || (a.headDim != 32 && a.headDim != 64 && a.headDim != 128))
+    return false;
+  const dim3 grid((a.width + kTcSpan - 1) / kTcSpan, a.numTokens);
+  const int MT = a.numHeads <= 16 ? 1 : a.numHeads <= 32 ? 2 : 4;
+  const int KC = a.headDim / 32;
+  auto go = [&](auto kernel) {
+    kernel<<<grid, kTcWarps * 32, 0, stream>>>(a);
+    *err = cudaGetLastError();
+  };
+  if (MT == 1) {
+    if (KC == 1) go(indexerLogitsTcKernel<1, 1>);
+    else if (KC == 2) go(indexerLogitsTcKernel<1, 2>);
+    else go(indexerLogitsTcKernel<1, 4>);
+  } else if (MT == 2) {
+    if (KC == 1) go(indexerLogitsTcKernel<2, 1>);
+    else if (KC == 2) go(indexerLogitsTcKernel<2, 2>);
+    else go(indexerLogitsTcKernel<2, 4>);
+  } else {
+    if (KC == 1) go(indexerLogitsTcKernel<4, 1>);
+    else if (KC == 2) go(indexerLogitsTcKernel<4, 2>);
+    else go(indexerLogitsTcKernel<4, 4>);
+  }
+  return true;
+}
+
+constexpr int kTopkThreads = 512;
 
 /** Order-preserving key of a logit (larger logit, larger key); NaN as -inf, -0 as +0; never 0. */
 __device__ __forceinline__ uint32_t orderKey32(float v) {
@@ -136,22 +272,31 @@ __global__ void __launch_bounds__(kTopkThreads)
   int take = 0;
   const uint32_t threshold =
       hs_sparse::radixSelect<uint32_t>([row](int i) { return orderKey32(row[i]); }, n, k, hist, bc, &take);
-  int eqSoFar = 0;
-  int selSoFar = 0;
-  for (int base = 0; base < n; base += blockDim.x) {
-    const int i = base + threadIdx.x;
-    const uint32_t key = i < n ? orderKey32(row[i]) : 0u;
-    const bool eq = key != 0 && key == threshold;
-    int eqTotal = 0;
-    const int eqRank = eqSoFar + hs_sparse::blockExclusiveScan(eq ? 1 : 0, &eqTotal, warpSums);
-    const bool sel = (key != 0 && key > threshold) || (eq && eqRank < take);
-    int selTotal = 0;
-    const int idx = selSoFar + hs_sparse::blockExclusiveScan(sel ? 1 : 0, &selTotal, warpSums);
-    if (sel && idx < k) dst[idx] = i;
-    eqSoFar += eqTotal;
-    selSoFar += selTotal;
+  // Ordered output: each thread owns a contiguous run of positions, so two CTA scans (keys equal
+  // to the threshold, then taken keys) place every thread's output; the runs are read twice.
+  const int per = (n + blockDim.x - 1) / blockDim.x;
+  const int c0 = min(n, static_cast<int>(threadIdx.x) * per);
+  const int c1 = min(n, c0 + per);
+  int above = 0;
+  int equal = 0;
+  for (int i = c0; i < c1; ++i) {
+    const uint32_t key = orderKey32(row[i]);
+    above += key > threshold ? 1 : 0;  // threshold >= 1: key 0 is never above it
+    equal += key == threshold ? 1 : 0;
   }
-  for (int j = selSoFar + threadIdx.x; j < k; j += blockDim.x) dst[j] = -1;  // never, with n > k
+  int total = 0;
+  const int eqBefore = hs_sparse::blockExclusiveScan(equal, &total, warpSums);
+  const int eqTaken = max(0, min(equal, take - eqBefore));  // take <= INT_MAX, eqBefore >= 0
+  int idx = hs_sparse::blockExclusiveScan(above + eqTaken, &total, warpSums);
+  int eqSeen = 0;
+  for (int i = c0; i < c1; ++i) {
+    const uint32_t key = orderKey32(row[i]);
+    bool sel = key > threshold;
+    if (key == threshold) sel = eqSeen++ < eqTaken;
+    if (sel && idx < k) dst[idx] = i;
+    idx += sel ? 1 : 0;
+  }
+  for (int j = total + threadIdx.x; j < k; j += blockDim.x) dst[j] = -1;  // never, with n > k
 }
 
 }  // namespace
@@ -159,13 +304,30 @@ __global__ void __launch_bounds__(kTopkThreads)
 
 using namespace hs_mla;
 
-extern "C" cudaError_t hsMlaIndexerLogits(const HsMlaIndexerParams* p, cudaStream_t stream) {
+namespace {
+
+/** The shared argument checks of both logits kernels. */
+bool validIndexerParams(const HsMlaIndexerParams& a) {
+  return a.numTokens >= 0 && a.numReqs >= 0 && a.numHeads > 0 && a.numHeads <= HS_MLA_MAX_INDEX_HEADS &&
+         a.headDim > 0 && a.headDim <= HS_MLA_MAX_INDEX_DIM && a.headDim % 32 == 0 && a.blockSize > 0 &&
+         a.width > 0 && a.numTokens <= 65535 && storageDtype(a.qDtype) && a.keyDtype == a.qDtype;
+}
+
+/** HISPARSE_MLA_INDEXER=simt forces the SIMT logits kernel (benchmark A/B); read once. */
+bool simtIndexerForced() {
+  static const bool forced = [] {
+    const char* v = std::getenv("HISPARSE_MLA_INDEXER");
+    return v != nullptr && std::strcmp(v, "simt") == 0;
+  }();
+  return forced;
+}
+
+}  // namespace
+
+extern "C" cudaError_t hsMlaIndexerLogitsSimt(const HsMlaIndexerParams* p, cudaStream_t stream) {
   if (p == nullptr) return cudaErrorInvalidValue;
   const HsMlaIndexerParams& a = *p;
-  if (a.numTokens < 0 || a.numReqs < 0 || a.numHeads <= 0 || a.numHeads > HS_MLA_MAX_INDEX_HEADS || a.headDim <= 0 ||
-      a.headDim > HS_MLA_MAX_INDEX_DIM || a.headDim % 32 != 0 || a.blockSize <= 0 || a.width <= 0 ||
-      a.numTokens > 65535 || !storageDtype(a.qDtype) || a.keyDtype != a.qDtype)
-    return cudaErrorInvalidValue;
+  if (!validIndexerParams(a)) return cudaErrorInvalidValue;
   if (a.numTokens == 0) return cudaSuccess;
   const size_t smemBytes = sizeof(float) * (static_cast<size_t>(a.numHeads) * a.headDim + a.numHeads);
   if (smemBytes > 48 * 1024) return cudaErrorInvalidValue;
@@ -175,6 +337,16 @@ extern "C" cudaError_t hsMlaIndexerLogits(const HsMlaIndexerParams* p, cudaStrea
     indexerLogitsKernel<Q><<<grid, kLogitThreads, smemBytes, stream>>>(a);
     return cudaGetLastError();
   });
+}
+
+extern "C" cudaError_t hsMlaIndexerLogits(const HsMlaIndexerParams* p, cudaStream_t stream) {
+  if (p == nullptr) return cudaErrorInvalidValue;
+  const HsMlaIndexerParams& a = *p;
+  if (!validIndexerParams(a)) return cudaErrorInvalidValue;
+  if (a.numTokens == 0) return cudaSuccess;
+  cudaError_t err = cudaSuccess;
+  if (!simtIndexerForced() && launchLogitsTc(a, stream, &err)) return err;
+  return hsMlaIndexerLogitsSimt(p, stream);
 }
 
 extern "C" cudaError_t hsMlaTopk(const float* logits, const int32_t* positions, int32_t* out, int numTokens, int width,

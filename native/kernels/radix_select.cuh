@@ -1,6 +1,7 @@
 // The CTA-wide radix select of the selection kernels (Quest pages, hisparse_select.cu; DSA
 // indexer top-k, mla_indexer.cu): one 256-bin shared-memory histogram per 8-bit digit, MSB
-// first, over order-preserving unsigned keys (0 = not a candidate). Internal header.
+// first, over order-preserving unsigned keys (0 = not a candidate), warp-aggregated atomics
+// (__match_any_sync, sm_70+). Internal header.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,7 +18,7 @@ namespace hs_sparse {
  * Early exit: when every key of the digit bucket that holds the k-th key belongs to the top k,
  * T is the bucket's smallest possible key (lower bits 0) and *take is INT_MAX (every key equal
  * to it is in the bucket, hence taken); distinct float64 scores usually end after 2-3 passes
- * of 8 bits instead of 8.
+ * of 8 bits instead of 8. Every thread of the CTA must call it (warp collectives inside).
  */
 template <typename Key, typename LoadKey>
 __device__ Key radixSelect(LoadKey keyAt, int n, int k, int* hist, int* bc, int* take) {
@@ -28,9 +29,16 @@ __device__ Key radixSelect(LoadKey keyAt, int n, int k, int* hist, int* bc, int*
   for (int shift = static_cast<int>(8 * sizeof(Key)) - 8; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
     __syncthreads();
-    for (int p = threadIdx.x; p < n; p += blockDim.x) {
-      const Key key = keyAt(p);
-      if (key != 0 && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1);
+    // Warp-uniform trip count: the lanes of a warp holding the same digit add once (their leader
+    // adds the group's size), so a digit shared by most keys (the top byte of floats of one
+    // binade) costs one atomic per warp instead of 32 serialised ones.
+    for (int base = threadIdx.x - lane; base < n; base += blockDim.x) {
+      const int p = base + lane;
+      const Key key = p < n ? keyAt(p) : Key(0);
+      const bool counted = key != 0 && (key & mask) == prefix;
+      const int digit = counted ? static_cast<int>((key >> shift) & 255) : 256 + lane;
+      const unsigned group = __match_any_sync(0xffffffffu, digit);
+      if (counted && lane == __ffs(group) - 1) atomicAdd(&hist[digit], __popc(group));
     }
     __syncthreads();
     if (threadIdx.x < 32) {

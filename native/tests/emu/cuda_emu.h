@@ -136,6 +136,16 @@ inline unsigned __ballot_sync(unsigned, int pred) {
   return r;
 }
 inline int __ffs(unsigned x) { return __builtin_ffs(static_cast<int>(x)); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+/** Mask of the warp's lanes whose v equals this lane's (every lane of the warp takes part). */
+inline unsigned __match_any_sync(unsigned, int v) {
+  uint32_t w = static_cast<uint32_t>(v);
+  unsigned r = 0;
+  hs_emu::warpExchange(&w, 1, [&](uint32_t (*slot)[16]) {
+    for (int l = 0; l < 32; ++l) r |= (slot[l][0] == w ? 1u : 0u) << l;
+  });
+  return r;
+}
 inline float __uint_as_float(unsigned u) {
   float f;
   std::memcpy(&f, &u, 4);
