@@ -10,6 +10,8 @@
  * once (dummy weights) and shared by every configuration.
  */
 import type { AttentionBackend } from "../src/attention/backend.js";
+import type { MlaAttentionBackend } from "../src/attention/mla.js";
+import { CudaDsaHiSparseAttention } from "../src/attention/sparse/cuda/cuda_dsa_attention.js";
 import { CudaHiSparseAttention } from "../src/attention/sparse/cuda/cuda_hisparse_attention.js";
 import { CudaQuestSelector } from "../src/attention/sparse/cuda/cuda_quest.js";
 import type { Tensor } from "../src/backends/backend.js";
@@ -46,6 +48,8 @@ export interface BenchEngine {
   kvCaches: readonly Tensor[];
   /** The KV set-up's attention backend (the device selector of HiSparse on CUDA). */
   attention: AttentionBackend;
+  /** An MLA model's attention backend (HiSparse for DSA models on CUDA), else null. */
+  mlaAttention: MlaAttentionBackend | null;
   /** Frees the KV cache, the HiSparse tables and pinned memory, the graphs. */
   dispose(): void;
 }
@@ -124,6 +128,7 @@ function scheduledEngine(
     numHostBlocks,
     kvCaches: kv.kvCaches,
     attention: kv.attention,
+    mlaAttention: kv.mla?.attention ?? null,
     dispose: () => runner.dispose(),
   };
 }
@@ -196,6 +201,20 @@ export function setSelectionOverlap(e: BenchEngine, p: number): void {
   if (!(a instanceof CudaHiSparseAttention) || !(a.selector instanceof CudaQuestSelector))
     throw new Error("setSelectionOverlap needs CUDA Quest HiSparse (the DSA overlap is set at start-up)");
   a.selector.setBenchSelectionOverlap(p);
+  e.runner.dropGraphs();
+}
+
+/**
+ * Benchmarks only: turns the DSA row prefetch of e's CUDA attention on or off
+ * (CudaDsaHiSparseAttention.rowPrefetch) and drops the captured decode graphs, which hold the
+ * previous setting (captured again on the next decode steps).
+ * @throws Error when e's attention is not CUDA DSA HiSparse.
+ */
+export function setRowPrefetch(e: BenchEngine, on: boolean): void {
+  const a = e.mlaAttention;
+  if (!(a instanceof CudaDsaHiSparseAttention))
+    throw new Error("setRowPrefetch needs CUDA HiSparse for a DSA model");
+  a.rowPrefetch = on;
   e.runner.dropGraphs();
 }
 

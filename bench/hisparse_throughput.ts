@@ -4,6 +4,7 @@
  *     [--batches 32768:1,4,8,16;131072:1,2,4] [--off-batches SPEC] [--modes off,on,auto] [--steps 16]
  *     [--kv-budget-gib 32] [--host-pool-gib 64] [--topk 2048] [--buffer 4096] [--dense-layers 0,1]
  *     [--json FILE] [--budget-s 420] [--overlap P[,P2...]] [--num-layers N --num-experts E]
+ *     [--indexer-share N] [--row-prefetch on,off]
  *     [--host-kv-cache-dtype auto|fp8] [--digest-tokens 4] [--digest-dtype bf16|fp8]
  * Llama-3.1-8B shape with seeded dummy weights (bf16), block size 16, CUDA graphs. Modes: `off`,
  * `auto`, `on` (residency host: long requests go host-resident after prefill) and `on-hybrid`
@@ -53,7 +54,9 @@
  * rows and indexer keys, and `--overlap P` keeps each row of a request's previous selection (per
  * indexer) with probability P, the rest being the model's own picks (native/kernels/
  * hisparse_rows_overlap.cu; the paper's LRU miss rates at 2x and 4x top-k buffers correspond to
- * P = 0.87 and 0.93).
+ * P = 0.87 and 0.93). `--indexer-share N`: one indexer per N layers (IndexShare; the other layers
+ * reuse its top-k), and `--row-prefetch on,off` runs each HiSparse mode with the exact prefetch
+ * of the sharing layers' row copies on and off, side by side (benchmark A/B).
  *
  * Per mode, one configuration sized for the longest context serves every point. Per (context,
  * batch B): add B requests of `context` prompt tokens, step until every
@@ -87,6 +90,7 @@ import {
   createBenchEngine,
   isDecodeStep,
   rescheduleBenchEngine,
+  setRowPrefetch,
   setSelectionOverlap,
   step,
 } from "./hisparse_harness.js";
@@ -128,6 +132,16 @@ for (const p of overlaps)
   if (p !== null && !(p >= 0 && p <= 1))
     throw new Error(`--overlap must be probabilities in [0, 1], got ${overlapArg}`);
 const overlapTag = overlapArg === "" ? "" : `, selection overlap p=${overlapArg} (benchmark knob)`;
+/** `--row-prefetch on,off`: rounds of the DSA HiSparse modes with the exact row prefetch on / off (A/B). */
+const prefetchArg = arg("row-prefetch", "");
+const prefetches: (boolean | null)[] =
+  prefetchArg === ""
+    ? [null]
+    : prefetchArg.split(",").map((v) => {
+        if (v !== "on" && v !== "off")
+          throw new Error(`--row-prefetch takes on and/or off, got ${prefetchArg}`);
+        return v === "on";
+      });
 /** `--host-kv-cache-dtype auto|fp8`: host-tier pages as the device pool's, or fp8 (half the bytes per miss). */
 const hostKvCacheDtype = arg("host-kv-cache-dtype", "auto");
 if (!HOST_KV_CACHE_DTYPES.includes(hostKvCacheDtype as HostKvCacheDtype))
@@ -266,6 +280,7 @@ function loadCut(numLayers: number, maxLen: number) {
     loadModelConfig(resolveModelDir(arg("config", "configs/glm-5"))),
     numLayers,
     Number(arg("num-experts", "16")),
+    Number(arg("indexer-share", "1")),
   );
   const m = DeepseekV3ForCausalLM.load(
     cfg,
@@ -305,11 +320,17 @@ const roundLabels = modes.map((m, i) => {
   const k = modes.slice(0, i + 1).filter((x) => x === m).length;
   return modes.filter((x) => x === m).length > 1 ? `${m}#${k}` : m;
 });
-/** The overlaps a mode runs at: off one round (no selection), the HiSparse modes each p. */
-const overlapsOf = (mode: BenchMode): (number | null)[] => (mode === "off" ? [null] : overlaps);
-const labelOf = (round: string, p: number | null) =>
-  overlaps.length > 1 && p !== null ? `${round} p=${p}` : round;
-const labels = modes.flatMap((m, i) => overlapsOf(m).map((p) => labelOf(roundLabels[i]!, p)));
+/** One round of a mode: its selection overlap and (DSA) row prefetch setting, null = the default. */
+type Round = { p: number | null; prefetch: boolean | null };
+/** The rounds a mode runs: off one (no selection), the HiSparse modes each p x each prefetch setting. */
+const roundsOf = (mode: BenchMode): Round[] =>
+  mode === "off"
+    ? [{ p: null, prefetch: null }]
+    : overlaps.flatMap((p) => prefetches.map((prefetch) => ({ p, prefetch })));
+const labelOf = (round: string, r: Round) =>
+  (overlaps.length > 1 && r.p !== null ? `${round} p=${r.p}` : round) +
+  (r.prefetch === null ? "" : ` prefetch ${r.prefetch ? "on" : "off"}`);
+const labels = modes.flatMap((m, i) => roundsOf(m).map((r) => labelOf(roundLabels[i]!, r)));
 if (isDsa && overlaps.length > 1)
   throw new Error("--overlap with several values is for Quest models (the DSA overlap is set at start-up)");
 /**
@@ -343,9 +364,11 @@ outer: for (const [mi, mode] of modes.entries()) {
     continue;
   }
   console.log(`${mode}: ${e.numGpuBlocks} device blocks, ${e.numHostBlocks} host blocks`);
-  for (const p of overlapsOf(mode)) {
-    const label = labelOf(roundLabels[mi]!, p);
+  for (const round of roundsOf(mode)) {
+    const { p } = round;
+    const label = labelOf(roundLabels[mi]!, round);
     if (p !== null && !isDsa) setSelectionOverlap(e, p);
+    if (round.prefetch !== null) setRowPrefetch(e, round.prefetch);
     for (const ctx of contexts)
       for (const b of batchesFor(ctx, mode === "off" ? offBatchSpec : batchSpec)) {
         if (performance.now() > deadline) {

@@ -5,6 +5,7 @@
  */
 import { performance } from "node:perf_hooks";
 import type { AttentionMetadata, Backend, Tensor } from "../src/backends/backend.js";
+import type { IndexerType } from "../src/config/mla_config.js";
 import type { ModelConfig } from "../src/config/model_config.js";
 import { asRequestId, type RequestId } from "../src/core/ids.js";
 import { llamaWeightSpecs } from "../src/models/dummy.js";
@@ -17,15 +18,34 @@ export const HBM_BPS = 4.3e12;
 /**
  * The config with its first `numLayers` layers and `numExperts` routed experts (top-k unchanged,
  * so each MoE layer still activates up to top-k experts per token). Every per-layer dimension is
- * GLM-5's. @throws Error for a count outside the config's.
+ * GLM-5's. `indexerShare` N > 1: one indexer per N layers (layer l "full" when l % N == 0, else
+ * "shared"), the IndexShare layout of arXiv 2603.12201 (N = 4 there). @throws Error for a count
+ * outside the config's, or an indexerShare on a model without a DSA indexer.
  */
-export function cutGlm5(full: ModelConfig, numLayers: number, numExperts: number): ModelConfig {
-  const c = cutLayers(full, numLayers);
+export function cutGlm5(
+  full: ModelConfig,
+  numLayers: number,
+  numExperts: number,
+  indexerShare = 1,
+): ModelConfig {
+  const c = withIndexerShare(cutLayers(full, numLayers), indexerShare);
   const moe = c.moe;
   if (moe == null) return c;
   if (!(Number.isInteger(numExperts) && numExperts >= moe.routing.topK && numExperts <= moe.numExperts))
     throw new Error(`--num-experts must be in [${moe.routing.topK}, ${moe.numExperts}], got ${numExperts}`);
   return { ...c, moe: { ...moe, numExperts } };
+}
+
+function withIndexerShare(c: ModelConfig, n: number): ModelConfig {
+  if (!(Number.isInteger(n) && n >= 1)) throw new Error(`--indexer-share must be an integer >= 1, got ${n}`);
+  if (n === 1) return c;
+  const mla = c.mla;
+  if (mla?.indexer == null) throw new Error("--indexer-share needs a model with a DSA indexer");
+  const layerTypes = Array.from(
+    { length: c.numHiddenLayers },
+    (_, l): IndexerType => (l % n === 0 ? "full" : "shared"),
+  );
+  return { ...c, mla: { ...mla, indexer: { ...mla.indexer, layerTypes } } };
 }
 
 /** Bytes of layer l's weights (bf16) outside its routed experts, and of one routed expert. */

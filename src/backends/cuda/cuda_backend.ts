@@ -288,9 +288,9 @@ export class CudaBackend implements Backend {
     if (d.bytes > 0) this.addon.memcpyAsync(d.ptr, s.ptr, d.bytes, this.stream);
   }
 
-  /** A second stream ordered against this backend's stream by events (eager copies). */
-  createSideStream(): SideStream {
-    return new SideStream(this.addon, this.stream, (e) => this.waitEvent(e));
+  /** A second stream ordered against this backend's stream by events (eager copies; `numMarks` join points). */
+  createSideStream(numMarks = 1): SideStream {
+    return new SideStream(this.addon, this.stream, (e) => this.waitEvent(e), numMarks);
   }
 
   /** Work queued on this backend's stream from now on waits for the event (no host wait). */

@@ -135,7 +135,8 @@ export function rowResolve(ctx: CudaAttentionContext, a: RowResolveInputs): RowR
 
 /**
  * hsRowCopy: one layer's copy pass of `plan` into `latentCache` (bf16 [numBlocks, bs, C + R])
- * from `hostRows` (that layer's mapped pinned host tier, [numHostBlocks, bs, C + R]).
+ * from `hostRows` (that layer's mapped pinned host tier, [numHostBlocks, bs, C + R]), on `stream`
+ * (default: the backend's; a side stream for the prefetch of a later layer).
  */
 export function rowCopy(
   ctx: CudaAttentionContext,
@@ -144,6 +145,7 @@ export function rowCopy(
   hostRows: DevicePtr,
   numHostBlocks: number,
   rowFlags: Tensor | null,
+  stream: number = ctx.stream,
 ): void {
   const [R, K] = [dim(plan.missSrc, 0), dim(plan.missSrc, 1)];
   expectDtype(latentCache, "rowCopy latentCache", ["bf16"]);
@@ -151,7 +153,7 @@ export function rowCopy(
   const [numBlocks, bs, width] = [dim(latentCache, 0), dim(latentCache, 1), dim(latentCache, 2)];
   if (R === 0) return;
   ctx.addon.rowCopy(
-    ctx.stream,
+    stream,
     ctx.dev(latentCache, "rowCopy latentCache").ptr,
     hostRows,
     ctx.dev(plan.missSrc, "rowCopy missSrc").ptr,

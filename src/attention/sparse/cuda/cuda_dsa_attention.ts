@@ -42,8 +42,10 @@ interface SourceView {
  *   layer hsRowCopy of the misses into its cache and the same Backend.mla.attention as dense
  *   over the merged view; a prefill beside its host-resident pages (the step's StreamedPrefill)
  *   reads them from the layer's host tier (SpilledRows). Layers sharing an indexer reuse its plan and view (one plan, a copy
- *   pass each). Device work only: a decode step replays from a CUDA graph. A forward is told
- *   apart by its dense-layer metadata object (fresh per eager step and per graph forward).
+ *   pass each); with {@link rowPrefetch}, the first of them issues the later ones' copy passes at
+ *   once on a side stream (exact prefetch: they run under the layers in between) and each later
+ *   layer only waits for its own pass. Device work only: a decode step replays from a CUDA graph.
+ *   A forward is told apart by its dense-layer metadata object (fresh per eager step and per graph forward).
  */
 export class CudaDsaHiSparseAttention implements MlaAttentionBackend {
   private readonly ops: BackendMlaOps;
@@ -51,6 +53,13 @@ export class CudaDsaHiSparseAttention implements MlaAttentionBackend {
   /** The forward whose views {@link views} holds (its denseMeta object). */
   private forwardKey: AttentionMetadata | null = null;
   private readonly views = new Map<number, SourceView>();
+  /** Per indexer (sourceIndex), its sparse layers ascending. */
+  private readonly sharers = new Map<number, number[]>();
+  /**
+   * Exact prefetch of the copy passes of the layers that share an indexer (default on). Benchmarks
+   * toggle it for A/B runs; a captured decode graph keeps the setting it was captured with.
+   */
+  rowPrefetch = true;
 
   /** @throws Error when the backend has no MLA ops. */
   constructor(
@@ -60,11 +69,19 @@ export class CudaDsaHiSparseAttention implements MlaAttentionBackend {
     readonly resolver: CudaLruRowResolver,
     /** Per sparse layer, its host tier of latent rows (SpilledRows.hostRows of a streaming prefill). */
     private readonly hostRows: readonly Tensor[],
+    /** Per sparse layer, its latent cache in the main pool (the prefetch's destinations). */
+    private readonly latentCaches: readonly Tensor[],
     private readonly rewrite: DeviceSelectionRewrite | null = null,
   ) {
     if (backend.mla === undefined) throw new Error("the CUDA backend has no MLA ops");
     this.ops = backend.mla;
     this.dense = new DenseMlaAttention(backend, blockSize);
+    layers.sourceIndex.forEach((src, l) => {
+      if (src < 0 || layers.sparseIndex[l]! < 0) return;
+      const list = this.sharers.get(src) ?? [];
+      list.push(l);
+      this.sharers.set(src, list);
+    });
   }
 
   /** @throws Error when the step carries no device HiSparse metadata. */
@@ -76,10 +93,17 @@ export class CudaDsaHiSparseAttention implements MlaAttentionBackend {
     ops.writeRows(x.kvc, latentCache, 0, meta.slotMapping);
     ops.writeRows(x.kpe, latentCache, x.dims.kvLoraRank, meta.slotMapping);
     const { meta: m, spilled } = streamedInputs(meta, hs.streamed, this.hostRows[li]!, hs.denseMeta);
-    if (!hs.hasSparse || x.topkIndices === null)
+    if (!hs.hasSparse || x.topkIndices === null) {
+      this.resolver.awaitPrefetch(li); // none is pending: a step's sharers all take one path
       return ops.attention(x.q, latentCache, x.kvBProj, m, x.dims, this.blockSize, x.topkIndices, spilled);
-    const src = this.sourceViewOf(this.layers.sourceIndex[layerIdx]!, x.topkIndices, m, hs);
-    this.resolver.copy(li, src.plan, latentCache, hs.rows);
+    }
+    const source = this.layers.sourceIndex[layerIdx]!;
+    const created = !this.views.has(source) || this.forwardKey !== hs.denseMeta;
+    const src = this.sourceViewOf(source, x.topkIndices, m, hs);
+    if (!this.resolver.awaitPrefetch(li)) {
+      this.resolver.copy(li, src.plan, latentCache, hs.rows);
+      if (created && this.rowPrefetch) this.prefetchSharers(source, layerIdx, src, hs);
+    }
     const { view } = src;
     const viewMeta: AttentionMetadata = { ...m, blockTables: view.blockTables, seqLens: view.seqLens };
     return ops.attention(x.q, latentCache, x.kvBProj, viewMeta, x.dims, this.blockSize, view.topk, spilled);
@@ -105,6 +129,21 @@ export class CudaDsaHiSparseAttention implements MlaAttentionBackend {
     return this.dense.indexerTopk(layerIdx, x, indexKeyCache, stepMetaOf(meta).denseMeta);
   }
 
+  /** The copy passes of the sparse layers after `layerIdx` that share indexer `source`, on the side stream. */
+  private prefetchSharers(
+    source: number,
+    layerIdx: number,
+    src: SourceView,
+    hs: DeviceHiSparseStepMeta,
+  ): void {
+    const later = (this.sharers.get(source) ?? []).filter((l) => l > layerIdx);
+    const passes = later.map((l) => {
+      const sparseLayer = this.layers.sparseIndex[l]!;
+      return { sparseLayer, cache: this.latentCaches[sparseLayer]! };
+    });
+    this.resolver.prefetch(passes, src.plan, hs.rows);
+  }
+
   /** Indexer `source`'s plan and view in this forward: made by the first layer that needs them. */
   private sourceViewOf(
     source: number,
@@ -115,6 +154,7 @@ export class CudaDsaHiSparseAttention implements MlaAttentionBackend {
     if (this.forwardKey !== hs.denseMeta) {
       this.forwardKey = hs.denseMeta;
       this.views.clear();
+      this.resolver.joinPrefetches(); // none normally: every prefetched layer awaited its pass
     }
     let v = this.views.get(source);
     if (v === undefined) {

@@ -8,6 +8,7 @@ import {
   rowResolve,
   rowViewMerge,
 } from "../../../backends/cuda/hisparse_rows_ops.js";
+import type { SideStream } from "../../../backends/cuda/side_stream.js";
 import type { DeviceSparseRows } from "../device_sparse.js";
 import type { DeviceHostTier } from "./cuda_hot_buffer.js";
 
@@ -21,12 +22,18 @@ export interface DeviceRowTables {
  * per indexer and step one plan (hsRowResolve: own slot, hot row or LRU victim row, per
  * (request slot, indexer) LRU keyed by token position), one copy pass per layer that shares the
  * indexer (hsRowCopy, 16-byte loads from the layer's mapped pinned host tier), and the attention
- * metadata of the step (hsRowViewMerge). Device work only, graph-capturable.
+ * metadata of the step (hsRowViewMerge). The copy passes of the later layers that share a plan
+ * can be issued at once on a side stream (prefetch / awaitPrefetch: the exact prefetch of
+ * IndexShare models, where the plan is known layers ahead). Device work only, graph-capturable.
  */
 export class CudaLruRowResolver {
+  /** The prefetch stream, one join mark per sparse layer (made on first use). */
+  private side: SideStream | null = null;
+
   /**
    * @param numBlocks blocks of the main pool (the sparse layers' latent caches).
    * @param numSlots request slots of the tables.
+   * @param numSparseLayers sparse layers (the prefetch's join marks).
    */
   constructor(
     private readonly backend: CudaBackend,
@@ -35,6 +42,7 @@ export class CudaLruRowResolver {
     private readonly blockSize: number,
     private readonly numBlocks: number,
     private readonly numSlots: number,
+    private readonly numSparseLayers: number,
   ) {}
 
   /**
@@ -66,6 +74,57 @@ export class CudaLruRowResolver {
       this.hostTier.numHostBlocks,
       rows.rowFlags,
     );
+  }
+
+  /**
+   * Exact prefetch: the copy passes of `layers` (later sparse layers that share `plan`), queued on
+   * the side stream after all work queued on the compute stream so far, each joined by
+   * awaitPrefetch(its sparseLayer) before that layer reads its cache. Safe to overlap the layers
+   * in between: a pass writes only the hot rows the plan chose as destinations, which no other
+   * kernel of the forward reads or writes before that layer's attention (the step's own rows go
+   * to their own slots), and it reads the plan, the row flags and host rows, all unchanged until
+   * the forward ends. Every prefetched layer must be awaited in the same forward (a graph
+   * capture ends with no side work left unjoined).
+   */
+  prefetch(
+    layers: readonly { sparseLayer: number; cache: Tensor }[],
+    plan: RowResolutionTensors,
+    rows: DeviceSparseRows,
+  ): void {
+    if (layers.length === 0) return;
+    this.side ??= this.backend.createSideStream(this.numSparseLayers);
+    const side = this.side;
+    side.afterCompute();
+    for (const { sparseLayer, cache } of layers) {
+      rowCopy(
+        this.backend,
+        plan,
+        cache,
+        this.hostTier.layerPtr(sparseLayer),
+        this.hostTier.numHostBlocks,
+        rows.rowFlags,
+        side.handle,
+      );
+      side.recordDone(sparseLayer);
+    }
+  }
+
+  /** The compute stream waits for sparse layer `sparseLayer`'s prefetched pass; false when none is pending. */
+  awaitPrefetch(sparseLayer: number): boolean {
+    if (this.side === null || !this.side.isPending(sparseLayer)) return false;
+    this.side.computeWaits(sparseLayer);
+    return true;
+  }
+
+  /** The compute stream waits for every pass still pending (a forward that ended early). */
+  joinPrefetches(): void {
+    for (let l = 0; l < this.numSparseLayers; l++) this.awaitPrefetch(l);
+  }
+
+  /** Waits for and frees the prefetch stream. */
+  dispose(): void {
+    this.side?.dispose();
+    this.side = null;
   }
 
   /** The step's attention metadata with `plan`'s rows resolved (the others as they were). */

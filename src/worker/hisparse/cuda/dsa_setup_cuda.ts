@@ -160,6 +160,7 @@ function assemble(
     bs,
     lay.numGpuBlocks,
     tablesConfig.numSlots,
+    sparseLayers.length,
   );
   const numSources = tablesConfig.lruShape![0]!;
   const overlap = selectionOverlapOf(backend, ctx, eff, tablesConfig.numSlots, numSources);
@@ -174,6 +175,7 @@ function assemble(
     layers,
     resolver,
     hostRows,
+    sparseLayers.map((l) => lay.kvCaches[l]!),
     overlap?.rewrite ?? null,
   );
   const bytesPerMiss = (row * BF16_BYTES * Math.max(1, sparseLayers.length)) / numSources;
@@ -189,6 +191,7 @@ function assemble(
       setup.dispose();
       for (const t of indexerKeyCaches) if (t !== null) backend.free(t);
       overlap?.dispose();
+      resolver.dispose();
     },
   };
 }

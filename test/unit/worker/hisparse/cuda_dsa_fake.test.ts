@@ -18,6 +18,7 @@ import {
   measureConcurrency,
   step,
 } from "../../../../bench/hisparse_harness.js";
+import { CudaDsaHiSparseAttention } from "../../../../src/attention/sparse/cuda/cuda_dsa_attention.js";
 import { CudaBackend } from "../../../../src/backends/cuda/cuda_backend.js";
 import { makeEngineArgs } from "../../../../src/config/engine_args.js";
 import { type HiSparseConfig, resolveHiSparseConfig } from "../../../../src/config/hisparse_config.js";
@@ -54,9 +55,17 @@ interface DsaRunStats {
   slotsAfter: number;
   lruShape: number[];
   numGraphs: number;
+  /** rowCopy passes on the backend's (compute) stream and on any other (the prefetch's side stream). */
+  copiesOnCompute: number;
+  copiesOnSide: number;
 }
 
-function run(hsConfig: Partial<HiSparseConfig>, numGpuBlocks: number, prompts: number[][]): DsaRunStats {
+function run(
+  hsConfig: Partial<HiSparseConfig>,
+  numGpuBlocks: number,
+  prompts: number[][],
+  rowPrefetch = true,
+): DsaRunStats {
   const fake = createFakeAddon();
   const be = new CudaBackend({ addon: fake, workspaceBytes: 32 << 20, stagingBytes: 1 << 18 });
   const stats: DsaRunStats = {
@@ -67,12 +76,18 @@ function run(hsConfig: Partial<HiSparseConfig>, numGpuBlocks: number, prompts: n
     slotsAfter: -1,
     lruShape: [],
     numGraphs: 0,
+    copiesOnCompute: 0,
+    copiesOnSide: 0,
   };
   for (const fn of WATCHED) {
     const orig = fake[fn] as (...a: unknown[]) => void;
     (fake as unknown as Record<string, (...a: unknown[]) => void>)[fn] = (...a: unknown[]) => {
       if (be.graphs.isCapturing) stats.captured.add(fn);
       stats.calls.set(fn, (stats.calls.get(fn) ?? 0) + 1);
+      if (fn === "rowCopy") {
+        if (a[0] === be.stream) stats.copiesOnCompute++;
+        else stats.copiesOnSide++;
+      }
       orig(...a);
     };
   }
@@ -110,6 +125,9 @@ function run(hsConfig: Partial<HiSparseConfig>, numGpuBlocks: number, prompts: n
   });
   const worker = setup.extensions[0];
   assert.ok(worker instanceof CudaHiSparseWorker);
+  const mla = setup.mla?.attention;
+  assert.ok(mla instanceof CudaDsaHiSparseAttention);
+  mla.rowPrefetch = rowPrefetch;
   stats.lruShape = [...worker.tables.state.lruPage.shape];
   const eff = setup.info.hisparse!.config!;
   const scheduling = createHiSparseScheduling(eff, {
@@ -158,6 +176,19 @@ describe("DSA HiSparse on the CUDA TS layer, end to end on the fake addon", {
     assert.equal(n("rowCopy"), 2 * n("rowResolve"));
     assert.ok(n("mirrorPages") > 0, "eager mirrors");
     assert.equal(s.slotsAfter, 0, "finished requests gave their slots back");
+  });
+
+  it("exact prefetch: the sharing layers' copy passes go to a side stream, the full layers' stay on the compute stream; off: all on the compute stream", () => {
+    const s = run({ mode: "on", minSparseTokens: 0 }, 128, PROMPTS);
+    const resolves = s.calls.get("rowResolve") ?? 0;
+    assert.ok(resolves > 0);
+    // Layers 1 and 3 share the indexers of 0 and 2: one prefetched pass per plan.
+    assert.equal(s.copiesOnCompute, resolves);
+    assert.equal(s.copiesOnSide, resolves);
+    const off = run({ mode: "on", minSparseTokens: 0 }, 128, PROMPTS, false);
+    assert.equal(off.copiesOnSide, 0);
+    assert.equal(off.copiesOnCompute, 2 * (off.calls.get("rowResolve") ?? 0));
+    assert.equal(off.outputs, 2);
   });
 
   it("on with the benchmark's selection overlap: one rewrite per resolution, captured too; none without the knob", () => {
