@@ -1,5 +1,4 @@
-// The DSA lightning indexer on CUDA (mla.h): logits of every past token from the paged index keys
-// and the causal top-k.
+// The DSA lightning indexer on CUDA (mla.h): logits of every past token from the paged index keys.
 //
 // indexerLogitsKernel, one CTA of 128 threads per (chunk of 128 positions, token): the token's
 // queries (Hi x Di, f32) and scaled head weights sit in shared memory; each thread owns one
@@ -7,13 +6,7 @@
 // registers (the queries read as broadcast float4 shared loads), then sums w_h * relu(scale *
 // dot_h) over the heads in order. Positions past p (and
 // the padding columns up to width) get -inf.
-//
-// topkKernel, one CTA of 512 threads per row: the order-preserving 32-bit key of each candidate
-// logit, the radix select of radix_select.cuh for the k-th largest key and how many keys equal
-// to it are taken, then an ordered output over contiguous per-thread runs (two CTA scans in
-// all, not two per 512 positions) that writes the taken positions ascending: keys above the
-// threshold and the first `take` equal keys in position order (the CPU oracle's tie rule,
-// src/backends/cpu/kernels/dsa.ts).
+// The causal top-k over these logits: mla_topk.cu.
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -23,7 +16,6 @@
 #include "hisparse_common.cuh"
 #include "mla.h"
 #include "mla_common.cuh"
-#include "radix_select.cuh"
 
 namespace hs_mla {
 namespace {
@@ -246,59 +238,6 @@ bool launchLogitsTc(const HsMlaIndexerParams& a, cudaStream_t stream, cudaError_
   return true;
 }
 
-constexpr int kTopkThreads = 512;
-
-/** Order-preserving key of a logit (larger logit, larger key); NaN as -inf, -0 as +0; never 0. */
-__device__ __forceinline__ uint32_t orderKey32(float v) {
-  if (v != v) v = -INFINITY;
-  const uint32_t b = v == 0.f ? 0u : __float_as_uint(v);
-  return (b >> 31) ? ~b : (b | 0x80000000u);
-}
-
-__global__ void __launch_bounds__(kTopkThreads)
-    topkKernel(const float* logits, const int32_t* positions, int32_t* out, int width, int k) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  int* hist = reinterpret_cast<int*>(smem);
-  int* warpSums = hist + 256;
-  int* bc = warpSums + 32;
-  const int t = blockIdx.x;
-  const float* row = logits + static_cast<size_t>(t) * width;
-  int32_t* dst = out + static_cast<size_t>(t) * k;
-  const int n = min(max(positions[t], -1), width - 1) + 1;  // candidates [0, n)
-  if (n <= k) {
-    for (int j = threadIdx.x; j < k; j += blockDim.x) dst[j] = j < n ? j : -1;
-    return;
-  }
-  int take = 0;
-  const uint32_t threshold =
-      hs_sparse::radixSelect<uint32_t>([row](int i) { return orderKey32(row[i]); }, n, k, hist, bc, &take);
-  // Ordered output: each thread owns a contiguous run of positions, so two CTA scans (keys equal
-  // to the threshold, then taken keys) place every thread's output; the runs are read twice.
-  const int per = (n + blockDim.x - 1) / blockDim.x;
-  const int c0 = min(n, static_cast<int>(threadIdx.x) * per);
-  const int c1 = min(n, c0 + per);
-  int above = 0;
-  int equal = 0;
-  for (int i = c0; i < c1; ++i) {
-    const uint32_t key = orderKey32(row[i]);
-    above += key > threshold ? 1 : 0;  // threshold >= 1: key 0 is never above it
-    equal += key == threshold ? 1 : 0;
-  }
-  int total = 0;
-  const int eqBefore = hs_sparse::blockExclusiveScan(equal, &total, warpSums);
-  const int eqTaken = max(0, min(equal, take - eqBefore));  // take <= INT_MAX, eqBefore >= 0
-  int idx = hs_sparse::blockExclusiveScan(above + eqTaken, &total, warpSums);
-  int eqSeen = 0;
-  for (int i = c0; i < c1; ++i) {
-    const uint32_t key = orderKey32(row[i]);
-    bool sel = key > threshold;
-    if (key == threshold) sel = eqSeen++ < eqTaken;
-    if (sel && idx < k) dst[idx] = i;
-    idx += sel ? 1 : 0;
-  }
-  for (int j = total + threadIdx.x; j < k; j += blockDim.x) dst[j] = -1;  // never, with n > k
-}
-
 }  // namespace
 }  // namespace hs_mla
 
@@ -347,12 +286,4 @@ extern "C" cudaError_t hsMlaIndexerLogits(const HsMlaIndexerParams* p, cudaStrea
   cudaError_t err = cudaSuccess;
   if (!simtIndexerForced() && launchLogitsTc(a, stream, &err)) return err;
   return hsMlaIndexerLogitsSimt(p, stream);
-}
-
-extern "C" cudaError_t hsMlaTopk(const float* logits, const int32_t* positions, int32_t* out, int numTokens, int width,
-                                 int k, cudaStream_t stream) {
-  if (numTokens < 0 || width <= 0 || k <= 0) return cudaErrorInvalidValue;
-  if (numTokens == 0) return cudaSuccess;
-  topkKernel<<<numTokens, kTopkThreads, (256 + 32 + 8) * sizeof(int), stream>>>(logits, positions, out, width, k);
-  return cudaGetLastError();
 }

@@ -110,6 +110,44 @@ void testIndexer(const char* name, int Hi, int Di, const std::vector<std::pair<i
   tally.record(bad == 0, (std::string("indexer top-k ") + name).c_str());
 }
 
+/**
+ * hsMlaTopk alone on crafted rows that reach each of its paths: the threshold bin taken whole
+ * (exactly k keys of one large value), candidates in shared memory (distinct values), and the
+ * general radix path (a bin of more keys than the shared-memory candidates hold: many ties).
+ */
+void testTopkPaths(Rng& rng) {
+  struct Row {
+    const char* name;
+    int n;
+    int k;
+    std::function<float(int)> value;
+  };
+  const Row rows[] = {
+      {"whole bin (k keys of 5.0)", 5000, 100, [](int i) { return i % 50 == 7 ? 5.f : 0.001f * (i % 97); }},
+      {"shared-memory candidates (distinct)", 9000, 700, [&](int) { return static_cast<float>(rng.below(1 << 20)); }},
+      {"general radix path (10000 ties)", 12000, 50, [](int i) { return i % 6 == 5 ? 0.5f : 1.f; }},
+  };
+  for (const auto& r : rows) {
+    const int width = r.n + 16;
+    std::vector<float> logits(width, -INFINITY);
+    for (int i = 0; i < r.n; ++i) logits[i] = r.value(i);
+    const std::vector<int32_t> positions = {r.n - 1};
+    DeviceBuffer<float> dLogits(logits.size());
+    DeviceBuffer<int32_t> dPos(1), dSel(r.k);
+    dLogits.upload(logits);
+    dPos.upload(positions);
+    dSel.poison();
+    HS_CHECK(hsMlaTopk(dLogits.ptr, dPos.ptr, dSel.ptr, 1, width, r.k, nullptr));
+    HS_CHECK(cudaDeviceSynchronize());
+    const auto sel = dSel.download();
+    const auto want = mla_ref::topk(logits, width, positions, r.k);
+    int bad = 0;
+    for (size_t i = 0; i < want.size(); ++i) bad += sel[i] != want[i];
+    if (bad) std::printf("  topk %s: %d of %zu entries differ\n", r.name, bad, want.size());
+    tally.record(bad == 0, (std::string("top-k path: ") + r.name).c_str());
+  }
+}
+
 void indexerTests(bool quick) {
   Rng rng(33);
   testIndexer("tiny 4x32 k32 (decode + prefill)", 4, 32, {{1, 300}, {6, 40}, {1, 7}}, 32, 0, rng);
@@ -124,4 +162,5 @@ void indexerTests(bool quick) {
   } else {
     testIndexer("GLM-5 heads 32x128 k64", 32, 128, {{1, 150}}, 64, 0, rng);
   }
+  testTopkPaths(rng);
 }

@@ -48,7 +48,7 @@ if [ ! -x "$bin" ] || [ "${MLA_REBUILD:-0}" = 1 ] || [ "$compile_only" = 1 ]; th
   flags=(-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xcompiler -pthread)
   pids=()
   for src in native/tests/mla_test.cu $K/mla_rows.cu $K/mla_attention.cu $K/mla_attention_tc.cu $K/mla_project.cu \
-    $K/mla_indexer.cu; do
+    $K/mla_indexer.cu $K/mla_topk.cu; do
     "$NVCC" "${flags[@]}" -c "$src" -o "build/mla_check/$(basename "$src" .cu).o" & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || { echo "mla_check.sh: compiling mla_test failed" >&2; exit 1; }; done

@@ -43,11 +43,11 @@ if [ "$compile_only" = 1 ] || [ ! -x "$bdir/mla_test" ] || [ ! -x "$bdir/mla_att
   echo "== compiling $bdir/mla_test and $bdir/mla_attention_bench"
   pids=()
   for src in native/tests/mla_test.cu native/tests/mla_attention_bench.cu $K/mla_rows.cu $K/mla_attention.cu \
-    $K/mla_attention_tc.cu $K/mla_project.cu $K/mla_indexer.cu; do
+    $K/mla_attention_tc.cu $K/mla_project.cu $K/mla_indexer.cu $K/mla_topk.cu; do
     "$NVCC" "${flags[@]}" -c "$src" -o "$bdir/$(basename "$src" .cu).o" & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || { echo "mla_tc_bench.sh: compiling failed" >&2; exit 1; }; done
-  kern=("$bdir/mla_rows.o" "$bdir/mla_attention.o" "$bdir/mla_attention_tc.o" "$bdir/mla_project.o" "$bdir/mla_indexer.o")
+  kern=("$bdir/mla_rows.o" "$bdir/mla_attention.o" "$bdir/mla_attention_tc.o" "$bdir/mla_project.o" "$bdir/mla_indexer.o" "$bdir/mla_topk.o")
   "$NVCC" "${flags[@]}" "$bdir/mla_test.o" "${kern[@]}" -o "$bdir/mla_test" &&
     "$NVCC" "${flags[@]}" "$bdir/mla_attention_bench.o" "${kern[@]}" -o "$bdir/mla_attention_bench" ||
     { echo "mla_tc_bench.sh: linking failed" >&2; exit 1; }

@@ -77,7 +77,7 @@ fi
 if [ "$what" = mla ] || [ "$what" = all ]; then
   build mla_test "$work/tests/mla_test.cu" "$work/kernels/mla_rows.cu" "$work/kernels/mla_attention.cu" \
     "$work/kernels/mla_attention_tc.cu" "$work/kernels/mla_project.cu" \
-    "$work/kernels/mla_indexer.cu"
+    "$work/kernels/mla_indexer.cu" "$work/kernels/mla_topk.cu"
   "$work/mla_test" "$@" || status=1
 fi
 if [ "$what" = gemv ] || [ "$what" = all ]; then
