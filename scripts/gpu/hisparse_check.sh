@@ -15,8 +15,9 @@
 #     to dense with dense tables, float64 reference otherwise; the resolver fused, split and split
 #     over fp8 host pages); then scripts/gpu/resolver_bench.sh: the resolver's swap-in bandwidth
 #     with every selected slice a miss, fused vs split, bf16 vs fp8 host pages (target >= 46 GB/s);
-#  2. dist/test/native/hisparse_kernels.test.js: the same kernels through CudaBackend against the
-#     TypeScript oracles (QuestSelector, LruHotBufferResolver) on identical inputs;
+#  2. dist/test/native/hisparse_kernels.test.js, hisparse_resolver.test.js and
+#     hisparse_host_tier.test.js: the same kernels through CudaBackend against the TypeScript
+#     oracles (QuestSelector, LruHotBufferResolver) on identical inputs, and the host tier;
 #  3. dist/test/native/hisparse_engine.test.js: greedy tokens of ref-small (and ref-base) with
 #     `on` and `auto` (topk >= context) equal `off` on CUDA; graphs equal eager;
 #  4. dist/test/native/attention.test.js: dense attention through the backend, unchanged;
@@ -85,7 +86,7 @@ fi
 [ -n "${QUICK:-}" ] || row "resolver swap-in (misses)" "$LAST_RC" "-" "$LAST_SECS" "$(grep -E '^split vs fused B=' "$out/resolver_swapin.log" | awk '{print $4$5}' | paste -sd' ') GB/s split"
 
 # 2-4. node tests
-for t in hisparse_kernels hisparse_engine attention; do
+for t in hisparse_kernels hisparse_resolver hisparse_host_tier hisparse_engine attention; do
   run "test_$t" 300 node --test --test-reporter=tap "dist/test/native/$t.test.js"
   [ "$LAST_RC" -ne 0 ] && fails=$((fails + 1))
   row "test:$t" "$LAST_RC" "$(tap "$out/test_$t.log")" "$LAST_SECS" "$(grep -c '# SKIP' "$out/test_$t.log") skipped"

@@ -1,6 +1,5 @@
 import { availableParallelism, freemem, totalmem } from "node:os";
-import { PAD_SLOT_ID } from "../../core/ids.js";
-import { LayerKvScales } from "../../core/kv/kv_cache_scales.js";
+import type { LayerKvScales } from "../../core/kv/kv_cache_scales.js";
 import type {
   AttentionMetadata,
   Backend,
@@ -14,10 +13,10 @@ import type {
   Tensor,
   WeightFill,
 } from "../backend.js";
-import { checkAttentionMetadata, checkPerHeadTables, checkQkv, cpu, expectShape } from "./checks.js";
+import { CpuAttentionOps } from "./attention_ops.js";
+import { checkQkv, cpu, expectShape } from "./checks.js";
 import { CHUNK_MACS, KernelDispatcher } from "./dispatch.js";
 import { bf16ToF32, f16ToF32 } from "./dtype.js";
-import { kvAmaxKernel, reshapeAndCacheKernel } from "./kernels/attention.js";
 import {
   fusedAddRmsNormKernel,
   gatherRowsKernel,
@@ -68,12 +67,9 @@ export class CpuBackend implements Backend {
   readonly moe: CpuMoeOps;
   /** Multi-head latent attention and DSA indexer ops (mla_ops.ts). */
   readonly mla: CpuMlaOps;
+  /** The paged KV cache and attention over it (attention_ops.ts). */
+  private readonly attention: CpuAttentionOps;
   private sampleScratch = new Float32Array(0);
-  /**
-   * KV caches allocated as "fp8" and their scales: reshapeAndCache rounds what it writes to e4m3
-   * with them (1.0, or measured from the first batch under --calculate-kv-scales).
-   */
-  private readonly fp8Caches = new WeakMap<Tensor, LayerKvScales>();
 
   /** @throws Error when numThreads is not a positive integer. */
   constructor(options: CpuBackendOptions = {}) {
@@ -86,6 +82,7 @@ export class CpuBackend implements Backend {
     this.kernels = new KernelDispatcher(this.pool, Math.max(1, options.chunkMacs ?? CHUNK_MACS));
     this.moe = new CpuMoeOps(this.mem, this.kernels);
     this.mla = new CpuMlaOps(this.mem);
+    this.attention = new CpuAttentionOps(this.mem, this.kernels);
   }
 
   // ---- memory --------------------------------------------------------------------------------
@@ -136,24 +133,9 @@ export class CpuBackend implements Backend {
     return t;
   }
 
-  /**
-   * One zeroed f32 tensor per layer, [numBlocks, 2, blockSize, numKvHeads, headDim]. An "fp8"
-   * cache (`--kv-cache-dtype fp8`) is emulated: f32 storage holding exactly the values an e4m3
-   * cache with the per-tensor scales reads back (../fp8.ts; reshapeAndCache rounds), so
-   * it takes 4 bytes per element here, not 1.
-   * @throws Error when spec.dtype is neither f32 nor fp8.
-   */
+  /** One zeroed f32 cache per layer, "fp8" emulated (CpuAttentionOps.allocateKvCache). */
   allocateKvCache(spec: KvCacheSpec): Tensor[] {
-    if (spec.dtype !== "f32" && spec.dtype !== "fp8")
-      throw new Error(`the CPU backend keeps its KV cache in f32 (or emulated fp8), got ${spec.dtype}`);
-    const shape = [spec.numBlocks, 2, spec.blockSize, spec.numKvHeads, spec.headDim];
-    const out: Tensor[] = [];
-    for (let l = 0; l < spec.numLayers; l++) {
-      const t = this.mem.allocPersistent(shape, "f32");
-      if (spec.dtype === "fp8") this.fp8Caches.set(t, new LayerKvScales(spec.calculateScales === true));
-      out.push(t);
-    }
-    return out;
+    return this.attention.allocateKvCache(spec);
   }
 
   /** Copies host data into an existing tensor of the same length and dtype class. @throws Error on a mismatch. */
@@ -297,10 +279,7 @@ export class CpuBackend implements Backend {
     return out;
   }
 
-  /**
-   * Writes each token's k and v heads to its slot (PAD_SLOT_ID skipped). kvCache:
-   * [numBlocks, 2, blockSize, Hkv, D]; slotMapping: i32 [T]. @throws Error for a slot outside the cache.
-   */
+  /** Writes each token's k and v heads to its slot (CpuAttentionOps.reshapeAndCache). */
   reshapeAndCache(
     qkv: Tensor,
     layout: QkvLayout,
@@ -308,41 +287,15 @@ export class CpuBackend implements Backend {
     slotMapping: Tensor,
     blockSize: number,
   ): void {
-    const q = cpu(qkv, this.mem, "reshapeAndCache qkv");
-    const T = checkQkv(q, layout, "reshapeAndCache");
-    const kv = cpu(kvCache, this.mem, "reshapeAndCache kvCache");
-    const { numHeads, numKvHeads, headDim } = layout;
-    const numBlocks = expectShape(kv, [-1, 2, blockSize, numKvHeads, headDim], "reshapeAndCache kvCache")[0]!;
-    const slots = cpu(slotMapping, this.mem, "reshapeAndCache slotMapping", false, "i32");
-    expectShape(slots, [T], "reshapeAndCache slotMapping");
-    const scales = this.fp8Caches.get(kvCache) ?? null;
-    // --calculate-kv-scales: the first batch with a token to cache fixes the layer's scales.
-    if (scales?.pending === true && slots.i32.some((s) => s !== PAD_SLOT_ID))
-      scales.calibrate(...kvAmaxKernel(q.f32, slots.i32, T, numHeads, numKvHeads, headDim, PAD_SLOT_ID));
-    reshapeAndCacheKernel(
-      q.f32,
-      kv.f32,
-      slots.i32,
-      T,
-      numHeads,
-      numKvHeads,
-      headDim,
-      blockSize,
-      numBlocks,
-      PAD_SLOT_ID,
-      scales,
-    );
+    this.attention.reshapeAndCache(qkv, layout, kvCache, slotMapping, blockSize);
   }
 
   /** The scales an fp8 cache layer stores with (Backend.kvCacheScales); null when not fp8. */
   kvCacheScales(kvCache: Tensor): Readonly<LayerKvScales> | null {
-    return this.fp8Caches.get(kvCache) ?? null;
+    return this.attention.kvCacheScales(kvCache);
   }
 
-  /**
-   * Causal paged attention (GQA, chunked prefill), threaded when big. qkv: [T, (Hq + 2Hkv) * D] ->
-   * [T, Hq * D]. @throws Error on inconsistent metadata (checks.ts).
-   */
+  /** Causal paged attention, threaded when big (CpuAttentionOps.pagedAttention). */
   pagedAttention(
     qkv: Tensor,
     layout: QkvLayout,
@@ -350,22 +303,10 @@ export class CpuBackend implements Backend {
     meta: AttentionMetadata,
     blockSize: number,
   ): Tensor {
-    const q = cpu(qkv, this.mem, "pagedAttention qkv");
-    const T = checkQkv(q, layout, "pagedAttention");
-    const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
-    const kv = cpu(kvCache, this.mem, "pagedAttention kvCache");
-    const numBlocks = expectShape(kv, [-1, 2, blockSize, Hkv, D], "pagedAttention kvCache")[0]!;
-    const m = checkAttentionMetadata(meta, this.mem, T, numBlocks, blockSize);
-    const out = this.ws([T, Hq * D]);
-    this.kernels.pagedAttention(q, kv, out, m, meta.numReqs, layout, T, blockSize);
-    return out;
+    return this.attention.pagedAttention(qkv, layout, kvCache, meta, blockSize);
   }
 
-  /**
-   * pagedAttention over per-(request, kv head) block tables (HiSparse), threaded when big; the
-   * same kernel as pagedAttention, so identical tables give identical bits. qkv:
-   * [T, (Hq + 2Hkv) * D] -> [T, Hq * D]. @throws Error on inconsistent metadata or tables.
-   */
+  /** pagedAttention over per-(request, kv head) block tables (CpuAttentionOps.sparsePagedAttention). */
   sparsePagedAttention(
     qkv: Tensor,
     layout: QkvLayout,
@@ -374,15 +315,7 @@ export class CpuBackend implements Backend {
     tables: PerHeadBlockTables,
     blockSize: number,
   ): Tensor {
-    const q = cpu(qkv, this.mem, "sparsePagedAttention qkv");
-    const T = checkQkv(q, layout, "sparsePagedAttention");
-    const { numHeads: Hq, numKvHeads: Hkv, headDim: D } = layout;
-    const kv = cpu(kvCache, this.mem, "sparsePagedAttention kvCache");
-    const numBlocks = expectShape(kv, [-1, 2, blockSize, Hkv, D], "sparsePagedAttention kvCache")[0]!;
-    const m = checkPerHeadTables(meta, tables, this.mem, T, Hkv, numBlocks, blockSize);
-    const out = this.ws([T, Hq * D]);
-    this.kernels.pagedAttention(q, kv, out, m, meta.numReqs, layout, T, blockSize);
-    return out;
+    return this.attention.sparsePagedAttention(qkv, layout, kvCache, meta, tables, blockSize);
   }
 
   /** x: [R, H]; indices: i32 [B] -> [B, H]. @throws Error for an index outside [0, R). */

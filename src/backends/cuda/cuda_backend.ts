@@ -9,43 +9,28 @@ import {
   type DType,
   type HostTensorData,
   type KvCacheSpec,
-  type MemoryInfo,
   type PerHeadBlockTables,
   type QkvLayout,
   type Tensor,
   type WeightFileRange,
   type WeightFill,
 } from "../backend.js";
-import {
-  type DeviceProperties,
-  type DevicePtr,
-  type HisparseNative,
-  loadAddon,
-  type NativeBlas,
-  type NativeDeviceAllocator,
-  type NativeStream,
-  offsetPtr,
-} from "./addon.js";
+import { offsetPtr } from "./addon.js";
 import * as attn from "./attention_ops.js";
 import {
   type CudaBackendOptions,
-  type CudaMemoryStats,
-  createCudaResources,
   denseGemvMaxTokensOf,
   type PinnedHostMemory,
-  releaseAll,
 } from "./cuda_backend_setup.js";
-import type { CudaGraphs } from "./graphs.js";
-import { type HostStaging, readConverted, type UploadConversion, writeConverted } from "./host_io.js";
+import { CudaDevice } from "./cuda_device.js";
+import { readConverted } from "./host_io.js";
 import { calibrateKvScales } from "./kv_scales_ops.js";
 import * as linearOps from "./linear_ops.js";
 import { CudaMlaOps } from "./mla_ops.js";
 import { CudaMoeOps } from "./moe_ops.js";
 import * as ops from "./ops.js";
-import { SideStream } from "./side_stream.js";
 import * as sparse from "./sparse_attention_ops.js";
-import type { StepWorkspace } from "./step_workspace.js";
-import { CudaTensor, describe, numelOf } from "./tensor.js";
+import { type CudaTensor, describe, numelOf } from "./tensor.js";
 import * as weights from "./weights.js";
 
 export type { CudaBackendOptions, CudaMemoryStats, PinnedHostMemory } from "./cuda_backend_setup.js";
@@ -55,20 +40,12 @@ export type { CudaBackendOptions, CudaMemoryStats, PinnedHostMemory } from "./cu
  * and KV cache, fp32 accumulation, f32 logits. One non-blocking stream; every op is an async
  * launch on it and only toHost / sampleOnDevice wait. Persistent tensors come from a caching
  * allocator, op outputs from a bump workspace reset per step, host data travels through pinned
- * buffers. Decode steps can be captured as CUDA graphs (`graphs`).
+ * buffers. Decode steps can be captured as CUDA graphs (`graphs`). The resources, their lifecycle
+ * and the checked access the op modules launch through are the base class's (cuda_device.ts).
  */
-export class CudaBackend implements Backend {
+export class CudaBackend extends CudaDevice implements Backend {
   readonly name = "cuda" as const;
   readonly activationDtype: DType = "bf16";
-  readonly addon: HisparseNative;
-  readonly device: number;
-  readonly properties: DeviceProperties;
-  /** Human-readable device name (from cudaGetDeviceProperties). */
-  get deviceName(): string {
-    return this.properties.name;
-  }
-  readonly graphs: CudaGraphs;
-  readonly blas: NativeBlas;
   /**
    * Rows up to which `linear` runs the skinny GEMM instead of cuBLAS (CudaBackendOptions
    * .denseGemvMaxTokens; 0 = always cuBLAS). Writable so that a benchmark can measure both paths
@@ -79,49 +56,15 @@ export class CudaBackend implements Backend {
   readonly moe: BackendMoeOps;
   /** Multi-head latent attention and the DSA indexer (mla_ops.ts). */
   readonly mla: BackendMlaOps;
-  private readonly allocator: NativeDeviceAllocator;
   /** fp8 KV caches and their per-layer scales (1.0, or the first batch's: --calculate-kv-scales). */
   private readonly fp8Scales = new WeakMap<Tensor, LayerKvScales>();
-  private readonly streamObj: NativeStream;
-  private readonly workspace: StepWorkspace;
-  private readonly staging: HostStaging;
-  /** Converting uploads: staging buffers, stream, device scratch of stagingBytes. */
-  private readonly uploadPath: UploadConversion;
-  /** allocateWeight / writeWeight / fillWeight / loadWeightFiles (weights.ts). */
-  private readonly weightCtx: weights.WeightWriteContext;
-  private readonly fillTables: weights.DeviceFillTables;
-  private disposed = false;
 
   /** @throws Error when the addon is missing, no CUDA device is usable, or cuBLAS cannot be loaded. */
   constructor(options: CudaBackendOptions = {}) {
-    this.addon = options.addon ?? loadAddon(options.addonPath);
-    const r = createCudaResources(this.addon, options);
-    this.device = r.device;
-    this.properties = r.properties;
-    this.blas = r.blas;
-    this.allocator = r.allocator;
-    this.streamObj = r.stream;
-    this.workspace = r.workspace;
-    this.staging = r.staging;
-    this.uploadPath = r.upload;
-    this.graphs = r.graphs;
-    this.weightCtx = weights.weightWriteContext(
-      this.addon,
-      this.stream,
-      r.allocator,
-      r.upload,
-      (dst, data, srcDtype, count) => this.writeConverted(dst, "bf16", data, srcDtype, count),
-      options.weightStreaming,
-    );
-    this.fillTables = new weights.DeviceFillTables(this.weightCtx);
+    super(options);
     this.moe = new CudaMoeOps(this, options.moeFusedActivation ?? true, options.moeSmallBatchMaxTokens);
     this.denseGemvMaxTokens = denseGemvMaxTokensOf(options);
     this.mla = new CudaMlaOps(this);
-  }
-
-  /** Handle of the backend's stream (for the ops modules and for KV transfer code). */
-  get stream(): number {
-    return this.streamObj.handle;
   }
 
   // ---- memory -----------------------------------------------------------------------------------
@@ -224,20 +167,6 @@ export class CudaBackend implements Backend {
     ) as unknown as T;
   }
 
-  memoryInfo(): MemoryInfo {
-    return this.addon.memGetInfo();
-  }
-
-  /** Counters of the caching allocator and the workspace (bytes). */
-  memoryStats(): CudaMemoryStats {
-    return {
-      ...this.allocator.stats(),
-      workspaceCapacity: this.workspace.capacity,
-      workspaceUsed: this.workspace.used,
-      workspacePeak: this.workspace.peak,
-    };
-  }
-
   free(t: Tensor): void {
     const ct = this.dev(t, "free");
     if (ct.kind !== "persistent")
@@ -245,20 +174,6 @@ export class CudaBackend implements Backend {
     this.notCapturing("free");
     this.allocator.free(ct.ptr);
     ct.released = true;
-  }
-
-  /**
-   * Debug aid: fills the free part of the step workspace with `byteValue` (0xff makes every f32,
-   * bf16 and f16 element a NaN), so that a test catches an op that leaves part of its output
-   * unwritten.
-   */
-  fillUnusedWorkspace(byteValue: number): void {
-    this.workspace.fillUnused(byteValue, this.stream);
-  }
-
-  /** Waits for all work queued on the backend's stream. */
-  synchronize(): void {
-    this.streamObj.synchronize();
   }
 
   /**
@@ -288,16 +203,6 @@ export class CudaBackend implements Backend {
     if (d.bytes > 0) this.addon.memcpyAsync(d.ptr, s.ptr, d.bytes, this.stream);
   }
 
-  /** A second stream ordered against this backend's stream by events (eager copies; `numMarks` join points). */
-  createSideStream(numMarks = 1): SideStream {
-    return new SideStream(this.addon, this.stream, (e) => this.waitEvent(e), numMarks);
-  }
-
-  /** Work queued on this backend's stream from now on waits for the event (no host wait). */
-  waitEvent(eventHandle: number): void {
-    this.streamObj.waitEvent(eventHandle);
-  }
-
   /**
    * Asynchronously writes i32 values into an i32 tensor from element `offset` on (a slice of a
    * persistent table; the caller may reuse `data` at once).
@@ -319,21 +224,6 @@ export class CudaBackend implements Backend {
       throw new Error(`fillRange: [${offset}, ${offset + count}) is outside a tensor of ${d.numel}`);
     const eb = DTYPE_BYTES[t.dtype];
     if (count > 0) this.addon.memsetAsync(offsetPtr(d.ptr, offset * eb), value, count * eb, this.stream);
-  }
-
-  /** Releases everything; every step is attempted even if one fails (the first error is rethrown). */
-  dispose(): void {
-    if (this.disposed) return;
-    this.disposed = true;
-    releaseAll([
-      () => this.streamObj.synchronize(),
-      () => this.graphs.disposeAll(),
-      () => this.blas.dispose(),
-      () => this.staging.dispose(),
-      () => this.workspace.dispose(),
-      () => this.allocator.dispose(),
-      () => this.streamObj.dispose(),
-    ]);
   }
 
   // ---- ops (ops.ts, attention_ops.ts, sparse_attention_ops.ts) -------------------------------------------------------------
@@ -421,73 +311,5 @@ export class CudaBackend implements Backend {
     if (!this.addon.buildInfo.hasSampling) return null;
     this.notCapturing("sampleOnDevice");
     return attn.sampleOnDevice(this, logits, rows);
-  }
-
-  // ---- CudaOpsContext / CudaAttentionContext ---------------------------------------------------------
-
-  /** Validates that t is a live tensor of this backend. @throws Error naming `what` otherwise. */
-  dev(t: Tensor, what: string): CudaTensor {
-    if (!(t instanceof CudaTensor)) throw new Error(`${what}: not a tensor of the CUDA backend`);
-    if (this.disposed) throw new Error(`${what}: the CUDA backend is disposed`);
-    if (t.released) throw new Error(`${what}: the tensor was freed`);
-    if (t.kind === "workspace" && t.generation !== this.workspace.generation) {
-      throw new Error(`${what}: a workspace tensor from before the last resetWorkspace() was used`);
-    }
-    return t;
-  }
-
-  /** A new workspace tensor (valid until resetWorkspace()). */
-  out(shape: readonly number[], dtype: DType): CudaTensor {
-    if (this.workspace.exact) this.notCapturing("exactWorkspace mode");
-    return this.workspace.tensor(shape, dtype);
-  }
-
-  /** Raw workspace bytes (256-byte aligned address), valid until resetWorkspace(). */
-  scratch(bytes: number): DevicePtr {
-    if (this.workspace.exact) this.notCapturing("exactWorkspace mode");
-    return this.workspace.scratch(bytes);
-  }
-
-  /** Scratch shared by the launches of one step (CudaAttentionContext; StepWorkspace.sharedScratch). */
-  sharedScratch(bytes: number): DevicePtr {
-    if (this.workspace.exact) this.notCapturing("exactWorkspace mode");
-    return this.workspace.sharedScratch(bytes);
-  }
-
-  /** Queues an async copy of host bytes to a device address (CudaAttentionContext). */
-  uploadBytes(dst: DevicePtr, data: ArrayBufferView): void {
-    this.notCapturing("a host upload");
-    this.staging.toDevice(dst, data);
-  }
-
-  /** Copies device bytes into dst; returns when done (CudaAttentionContext). */
-  downloadBytes(dst: ArrayBufferView, src: DevicePtr): void {
-    this.notCapturing("a device read");
-    this.staging.toHost(dst, src);
-  }
-
-  // ---- internals ------------------------------------------------------------------------------------
-
-  private allocPersistent(shape: readonly number[], dtype: DType): CudaTensor {
-    this.notCapturing("allocating a persistent tensor");
-    if (this.disposed) throw new Error("the CUDA backend is disposed");
-    const bytes = numelOf(shape) * DTYPE_BYTES[dtype];
-    return new CudaTensor([...shape], dtype, this.allocator.malloc(bytes), "persistent", -1);
-  }
-
-  /** Writes host values to the device, converted (host_io.ts writeConverted); not during capture. */
-  private writeConverted(
-    dst: DevicePtr,
-    dstDtype: DType,
-    data: ArrayBufferView,
-    srcDtype: DType,
-    count: number,
-  ): void {
-    this.notCapturing("writing host data");
-    writeConverted(this.uploadPath, dst, dstDtype, data, srcDtype, count);
-  }
-
-  private notCapturing(what: string): void {
-    if (this.graphs.isCapturing) throw new Error(`${what} is not allowed during CUDA graph capture`);
   }
 }

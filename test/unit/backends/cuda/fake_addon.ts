@@ -6,26 +6,19 @@
  * those operations and replays them. Launchers that have no host version here record their
  * arguments in `calls` (the tests check the marshalling) and touch no memory; those that take a
  * named parameter object check it against its field list (addon_params.ts) as the addon's
- * params.gen.h readers do: every field present, of its kind, and no other.
+ * params.gen.h readers do: every field present, of its kind, and no other. The memory and the
+ * element conversions are fake_device_memory.ts's, the resource classes fake_resources.ts's.
  */
 import { readSync } from "node:fs";
-import type { DType } from "../../../../src/backends/backend.js";
 import {
   ADDON_ABI_VERSION,
-  type AllocatorStats,
   asDevicePtr,
   type DevicePtr,
   type HisparseNative,
   MLA_ATTENTION_PARAMS,
   MLA_INDEXER_PARAMS,
   type NativeBlas,
-  type NativeCudaGraph,
-  type NativeDeviceAllocator,
-  type NativeEvent,
   type NativeFileReader,
-  type NativePinnedBuffer,
-  type NativeStream,
-  type NativeWorkspace,
   PAGED_ATTENTION_PARAMS,
   type ParamStruct,
   QUEST_SELECT_PARAMS,
@@ -35,36 +28,16 @@ import {
   ROW_VIEW_MERGE_PARAMS,
   SPARSE_DECODE_PARAMS,
 } from "../../../../src/backends/cuda/addon.js";
-import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits } from "../../../../src/backends/cuda/half.js";
+import {
+  AddressSpace,
+  BYTES,
+  CODE_DTYPE,
+  fakeFillWeight,
+  readValue,
+  writeValue,
+} from "./fake_device_memory.js";
 import { checkParams } from "./fake_params.js";
-
-const CODE_DTYPE: Record<number, DType> = { 0: "f32", 1: "bf16", 2: "f16", 3: "i32" };
-
-/** Fake address space: allocations at 256-aligned addresses with gaps between them. */
-export class AddressSpace {
-  private next = 0x1_0000_0000;
-  private readonly regions: { base: number; bytes: Uint8Array }[] = [];
-
-  add(bytes: Uint8Array): DevicePtr {
-    const base = asDevicePtr(this.next);
-    this.regions.push({ base, bytes });
-    this.next = Math.ceil((base + bytes.length + 4096) / 256) * 256;
-    return base;
-  }
-  remove(base: number): void {
-    const i = this.regions.findIndex((r) => r.base === base);
-    if (i < 0) throw new Error(`fake: no allocation at ${base}`);
-    this.regions.splice(i, 1);
-  }
-  /** n bytes at addr; throws (like memcheck) when the range leaves an allocation. */
-  view(addr: number, n: number): Uint8Array {
-    for (const r of this.regions) {
-      if (addr >= r.base && addr + n <= r.base + r.bytes.length)
-        return r.bytes.subarray(addr - r.base, addr - r.base + n);
-    }
-    throw new Error(`fake: invalid access of ${n} bytes at ${addr}`);
-  }
-}
+import { fakeExecutionClasses, fakeMemoryClasses } from "./fake_resources.js";
 
 /**
  * One recorded call of a launcher without a host implementation: its positional arguments
@@ -98,34 +71,11 @@ export interface FakeAddon extends HisparseNative {
   } | null;
 }
 
-function readValue(v: DataView, off: number, dtype: DType): number {
-  switch (dtype) {
-    case "f32":
-      return v.getFloat32(off, true);
-    case "bf16":
-      return bf16BitsToF32(v.getUint16(off, true));
-    case "f16":
-      return f16BitsToF32(v.getUint16(off, true));
-    default:
-      return v.getInt32(off, true);
-  }
-}
-
-function writeValue(v: DataView, off: number, dtype: DType, x: number): void {
-  if (dtype === "f32") v.setFloat32(off, x, true);
-  else if (dtype === "bf16") v.setUint16(off, f32ToBf16Bits(x), true);
-  else if (dtype === "i32") v.setInt32(off, x, true);
-  else throw new Error("fake: casts to f16 are not implemented");
-}
-
-const BYTES: Record<DType, number> = { f32: 4, bf16: 2, f16: 2, i32: 4, fp8: 1 };
-
 export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?: boolean } = {}): FakeAddon {
   const mem = new AddressSpace();
   const calls: FakeCall[] = [];
   /** Stream handle -> the graph recording it (or null). */
   const recording = new Map<number, (() => void)[]>();
-  let nextStream = 0x100;
   let minSplitTokens = 256;
   let launchOptions = 3; // hsSetKernelLaunchOptions (HS_LAUNCH_DEFAULT)
   const run = (stream: number, op: () => void) => {
@@ -133,139 +83,8 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     if (rec) rec.push(op);
     else op();
   };
-
-  class DeviceAllocator implements NativeDeviceAllocator {
-    private live = new Map<number, number>();
-    private s = { numAllocs: 0, numFrees: 0, peak: 0 };
-    malloc(bytes: number): DevicePtr {
-      const p = mem.add(new Uint8Array(Math.max(1, bytes)));
-      this.live.set(p, bytes);
-      this.s.numAllocs++;
-      this.s.peak = Math.max(this.s.peak, this.inUse());
-      return p;
-    }
-    free(ptr: DevicePtr): void {
-      if (!this.live.delete(ptr)) throw new Error("DeviceAllocator.free: the address was not allocated here");
-      mem.remove(ptr);
-      this.s.numFrees++;
-    }
-    emptyCache(): void {}
-    stats(): AllocatorStats {
-      const u = this.inUse();
-      return {
-        bytesInUse: u,
-        bytesRequested: u,
-        bytesReserved: u,
-        bytesCached: 0,
-        peakBytesInUse: this.s.peak,
-        peakBytesReserved: this.s.peak,
-        numAllocs: this.s.numAllocs,
-        numFrees: this.s.numFrees,
-        numCacheHits: 0,
-        numCudaMallocs: this.s.numAllocs,
-        numCudaFrees: this.s.numFrees,
-        numOomRetries: 0,
-        caching: false,
-      };
-    }
-    dispose(): void {
-      for (const p of this.live.keys()) mem.remove(p);
-      this.live.clear();
-    }
-    private inUse(): number {
-      let n = 0;
-      for (const b of this.live.values()) n += b;
-      return n;
-    }
-  }
-
-  class PinnedBuffer implements NativePinnedBuffer {
-    buffer: ArrayBuffer;
-    ptr: DevicePtr;
-    constructor(readonly byteLength: number) {
-      this.buffer = new ArrayBuffer(byteLength);
-      this.ptr = mem.add(new Uint8Array(this.buffer));
-    }
-    dispose(): void {
-      mem.remove(this.ptr);
-      this.ptr = asDevicePtr(0);
-    }
-  }
-
-  class Stream implements NativeStream {
-    readonly handle = nextStream++;
-    synchronize(): void {}
-    query(): boolean {
-      return true;
-    }
-    waitEvent(): void {}
-    dispose(): void {}
-  }
-
-  class Event implements NativeEvent {
-    readonly handle = 1;
-    record(): void {}
-    synchronize(): void {}
-    query(): boolean {
-      return true;
-    }
-    elapsedMs(): number {
-      return 0;
-    }
-    dispose(): void {}
-  }
-
-  class Workspace implements NativeWorkspace {
-    readonly base: DevicePtr;
-    used = 0;
-    peak = 0;
-    constructor(readonly capacity: number) {
-      this.base = mem.add(new Uint8Array(capacity));
-    }
-    alloc(bytes: number, align = 256): DevicePtr {
-      const start = Math.ceil(this.used / align) * align;
-      if (start + bytes > this.capacity)
-        throw new RangeError("step workspace exhausted: raise the backend's workspaceBytes option");
-      this.used = start + bytes;
-      this.peak = Math.max(this.peak, this.used);
-      return asDevicePtr(this.base + start);
-    }
-    reset(): void {
-      this.used = 0;
-    }
-    setUsed(bytes: number): void {
-      this.used = bytes;
-      this.peak = Math.max(this.peak, this.used);
-    }
-    dispose(): void {}
-  }
-
-  class CudaGraph implements NativeCudaGraph {
-    private ops: (() => void)[] | null = null;
-    private stream = 0;
-    captureBegin(stream: number): void {
-      this.ops = [];
-      this.stream = stream;
-      recording.set(stream, this.ops);
-    }
-    captureEnd(): void {
-      recording.delete(this.stream);
-    }
-    captureAbort(): void {
-      recording.delete(this.stream);
-      this.ops = null;
-    }
-    launch(): void {
-      if (this.ops === null) throw new Error("CudaGraph.launch: the graph is not instantiated");
-      for (const op of this.ops) op();
-    }
-    get numNodes(): number {
-      return this.ops?.length ?? 0;
-    }
-    dispose(): void {
-      this.ops = null;
-    }
-  }
+  const { DeviceAllocator, PinnedBuffer, Workspace } = fakeMemoryClasses(mem);
+  const { Stream, Event, CudaGraph } = fakeExecutionClasses(recording);
 
   const blas: NativeBlas = {
     mode: "lt",
@@ -554,52 +373,4 @@ export function createFakeAddon(options: { hasAttention?: boolean; hasSampling?:
     },
   };
   return fake;
-}
-
-/** 32-bit product with BigInt (an implementation of the rule independent of weight_fill.ts's Math.imul). */
-function mul32(a: number, b: number): number {
-  return Number((BigInt(a >>> 0) * BigInt(b >>> 0)) & 0xffffffffn);
-}
-
-function lowbias32(x: number): number {
-  let h = x >>> 0;
-  h = (h ^ (h >>> 16)) >>> 0;
-  h = mul32(h, 0x21f0aaad);
-  h = (h ^ (h >>> 15)) >>> 0;
-  h = mul32(h, 0x735a2d97);
-  return (h ^ (h >>> 15)) >>> 0;
-}
-
-/** The hsFillWeight contract (native/kernels/weight_fill.h), element by element. */
-function fakeFillWeight(
-  mem: AddressSpace,
-  dst: number,
-  elemBytes: number,
-  count: number,
-  first: number,
-  table: number,
-  constantBits: number,
-  key0: number,
-  key1: number,
-): void {
-  const out = mem.view(dst, count * elemBytes);
-  const dv = new DataView(out.buffer, out.byteOffset, out.byteLength);
-  const tab = table === 0 ? null : mem.view(table, 65536 * elemBytes);
-  const tv = tab === null ? null : new DataView(tab.buffer, tab.byteOffset, tab.byteLength);
-  for (let j = 0; j < count; j++) {
-    const i = BigInt(first + j);
-    const pair = i >> 1n;
-    const lo = Number(pair & 0xffffffffn);
-    const hi = Number(pair >> 32n);
-    const r = lowbias32((lowbias32((lo ^ key0) >>> 0) ^ ((key1 + mul32(hi, 0x9e3779b9)) >>> 0)) >>> 0);
-    const idx = (i & 1n) === 1n ? r >>> 16 : r & 0xffff;
-    const bits =
-      tv === null
-        ? constantBits
-        : elemBytes === 2
-          ? tv.getUint16(idx * 2, true)
-          : tv.getUint32(idx * 4, true);
-    if (elemBytes === 2) dv.setUint16(j * 2, bits, true);
-    else dv.setUint32(j * 4, bits, true);
-  }
 }

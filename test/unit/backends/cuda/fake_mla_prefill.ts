@@ -7,7 +7,8 @@
  */
 import type { DevicePtr } from "../../../../src/backends/cuda/addon.js";
 import { bf16BitsToF32, f32ToBf16Bits } from "../../../../src/backends/cuda/half.js";
-import type { AddressSpace, FakeAddon } from "./fake_addon.js";
+import type { FakeAddon } from "./fake_addon.js";
+import type { AddressSpace } from "./fake_device_memory.js";
 
 const F32 = 0;
 const BF16 = 1;
