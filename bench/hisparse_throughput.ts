@@ -96,6 +96,14 @@ import {
 } from "./hisparse_harness.js";
 import { printThroughputTables, type Row } from "./hisparse_throughput_report.js";
 import { cutGlm5 } from "./mla_bench_setup.js";
+import {
+  parseOverlaps,
+  parsePrefetches,
+  type Round,
+  roundLabel,
+  roundLabelsOf,
+  roundsOfMode,
+} from "./throughput_rounds.js";
 
 const arg = (name: string, d: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -122,26 +130,10 @@ const STEPS = Number(arg("steps", "16"));
 const budgetBytes = Math.floor(Number(arg("kv-budget-gib", "32")) * GiB);
 const hostPoolBytes = Math.floor(Number(arg("host-pool-gib", "64")) * GiB);
 const deadline = performance.now() + Number(arg("budget-s", "420")) * 1000;
-/**
- * `--overlap P` or `--overlap P1,P2,...`: the benchmark's selection-overlap knob per round of the
- * HiSparse modes, or [null] (the engine's own selection, no knob).
- */
 const overlapArg = arg("overlap", "");
-const overlaps: (number | null)[] = overlapArg === "" ? [null] : overlapArg.split(",").map(Number);
-for (const p of overlaps)
-  if (p !== null && !(p >= 0 && p <= 1))
-    throw new Error(`--overlap must be probabilities in [0, 1], got ${overlapArg}`);
+const overlaps = parseOverlaps(overlapArg);
 const overlapTag = overlapArg === "" ? "" : `, selection overlap p=${overlapArg} (benchmark knob)`;
-/** `--row-prefetch on,off`: rounds of the DSA HiSparse modes with the exact row prefetch on / off (A/B). */
-const prefetchArg = arg("row-prefetch", "");
-const prefetches: (boolean | null)[] =
-  prefetchArg === ""
-    ? [null]
-    : prefetchArg.split(",").map((v) => {
-        if (v !== "on" && v !== "off")
-          throw new Error(`--row-prefetch takes on and/or off, got ${prefetchArg}`);
-        return v === "on";
-      });
+const prefetches = parsePrefetches(arg("row-prefetch", ""));
 /** `--host-kv-cache-dtype auto|fp8`: host-tier pages as the device pool's, or fp8 (half the bytes per miss). */
 const hostKvCacheDtype = arg("host-kv-cache-dtype", "auto");
 if (!HOST_KV_CACHE_DTYPES.includes(hostKvCacheDtype as HostKvCacheDtype))
@@ -315,21 +307,9 @@ console.log(
   `device KV budget ${(budgetBytes / GiB).toFixed(1)} GiB for every mode; host pool ${(hostPoolBytes / GiB).toFixed(1)} GiB; ${knobs}${overlapTag}`,
 );
 const rows: Row[] = [];
-/** Column label of each listed mode: the mode, or `mode#k` for its k-th round when listed again. */
-const roundLabels = modes.map((m, i) => {
-  const k = modes.slice(0, i + 1).filter((x) => x === m).length;
-  return modes.filter((x) => x === m).length > 1 ? `${m}#${k}` : m;
-});
-/** One round of a mode: its selection overlap and (DSA) row prefetch setting, null = the default. */
-type Round = { p: number | null; prefetch: boolean | null };
-/** The rounds a mode runs: off one (no selection), the HiSparse modes each p x each prefetch setting. */
-const roundsOf = (mode: BenchMode): Round[] =>
-  mode === "off"
-    ? [{ p: null, prefetch: null }]
-    : overlaps.flatMap((p) => prefetches.map((prefetch) => ({ p, prefetch })));
-const labelOf = (round: string, r: Round) =>
-  (overlaps.length > 1 && r.p !== null ? `${round} p=${r.p}` : round) +
-  (r.prefetch === null ? "" : ` prefetch ${r.prefetch ? "on" : "off"}`);
+const roundLabels = roundLabelsOf(modes);
+const roundsOf = (mode: BenchMode): Round[] => roundsOfMode(mode === "off", overlaps, prefetches);
+const labelOf = (round: string, r: Round) => roundLabel(round, r, overlaps.length > 1);
 const labels = modes.flatMap((m, i) => roundsOf(m).map((r) => labelOf(roundLabels[i]!, r)));
 if (isDsa && overlaps.length > 1)
   throw new Error("--overlap with several values is for Quest models (the DSA overlap is set at start-up)");
