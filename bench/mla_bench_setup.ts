@@ -8,7 +8,7 @@ import type { AttentionMetadata, Backend, Tensor } from "../src/backends/backend
 import type { IndexerType } from "../src/config/mla_config.js";
 import type { ModelConfig } from "../src/config/model_config.js";
 import { asRequestId, type RequestId } from "../src/core/ids.js";
-import { llamaWeightSpecs } from "../src/models/dummy.js";
+import { llamaWeightSpecs, normalTable } from "../src/models/dummy.js";
 import { type PreparedInputs, stageAttentionMetadata } from "../src/worker/input_batch.js";
 import { cutLayers } from "./moe_bench_setup.js";
 
@@ -177,10 +177,37 @@ export interface IndexerRow {
 }
 
 /**
+ * Fills `numel` bf16 elements of t with normal(0, 1) values on the device (the dummy weights'
+ * counter-based table, models/dummy.ts normalTable; deterministic in `seed`), 2^28 at a time.
+ */
+function fillNormal(b: Backend, t: Tensor, numel: number, seed: number): void {
+  const fill = {
+    kind: "table",
+    dtype: "bf16",
+    table: normalTable(1, "bf16"),
+    key0: seed,
+    key1: 0x9e3779b9,
+  } as const;
+  const chunk = 2 ** 28;
+  for (let o = 0; o < numel; o += chunk) b.fillWeight(t, o, Math.min(chunk, numel - o), fill, o);
+}
+
+/** n deterministic values uniform in [-1, 1) (an LCG seeded by `seed`). */
+function uniform(n: number, seed: number): Float32Array {
+  const out = new Float32Array(n);
+  let x = seed >>> 0;
+  for (let i = 0; i < n; i++) {
+    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+    out[i] = x / 2 ** 31 - 1;
+  }
+  return out;
+}
+
+/**
  * One full DSA layer's indexer for a decode step of B requests at context C: logits over the
  * paged index keys (width C) and the top-k, each timed alone (mean of `reps` after a warm-up).
- * Keys are zeros: the kernel reads every byte whatever the values; logits are random-free ties,
- * so the top-k's radix select runs its worst case (every pass).
+ * Keys normal(0, 1), queries and head weights uniform in [-1, 1): distinct logits, as a trained
+ * model's are (zero keys, as before 2026-12-03, made every logit equal: the top-k's worst case).
  */
 export function benchIndexer(
   b: Backend,
@@ -193,17 +220,14 @@ export function benchIndexer(
   const ix = c.mla!.indexer!;
   const nb = Math.ceil(C / blockSize);
   const keys = b.mla!.allocatePagedRows(B * nb, blockSize, ix.headDim, "bf16");
+  fillNormal(b, keys, B * nb * blockSize * ix.headDim, 0x51ed);
   const probe = b.upload(new Int32Array(1), [1], "i32");
   const sync = () => b.toHost(probe);
   b.resetWorkspace();
   const x = decodeInputs(B, C, blockSize, 1);
   const { meta, free } = persistentMeta(b, x);
-  const q = b.upload(
-    new Float32Array(B * ix.numHeads * ix.headDim).fill(0.01),
-    [B, ix.numHeads * ix.headDim],
-    "bf16",
-  );
-  const w = b.upload(new Float32Array(B * ix.numHeads).fill(0.01), [B, ix.numHeads], "bf16");
+  const q = b.upload(uniform(B * ix.numHeads * ix.headDim, 1), [B, ix.numHeads * ix.headDim], "bf16");
+  const w = b.upload(uniform(B * ix.numHeads, 2), [B, ix.numHeads], "bf16");
   const pos = b.upload(x.positions, [B], "i32");
   const scales = { softmaxScale: ix.headDim ** -0.5, headWeightScale: ix.numHeads ** -0.5 };
   const width = nb * blockSize;

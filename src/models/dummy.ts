@@ -187,7 +187,7 @@ const tableCache = new Map<string, Float32Array | Uint16Array>();
  * NORMAL_LEVELS equiprobable quantiles of normal(0, std), encoded in `dtype` (cached per
  * std and dtype; the tables are pure functions of their key).
  */
-function normalTable(std: number, dtype: HostTensorData["dtype"]): Float32Array | Uint16Array {
+export function normalTable(std: number, dtype: HostTensorData["dtype"]): Float32Array | Uint16Array {
   const key = `${std}:${dtype}`;
   const hit = tableCache.get(key);
   if (hit !== undefined) return hit;
