@@ -103,6 +103,7 @@ import {
   roundLabel,
   roundLabelsOf,
   roundsOfMode,
+  uniqueLabels,
 } from "./throughput_rounds.js";
 
 const arg = (name: string, d: string) => {
@@ -310,7 +311,11 @@ const rows: Row[] = [];
 const roundLabels = roundLabelsOf(modes);
 const roundsOf = (mode: BenchMode): Round[] => roundsOfMode(mode === "off", overlaps, prefetches);
 const labelOf = (round: string, r: Round) => roundLabel(round, r, overlaps.length > 1);
-const labels = modes.flatMap((m, i) => roundsOf(m).map((r) => labelOf(roundLabels[i]!, r)));
+/** Per listed mode, its rounds' column labels, made unique (`#k` on repeats: --row-prefetch on,off,on,off). */
+const roundLabelTable = uniqueLabels(
+  modes.map((m, i) => roundsOf(m).map((r) => labelOf(roundLabels[i]!, r))),
+);
+const labels = roundLabelTable.flat();
 if (isDsa && overlaps.length > 1)
   throw new Error("--overlap with several values is for Quest models (the DSA overlap is set at start-up)");
 /**
@@ -344,9 +349,9 @@ outer: for (const [mi, mode] of modes.entries()) {
     continue;
   }
   console.log(`${mode}: ${e.numGpuBlocks} device blocks, ${e.numHostBlocks} host blocks`);
-  for (const round of roundsOf(mode)) {
+  for (const [ri, round] of roundsOf(mode).entries()) {
     const { p } = round;
-    const label = labelOf(roundLabels[mi]!, round);
+    const label = roundLabelTable[mi]![ri]!;
     if (p !== null && !isDsa) setSelectionOverlap(e, p);
     if (round.prefetch !== null) setRowPrefetch(e, round.prefetch);
     for (const ctx of contexts)

@@ -52,8 +52,25 @@ export function roundsOfMode(
   return overlaps.flatMap((p) => prefetches.map((prefetch) => ({ p, prefetch })));
 }
 
-/** A round's column label: the mode's label, ` p=P` when several overlaps run, ` prefetch on|off` when asked. */
+/** A round's column label: the mode's label, ` p=P` when several overlaps run, ` [prefetch on|off]` when asked. */
 export function roundLabel(modeLabel: string, r: Round, severalOverlaps: boolean): string {
   const p = severalOverlaps && r.p !== null ? `${modeLabel} p=${r.p}` : modeLabel;
-  return p + (r.prefetch === null ? "" : ` prefetch ${r.prefetch ? "on" : "off"}`);
+  return p + (r.prefetch === null ? "" : ` [prefetch ${r.prefetch ? "on" : "off"}]`);
+}
+
+/**
+ * The labels with every repeated one numbered in order (`auto [prefetch on]#1`, `#2`, ...), so
+ * that the report, which looks rows up by label, keeps each round apart. Same nesting as given.
+ */
+export function uniqueLabels(table: readonly (readonly string[])[]): string[][] {
+  const all = table.flat();
+  const seen = new Map<string, number>();
+  return table.map((row) =>
+    row.map((l) => {
+      if (all.filter((x) => x === l).length === 1) return l;
+      const k = (seen.get(l) ?? 0) + 1;
+      seen.set(l, k);
+      return `${l}#${k}`;
+    }),
+  );
 }

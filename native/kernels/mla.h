@@ -186,7 +186,8 @@ typedef struct HsMlaIndexerParams {
  * DSA indexer logits (Backend.mla.indexerLogits): logits[t, i] = sum_h (w[t, h] * headWeightScale)
  * * relu(softmaxScale * (q[t, h] . k_i)) for i <= p (fp32), -inf for i > p. Requires
  * Hi <= HS_MLA_MAX_INDEX_HEADS, Di <= HS_MLA_MAX_INDEX_DIM, Di % 32 == 0, keyDtype == qDtype and
- * 16-byte aligned key rows. bf16 with Hi <= 64 and Di in {32, 64, 128}: the tensor-core kernel
+ * 16-byte aligned key rows (and, for the tensor-core kernel, 16-byte aligned query rows, which
+ * Di % 32 == 0 gives for a 16-byte aligned q). bf16 with Hi <= 64 and Di in {32, 64, 128}: the tensor-core kernel
  * (mma.sync m16n8k16, fp32 accumulation, heads summed by shuffles; grid (ceil(width / 256), T));
  * otherwise, or with $HISPARSE_MLA_INDEXER=simt, hsMlaIndexerLogitsSimt.
  */
@@ -198,9 +199,11 @@ cudaError_t hsMlaIndexerLogitsSimt(const HsMlaIndexerParams* p, cudaStream_t str
 /**
  * Causal top-k per row (Backend.mla.topkIndices): among positions [0, positions[t]] (clamped to
  * width - 1), the min(k, p + 1) largest logits in ascending position order, -1 after them. Order:
- * larger first, NaN as -inf, -0 as +0, ties to the lower position: an order-preserving 32-bit key
- * per logit and the radix select of hisparse_select.cu (radix_select.cuh), then one ordered pass.
- * One CTA of 512 threads per row. logits: f32 [T, width]; positions: i32 [T]; out: i32 [T, k].
+ * larger first, NaN as -inf, -0 as +0, ties to the lower position (the CPU oracle's rule). One CTA
+ * of 1024 threads per row (mla_topk.cu): value bins over the row's finite range, the threshold
+ * bin's order-preserving keys in shared memory for the radix select of radix_select.cuh (the row
+ * itself when that bin holds more than 8192 keys), then an ordered output over per-warp runs.
+ * logits: f32 [T, width]; positions: i32 [T]; out: i32 [T, k].
  */
 cudaError_t hsMlaTopk(const float* logits, const int32_t* positions, int32_t* out, int numTokens, int width, int k,
                       cudaStream_t stream);

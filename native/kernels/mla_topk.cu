@@ -64,8 +64,8 @@ struct BinMap {
   __device__ __forceinline__ int operator()(float v) const {
     if (!(v > -INFINITY)) return 0;  // -inf and NaN
     if (v == INFINITY) return kBins - 1;
-    const float f = (v - lo) * scale;
-    return f <= 0.f ? 0 : f >= static_cast<float>(kBins - 1) ? kBins - 1 : static_cast<int>(f);
+    const float f = (v - lo) * scale;  // NaN when v - lo overflows and scale is 0: bin 0
+    return !(f > 0.f) ? 0 : f >= static_cast<float>(kBins - 1) ? kBins - 1 : static_cast<int>(f);
   }
 };
 

@@ -1,5 +1,5 @@
 // The CTA-wide radix select of the selection kernels (Quest pages, hisparse_select.cu; DSA
-// indexer top-k, mla_indexer.cu): one 256-bin shared-memory histogram per 8-bit digit, MSB
+// indexer top-k, mla_topk.cu): one 256-bin shared-memory histogram per 8-bit digit, MSB
 // first, over order-preserving unsigned keys (0 = not a candidate), warp-aggregated atomics
 // (__match_any_sync, sm_70+). Internal header.
 #pragma once

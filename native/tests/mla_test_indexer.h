@@ -124,6 +124,9 @@ void testTopkPaths(Rng& rng) {
   };
   const Row rows[] = {
       {"whole bin (k keys of 5.0)", 5000, 100, [](int i) { return i % 50 == 7 ? 5.f : 0.001f * (i % 97); }},
+      // One binade: every key shares its top byte, so the radix select over the taken-whole bin
+      // stops at a prefix that the lower bins' keys exceed (the bin's smallest key is the threshold).
+      {"whole bin within one binade", 5000, 100, [](int i) { return i % 50 == 7 ? 1.5f : 1.f + 0.0001f * (i % 997); }},
       {"shared-memory candidates (distinct)", 9000, 700, [&](int) { return static_cast<float>(rng.below(1 << 20)); }},
       {"general radix path (10000 ties)", 12000, 50, [](int i) { return i % 6 == 5 ? 0.5f : 1.f; }},
   };

@@ -5,7 +5,7 @@ import { loadModelConfig, type ModelConfig } from "../config/model_config.js";
 import { KV_CACHE_DTYPES } from "../core/kv/kv_cache_dtype.js";
 import { resolveModelDir } from "../models/registry.js";
 import { addHiSparseFlags, hisparseConfigFromOptions } from "./hisparse_flags.js";
-import { parseFloatArg, parseGibArg, parseIntArg } from "./parse_args.js";
+import { parseBlockSizeArg, parseFloatArg, parseGibArg, parseIntArg } from "./parse_args.js";
 
 export { parseFloatArg, parseGibArg, parseIntArg };
 
@@ -27,7 +27,12 @@ export function addEngineFlags(cmd: Command): Command {
     )
     .option("--seed <n>", "random seed of the engine (and of dummy weights)", parseIntArg, 0)
     .option("--max-model-len <n>", "longest prompt + output in tokens (default: the model's)", parseIntArg)
-    .option("--block-size <n>", "tokens per KV cache block", parseIntArg, 16)
+    .option(
+      "--block-size <n>",
+      "tokens per KV cache block (a power of two in [1, 256])",
+      parseBlockSizeArg,
+      16,
+    )
     .option("--gpu-memory-utilization <f>", "fraction of GPU memory to use", parseFloatArg, 0.9)
     .option("--num-gpu-blocks-override <n>", "fix the number of KV cache blocks", parseIntArg)
     .addOption(

@@ -15,7 +15,13 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { LLM, type LLMOptions } from "../../../src/engine/llm.js";
 import type { RequestOutput } from "../../../src/engine/outputs.js";
-import { loadFixture, type RefModel, referencedModelDir, refModelDir } from "../../helpers/reference.js";
+import {
+  describeIfFound,
+  loadFixture,
+  type RefModel,
+  referencedModelDir,
+  refModelDir,
+} from "../../helpers/reference.js";
 
 /** A greedy divergence from HF is accepted only where the engine's top-2 logits differ by less. */
 const TIE_EPS = 1e-3;
@@ -61,7 +67,7 @@ const MODELS = [
 
 for (const name of [...MODELS, "tiny-glm5-dsa-shared" as RefModel]) {
   const dir = referencedModelDir(name);
-  describe(`engine greedy vs HF: ${name}`, { skip: dir === null && `${name} not found` }, () => {
+  describeIfFound(`engine greedy vs HF: ${name}`, name, dir, () => {
     const cases = loadFixture(name);
     const prompts = cases.map((c) => c.input_ids);
 

@@ -7,6 +7,7 @@ import {
   roundLabel,
   roundLabelsOf,
   roundsOfMode,
+  uniqueLabels,
 } from "../../../bench/throughput_rounds.js";
 
 describe("hisparse_throughput rounds", () => {
@@ -37,13 +38,23 @@ describe("hisparse_throughput rounds", () => {
     assert.deepEqual(
       rounds.map((r) => roundLabel("auto", r, true)),
       [
-        "auto p=0 prefetch on",
-        "auto p=0 prefetch off",
-        "auto p=0.87 prefetch on",
-        "auto p=0.87 prefetch off",
+        "auto p=0 [prefetch on]",
+        "auto p=0 [prefetch off]",
+        "auto p=0.87 [prefetch on]",
+        "auto p=0.87 [prefetch off]",
       ],
     );
     assert.equal(roundLabel("auto", { p: 0.87, prefetch: null }, false), "auto");
     assert.deepEqual(roundLabelsOf(["off", "auto", "auto", "on"]), ["off", "auto#1", "auto#2", "on"]);
+  });
+
+  it("repeated round labels are numbered, so --row-prefetch on,off,on,off gives four distinct columns", () => {
+    const rows = roundsOfMode(false, [null], [true, false, true, false]).map((r) =>
+      roundLabel("auto", r, false),
+    );
+    assert.deepEqual(uniqueLabels([["off"], rows]), [
+      ["off"],
+      ["auto [prefetch on]#1", "auto [prefetch off]#1", "auto [prefetch on]#2", "auto [prefetch off]#2"],
+    ]);
   });
 });

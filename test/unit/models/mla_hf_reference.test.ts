@@ -10,7 +10,7 @@
  * own top-2 logits differ by less than 1e-3 (an fp32 near-tie); the test checks that.
  */
 import assert from "node:assert/strict";
-import { after, describe, it } from "node:test";
+import { after, it } from "node:test";
 import { DenseMlaAttention } from "../../../src/attention/mla.js";
 import { CpuBackend } from "../../../src/backends/cpu/index.js";
 import { loadModelConfig } from "../../../src/config/model_config.js";
@@ -18,7 +18,7 @@ import { modelKVCacheGroups } from "../../../src/core/kv/kv_cache_interface.js";
 import { DeepseekV3ForCausalLM } from "../../../src/models/llama.js";
 import { SafetensorsCheckpoint } from "../../../src/models/safetensors.js";
 import { allocateGroupCaches, allocateIndexerKeyCaches } from "../../../src/worker/kv_cache_setup.js";
-import { loadFixture, type RefModel, referencedModelDir } from "../../helpers/reference.js";
+import { describeIfFound, loadFixture, type RefModel, referencedModelDir } from "../../helpers/reference.js";
 import { buildMetadata, maxAbsDiff } from "../backends/cpu/helpers.js";
 
 const BLOCK_SIZE = 16;
@@ -53,9 +53,7 @@ const MODELS = [
 ] as RefModel[];
 for (const name of MODELS) {
   const modelDir = referencedModelDir(name);
-  describe(`${name} vs HF transformers (fp32)`, {
-    skip: modelDir === null && `${name} or its fixture not found (see test/helpers/reference.ts)`,
-  }, () => {
+  describeIfFound(`${name} vs HF transformers (fp32)`, name, modelDir, () => {
     const backend = new CpuBackend();
     after(() => backend.dispose());
     const cases = loadFixture(name);

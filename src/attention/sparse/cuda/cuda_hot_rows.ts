@@ -27,8 +27,8 @@ export interface DeviceRowTables {
  * IndexShare models, where the plan is known layers ahead). Device work only, graph-capturable.
  */
 export class CudaLruRowResolver {
-  /** The prefetch stream, one join mark per sparse layer (made on first use). */
-  private side: SideStream | null = null;
+  /** The prefetch stream, one join mark per sparse layer (made here, never inside a graph capture). */
+  private side: SideStream | null;
 
   /**
    * @param numBlocks blocks of the main pool (the sparse layers' latent caches).
@@ -43,7 +43,9 @@ export class CudaLruRowResolver {
     private readonly numBlocks: number,
     private readonly numSlots: number,
     private readonly numSparseLayers: number,
-  ) {}
+  ) {
+    this.side = backend.createSideStream(Math.max(1, numSparseLayers));
+  }
 
   /**
    * The plan of indexer `source` (its index among the indexers with hot rows) for the flagged
@@ -82,17 +84,20 @@ export class CudaLruRowResolver {
    * awaitPrefetch(its sparseLayer) before that layer reads its cache. Safe to overlap the layers
    * in between: a pass writes only the hot rows the plan chose as destinations, which no other
    * kernel of the forward reads or writes before that layer's attention (the step's own rows go
-   * to their own slots), and it reads the plan, the row flags and host rows, all unchanged until
-   * the forward ends. Every prefetched layer must be awaited in the same forward (a graph
-   * capture ends with no side work left unjoined).
+   * to their own slots in ACTIVE pages, misses land in the request's hot blocks), and it reads the
+   * plan, the row flags and host rows, all unchanged until the forward ends (the plan lives in the
+   * step's workspace for the whole forward: models/decoder.ts runs a step with shared layers
+   * without per-layer workspace scopes; a host row changes only by a mirror, issued after the
+   * forward). Every prefetched layer must be awaited in the same forward (a graph capture ends
+   * with no side work left unjoined); a forward that throws half way leaves marks pending, which
+   * the next forward joins first (joinPrefetches).
    */
   prefetch(
     layers: readonly { sparseLayer: number; cache: Tensor }[],
     plan: RowResolutionTensors,
     rows: DeviceSparseRows,
   ): void {
-    if (layers.length === 0) return;
-    this.side ??= this.backend.createSideStream(this.numSparseLayers);
+    if (layers.length === 0 || this.side === null) return;
     const side = this.side;
     side.afterCompute();
     for (const { sparseLayer, cache } of layers) {
