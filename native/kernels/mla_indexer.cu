@@ -127,6 +127,13 @@ __device__ __forceinline__ uint4 load8(const Bf16* row, int e, bool ok) {
   return ok ? *reinterpret_cast<const uint4*>(row + e) : make_uint4(0u, 0u, 0u, 0u);
 }
 
+/**
+ * Logits of one token (blockIdx.y) over kTcSpan positions (blockIdx.x): MT m16 tiles of heads
+ * (Hi <= 16 * MT, rows past Hi zero), KC chunks of 32 of the head dim (Di = 32 * KC). q: bf16
+ * [T, Hi * Di], headWeights bf16 [T, Hi], indexKeys bf16 [numBlocks, blockSize, Di] (16-byte
+ * aligned rows), logits f32 [T, width]. Each warp: kTcWarpPositions positions, NT n8 tiles
+ * (8 positions each) loaded before their mma.
+ */
 template <int MT, int KC>
 __global__ void __launch_bounds__(kTcWarps * 32) indexerLogitsTcKernel(const HsMlaIndexerParams a) {
   constexpr int NT = MT <= 2 ? 4 : 2;  // n8 tiles in flight per warp iteration
