@@ -64,6 +64,14 @@ export class SideStream {
     this.pending[mark] = false;
   }
 
+  /**
+   * Forgets every pending mark without a wait: for marks recorded inside a CUDA graph capture
+   * that was aborted (their work never ran, and their events belong to the dead capture).
+   */
+  discardPending(): void {
+    this.pending.fill(false);
+  }
+
   /** True while recordDone(mark) has not been followed by computeWaits(mark). */
   isPending(mark = 0): boolean {
     return this.pending[mark] === true;

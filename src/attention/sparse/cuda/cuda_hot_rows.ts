@@ -29,6 +29,8 @@ export interface DeviceRowTables {
 export class CudaLruRowResolver {
   /** The prefetch stream, one join mark per sparse layer (made here, never inside a graph capture). */
   private side: SideStream | null;
+  /** Whether the last prefetch was recorded inside a graph capture. */
+  private marksCaptured = false;
 
   /**
    * @param numBlocks blocks of the main pool (the sparse layers' latent caches).
@@ -90,7 +92,7 @@ export class CudaLruRowResolver {
    * without per-layer workspace scopes; a host row changes only by a mirror, issued after the
    * forward). Every prefetched layer must be awaited in the same forward (a graph capture ends
    * with no side work left unjoined); a forward that throws half way leaves marks pending, which
-   * the next forward joins first (joinPrefetches).
+   * the next forward joins or, after a failed capture, forgets first (joinPrefetches).
    */
   prefetch(
     layers: readonly { sparseLayer: number; cache: Tensor }[],
@@ -99,6 +101,7 @@ export class CudaLruRowResolver {
   ): void {
     if (layers.length === 0 || this.side === null) return;
     const side = this.side;
+    this.marksCaptured = this.backend.graphs.isCapturing;
     side.afterCompute();
     for (const { sparseLayer, cache } of layers) {
       rowCopy(
@@ -121,8 +124,16 @@ export class CudaLruRowResolver {
     return true;
   }
 
-  /** The compute stream waits for every pass still pending (a forward that ended early). */
+  /**
+   * Marks still pending at a new forward (the last one threw half way): joined when they were
+   * recorded eagerly; forgotten when recorded inside a graph capture, which then failed (a
+   * finished capture joined all of them), so no wait names an event of a dead capture.
+   */
   joinPrefetches(): void {
+    if (this.marksCaptured) {
+      this.side?.discardPending();
+      return;
+    }
     for (let l = 0; l < this.numSparseLayers; l++) this.awaitPrefetch(l);
   }
 

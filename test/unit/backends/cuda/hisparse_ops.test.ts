@@ -327,4 +327,28 @@ describe("HiSparse ops marshalling (fake addon)", () => {
     assert.throws(() => be.writeRange(t, 9, Int32Array.from([1, 2])), /outside a tensor of 10/);
     side.dispose();
   });
+
+  it("SideStream marks: each joined once at its own mark, a mark never recorded not waited for, discardPending forgets all", () => {
+    const { be } = setup();
+    const side = be.createSideStream(3);
+    const waits: number[] = [];
+    const orig = be.waitEvent.bind(be);
+    be.waitEvent = (e: number) => {
+      waits.push(e);
+      orig(e);
+    };
+    side.afterCompute();
+    side.recordDone(0);
+    side.recordDone(2);
+    assert.deepEqual([side.isPending(0), side.isPending(1), side.isPending(2)], [true, false, true]);
+    side.computeWaits(1); // never recorded: no wait
+    side.computeWaits(2);
+    side.computeWaits(2); // already joined: no second wait
+    assert.equal(waits.length, 1);
+    side.discardPending();
+    assert.equal(side.isPending(0), false);
+    side.computeWaits(0);
+    assert.equal(waits.length, 1, "a discarded mark is not waited for");
+    side.dispose();
+  });
 });
