@@ -127,6 +127,17 @@ void testTopkPaths(Rng& rng) {
       // One binade: every key shares its top byte, so the radix select over the taken-whole bin
       // stops at a prefix that the lower bins' keys exceed (the bin's smallest key is the threshold).
       {"whole bin within one binade", 5000, 100, [](int i) { return i % 50 == 7 ? 1.5f : 1.f + 0.0001f * (i % 997); }},
+      // Edge rows (from the review): all equal, -inf / NaN majorities, +inf, signed zeros at the
+      // threshold, one outlier packing the rest into the lowest bins, -inf mixed into bin 0.
+      {"all equal (20000)", 20000, 2048, [](int) { return 0.25f; }},
+      {"-inf majority", 20000, 2048, [](int i) { return i % 200 == 3 ? 0.1f * i : -INFINITY; }},
+      {"NaN majority", 6000, 300, [](int i) { return i % 50 == 3 ? 0.1f * i : std::nanf(""); }},
+      {"+inf and finite", 9000, 64, [](int i) { return i % 300 == 1 ? INFINITY : 0.001f * (i % 1000); }},
+      {"+0 / -0 at the threshold", 3000, 1000,
+       [](int i) { return i % 3 == 0 ? (i % 2 ? -0.f : 0.f) : (i % 3 == 1 ? 1.f : -1.f); }},
+      {"one outlier", 20000, 2048, [](int i) { return i == 0 ? 1e6f : 0.00001f * i; }},
+      {"-inf mixed into the lowest bin", 9000, 8900, [](int i) { return i % 2 ? -INFINITY : -1.f + 1e-7f * i; }},
+      {"a span past FLT_MAX", 4000, 100, [](int i) { return i % 2 ? 3e38f : -3e38f + 1e31f * (i % 100); }},
       {"shared-memory candidates (distinct)", 9000, 700, [&](int) { return static_cast<float>(rng.below(1 << 20)); }},
       {"general radix path (10000 ties)", 12000, 50, [](int i) { return i % 6 == 5 ? 0.5f : 1.f; }},
   };
