@@ -97,6 +97,7 @@ import {
 import { printThroughputTables, type Row } from "./hisparse_throughput_report.js";
 import { cutGlm5 } from "./mla_bench_setup.js";
 import {
+  checkPrefetchRounds,
   parseOverlaps,
   parsePrefetches,
   type Round,
@@ -298,6 +299,7 @@ const { config, model } =
       })
     : loadCut(Number(numLayersArg), maxCtx + 1024);
 const isDsa = config.mla?.indexer != null;
+checkPrefetchRounds(prefetches, config.mla?.indexer?.layerTypes ?? null);
 console.log(
   `loaded ${config.architecture} (dummy, ${config.numHiddenLayers} layers) in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
 );

@@ -74,3 +74,21 @@ export function uniqueLabels(table: readonly (readonly string[])[]): string[][] 
     }),
   );
 }
+
+/**
+ * Refuses `--row-prefetch` rounds for a model without a DSA indexer (`indexerTypes` null), and
+ * notes when every layer has its own indexer (nothing to prefetch: the rounds measure the same).
+ * @throws Error naming the flag.
+ */
+export function checkPrefetchRounds(
+  prefetches: readonly (boolean | null)[],
+  indexerTypes: readonly string[] | null,
+): void {
+  if (prefetches[0] === null) return;
+  if (indexerTypes === null)
+    throw new Error("--row-prefetch is for DSA models (--config configs/glm-5 --num-layers N)");
+  if (!indexerTypes.includes("shared"))
+    console.log(
+      "note: every layer has its own indexer (no --indexer-share): the row prefetch has nothing to copy ahead",
+    );
+}

@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import {
+  checkPrefetchRounds,
   parseOverlaps,
   parsePrefetches,
   roundLabel,
@@ -56,5 +57,11 @@ describe("hisparse_throughput rounds", () => {
       ["off"],
       ["auto [prefetch on]#1", "auto [prefetch off]#1", "auto [prefetch on]#2", "auto [prefetch off]#2"],
     ]);
+  });
+
+  it("--row-prefetch needs a DSA model", () => {
+    assert.throws(() => checkPrefetchRounds([true, false], null), /^Error: --row-prefetch is for DSA models/);
+    checkPrefetchRounds([null], null);
+    checkPrefetchRounds([true], ["full", "shared"]);
   });
 });
