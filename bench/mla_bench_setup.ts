@@ -5,6 +5,7 @@
  */
 import { performance } from "node:perf_hooks";
 import type { AttentionMetadata, Backend, Tensor } from "../src/backends/backend.js";
+import { Rng } from "../src/bench/rng.js";
 import type { IndexerType } from "../src/config/mla_config.js";
 import type { ModelConfig } from "../src/config/model_config.js";
 import { asRequestId, type RequestId } from "../src/core/ids.js";
@@ -192,15 +193,10 @@ function fillNormal(b: Backend, t: Tensor, numel: number, seed: number): void {
   for (let o = 0; o < numel; o += chunk) b.fillWeight(t, o, Math.min(chunk, numel - o), fill, o);
 }
 
-/** n deterministic values uniform in [-1, 1) (an LCG seeded by `seed`). */
+/** n deterministic values uniform in [-1, 1) (src/bench/rng.ts Rng, seeded by `seed`). */
 function uniform(n: number, seed: number): Float32Array {
-  const out = new Float32Array(n);
-  let x = seed >>> 0;
-  for (let i = 0; i < n; i++) {
-    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
-    out[i] = x / 2 ** 31 - 1;
-  }
-  return out;
+  const rng = new Rng(seed);
+  return Float32Array.from({ length: n }, () => 2 * rng.random() - 1);
 }
 
 /**

@@ -42,6 +42,18 @@ __device__ __forceinline__ void loadPiece(const float* key, int e0, float (&k)[k
   for (int e = 0; e < kKeyPiece; ++e) k[e] = key[e0 + e];
 }
 
+/**
+ * Token t's request (*r; -1 when t is in none) and position in it (-1 then): queryStartLoc is
+ * ascending, so a linear scan over the few requests of a step is short.
+ */
+__device__ __forceinline__ int tokenPosition(const HsMlaIndexerParams& a, int t, int* r) {
+  *r = -1;
+  for (int j = 0; j < a.numReqs; ++j)
+    if (a.queryStartLoc[j] <= t && t < a.queryStartLoc[j + 1]) *r = j;
+  const int q = *r;
+  return q < 0 ? -1 : a.seqLens[q] - (a.queryStartLoc[q + 1] - a.queryStartLoc[q]) + (t - a.queryStartLoc[q]);
+}
+
 /** Q: the dtype of the queries, head weights and keys (f32 or Bf16). */
 template <typename Q>
 __global__ void __launch_bounds__(kLogitThreads) indexerLogitsKernel(const HsMlaIndexerParams a) {
@@ -53,12 +65,8 @@ __global__ void __launch_bounds__(kLogitThreads) indexerLogitsKernel(const HsMla
   const int t = blockIdx.y;
   const int i = blockIdx.x * kLogitThreads + threadIdx.x;
   float* out = a.logits + static_cast<size_t>(t) * a.width;
-  // The token's request and position (queryStartLoc is ascending; a linear scan is short).
-  int r = -1;
-  for (int j = 0; j < a.numReqs; ++j)
-    if (a.queryStartLoc[j] <= t && t < a.queryStartLoc[j + 1]) r = j;
-  const int p =
-      r < 0 ? -1 : a.seqLens[r] - (a.queryStartLoc[r + 1] - a.queryStartLoc[r]) + (t - a.queryStartLoc[r]);
+  int r = 0;
+  const int p = tokenPosition(a, t, &r);
   if (blockIdx.x * kLogitThreads > p) {  // the whole chunk is past p
     if (i < a.width) out[i] = -INFINITY;
     return;
@@ -145,11 +153,8 @@ __global__ void __launch_bounds__(kTcWarps * 32) indexerLogitsTcKernel(const HsM
   const int g = lane >> 2;
   const int c = lane & 3;
   float* out = a.logits + static_cast<size_t>(t) * a.width;
-  int r = -1;
-  for (int j = 0; j < a.numReqs; ++j)
-    if (a.queryStartLoc[j] <= t && t < a.queryStartLoc[j + 1]) r = j;
-  const int p =
-      r < 0 ? -1 : a.seqLens[r] - (a.queryStartLoc[r + 1] - a.queryStartLoc[r]) + (t - a.queryStartLoc[r]);
+  int r = 0;
+  const int p = tokenPosition(a, t, &r);
   const int span0 = blockIdx.x * kTcSpan;
   if (span0 > p) {  // the whole span is past p
     for (int i = span0 + threadIdx.x; i < min(a.width, span0 + kTcSpan); i += blockDim.x) out[i] = -INFINITY;

@@ -54,6 +54,28 @@ bool logitsMatch(const std::vector<float>& logits, const std::vector<float>& ref
 }
 
 /**
+ * hsMlaTopk over `logits` ([T, width], T = positions.size()) against mla_ref::topk, entry for
+ * entry; records the result as `label` (and prints the count of differing entries).
+ */
+void checkTopk(const std::vector<float>& logits, int width, const std::vector<int32_t>& positions, int k,
+               const std::string& label) {
+  const int T = static_cast<int>(positions.size());
+  DeviceBuffer<float> dLogits(logits.size());
+  DeviceBuffer<int32_t> dPos(T), dSel(static_cast<size_t>(T) * k);
+  dLogits.upload(logits);
+  dPos.upload(positions);
+  dSel.poison();
+  HS_CHECK(hsMlaTopk(dLogits.ptr, dPos.ptr, dSel.ptr, T, width, k, nullptr));
+  HS_CHECK(cudaDeviceSynchronize());
+  const auto sel = dSel.download();
+  const auto want = mla_ref::topk(logits, width, positions, k);
+  int bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) bad += sel[i] != want[i];
+  if (bad) std::printf("  %s: %d of %zu entries differ\n", label.c_str(), bad, want.size());
+  tally.record(bad == 0, label.c_str());
+}
+
+/**
  * Logits of both kernels vs the float64 reference (relative 1e-5), then hsMlaTopk over the
  * dispatching kernel's logits (with `levels` > 0 reshaped to `levels` values, a NaN and a -0 to
  * force ties) vs the reference's selection, entry for entry.
@@ -95,19 +117,7 @@ void testIndexer(const char* name, int Hi, int Di, const std::vector<std::pair<i
     st.where(t, r, pp);
     positions[t] = pp;
   }
-  DeviceBuffer<float> dLogits(logits.size());
-  DeviceBuffer<int32_t> dPos(T), dSel(static_cast<size_t>(T) * k);
-  dLogits.upload(logits);
-  dPos.upload(positions);
-  dSel.poison();
-  HS_CHECK(hsMlaTopk(dLogits.ptr, dPos.ptr, dSel.ptr, T, width, k, nullptr));
-  HS_CHECK(cudaDeviceSynchronize());
-  const auto sel = dSel.download();
-  const auto want = mla_ref::topk(logits, width, positions, k);
-  int bad = 0;
-  for (size_t i = 0; i < want.size(); ++i) bad += sel[i] != want[i];
-  if (bad) std::printf("  topk %s: %d of %zu entries differ\n", name, bad, want.size());
-  tally.record(bad == 0, (std::string("indexer top-k ") + name).c_str());
+  checkTopk(logits, width, positions, k, std::string("indexer top-k ") + name);
 }
 
 /**
@@ -145,20 +155,7 @@ void testTopkPaths(Rng& rng) {
     const int width = r.n + 16;
     std::vector<float> logits(width, -INFINITY);
     for (int i = 0; i < r.n; ++i) logits[i] = r.value(i);
-    const std::vector<int32_t> positions = {r.n - 1};
-    DeviceBuffer<float> dLogits(logits.size());
-    DeviceBuffer<int32_t> dPos(1), dSel(r.k);
-    dLogits.upload(logits);
-    dPos.upload(positions);
-    dSel.poison();
-    HS_CHECK(hsMlaTopk(dLogits.ptr, dPos.ptr, dSel.ptr, 1, width, r.k, nullptr));
-    HS_CHECK(cudaDeviceSynchronize());
-    const auto sel = dSel.download();
-    const auto want = mla_ref::topk(logits, width, positions, r.k);
-    int bad = 0;
-    for (size_t i = 0; i < want.size(); ++i) bad += sel[i] != want[i];
-    if (bad) std::printf("  topk %s: %d of %zu entries differ\n", r.name, bad, want.size());
-    tally.record(bad == 0, (std::string("top-k path: ") + r.name).c_str());
+    checkTopk(logits, width, {r.n - 1}, r.k, std::string("top-k path: ") + r.name);
   }
 }
 

@@ -98,11 +98,10 @@ export class CudaDsaHiSparseAttention implements MlaAttentionBackend {
       return ops.attention(x.q, latentCache, x.kvBProj, m, x.dims, this.blockSize, x.topkIndices, spilled);
     }
     const source = this.layers.sourceIndex[layerIdx]!;
-    const created = !this.views.has(source) || this.forwardKey !== hs.denseMeta;
-    const src = this.sourceViewOf(source, x.topkIndices, m, hs);
+    const { src, made } = this.sourceViewOf(source, x.topkIndices, m, hs);
     if (!this.resolver.awaitPrefetch(li)) {
       this.resolver.copy(li, src.plan, latentCache, hs.rows);
-      if (created && this.rowPrefetch) this.prefetchSharers(source, layerIdx, src, hs);
+      if (made && this.rowPrefetch) this.prefetchSharers(source, layerIdx, src, hs);
     }
     const { view } = src;
     const viewMeta: AttentionMetadata = { ...m, blockTables: view.blockTables, seqLens: view.seqLens };
@@ -144,26 +143,28 @@ export class CudaDsaHiSparseAttention implements MlaAttentionBackend {
     this.resolver.prefetch(passes, src.plan, hs.rows);
   }
 
-  /** Indexer `source`'s plan and view in this forward: made by the first layer that needs them. */
+  /**
+   * Indexer `source`'s plan and view in this forward: made by the first layer that needs them
+   * (`made`: by this call).
+   */
   private sourceViewOf(
     source: number,
     topk: Tensor,
     meta: AttentionMetadata,
     hs: DeviceHiSparseStepMeta,
-  ): SourceView {
+  ): { src: SourceView; made: boolean } {
     if (this.forwardKey !== hs.denseMeta) {
       this.forwardKey = hs.denseMeta;
       this.views.clear();
       this.resolver.joinPrefetches(); // none normally: every prefetched layer awaited its pass
     }
-    let v = this.views.get(source);
-    if (v === undefined) {
-      const sel = this.rewrite === null ? topk : this.rewrite(source, topk, hs);
-      const plan = this.resolver.resolve(source, sel, hs.rows);
-      v = { plan, view: this.resolver.view(plan, sel, meta, hs.rows) };
-      this.views.set(source, v);
-    }
-    return v;
+    const had = this.views.get(source);
+    if (had !== undefined) return { src: had, made: false };
+    const sel = this.rewrite === null ? topk : this.rewrite(source, topk, hs);
+    const plan = this.resolver.resolve(source, sel, hs.rows);
+    const src = { plan, view: this.resolver.view(plan, sel, meta, hs.rows) };
+    this.views.set(source, src);
+    return { src, made: true };
   }
 }
 

@@ -68,8 +68,17 @@ export class CudaLruRowResolver {
     });
   }
 
-  /** Sparse layer `sparseLayer`'s copy pass of `plan`: its misses land in `latentCache`. */
-  copy(sparseLayer: number, plan: RowResolutionTensors, latentCache: Tensor, rows: DeviceSparseRows): void {
+  /**
+   * Sparse layer `sparseLayer`'s copy pass of `plan`: its misses land in `latentCache`, on
+   * `stream` (default: the backend's).
+   */
+  copy(
+    sparseLayer: number,
+    plan: RowResolutionTensors,
+    latentCache: Tensor,
+    rows: DeviceSparseRows,
+    stream: number = this.backend.stream,
+  ): void {
     rowCopy(
       this.backend,
       plan,
@@ -77,6 +86,7 @@ export class CudaLruRowResolver {
       this.hostTier.layerPtr(sparseLayer),
       this.hostTier.numHostBlocks,
       rows.rowFlags,
+      stream,
     );
   }
 
@@ -104,15 +114,7 @@ export class CudaLruRowResolver {
     this.marksCaptured = this.backend.graphs.isCapturing;
     side.afterCompute();
     for (const { sparseLayer, cache } of layers) {
-      rowCopy(
-        this.backend,
-        plan,
-        cache,
-        this.hostTier.layerPtr(sparseLayer),
-        this.hostTier.numHostBlocks,
-        rows.rowFlags,
-        side.handle,
-      );
+      this.copy(sparseLayer, plan, cache, rows, side.handle);
       side.recordDone(sparseLayer);
     }
   }
